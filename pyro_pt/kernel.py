@@ -1,0 +1,279 @@
+"""ParallelTempering: a pyro.infer.MCMC kernel doing likelihood-tempered replica exchange."""
+
+import math
+
+import numpy as np
+import torch
+
+from pyro.infer.autoguide.initialization import init_to_uniform
+from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
+
+from .explorers import EXPLORERS, Explorer, PriorExplorer, RandomStream, make_kernel
+from .ladder import geometric_ladder, inverse_temperatures, validate_temperatures
+from .stats import IndexProcess, SwapStatistics
+from .swap import SWAP_SCHEMES, accept_swap, draw_round_uniforms, swap_log_ratio, swap_pairs
+from .tempering import ModelSplit, TemperedPotential
+
+
+class ParallelTempering(MCMCKernel):
+    r"""
+    Parallel tempering (replica exchange) with likelihood-only tempering.
+
+    Runs K replicas; the one at inverse temperature :math:`\beta_k = 1/T_k` targets
+
+    .. math:: \log\pi_{\beta_k}(z) = lp(z) + \beta_k\, ll(z),
+
+    with ``lp`` the log prior plus log-det-Jacobian in unconstrained space and ``ll`` the log
+    probability of the observed sites. Each scan, every rung takes one step of its own explorer
+    (NUTS by default); every ``swap_interval`` scans, adjacent rungs exchange their states with
+    probability :math:`\min(1, \exp((\beta_i - \beta_j)(ll(z_j) - ll(z_i))))`. The cold rung
+    (:math:`T_0 = 1`) samples the posterior and is what :class:`~pyro.infer.MCMC` records.
+
+    Adapted explorer state (step size, mass matrix, proposal scale) stays with its rung; replica
+    states move. Every rung has its own random stream and the swaps one shared stream, all
+    derived from Pyro's seed, so a seeded run is reproducible.
+
+    **References**
+
+    [1] Syed, Bouchard-Côté, Deligiannidis, Doucet (2021), "Non-reversible parallel tempering:
+    a scalable highly parallel MCMC scheme", JRSS B.
+
+    [2] Earl, Deem (2005), "Parallel tempering: theory, applications, and new perspectives".
+
+    :param callable model: a Pyro model with at least one observed site.
+    :param int num_replicas: K, the number of rungs of a geometric ladder (default 8).
+    :param float max_temperature: the hottest temperature of the geometric ladder
+        :math:`T_k = T_{max}^{k/(K-1)}`; ``float("inf")`` makes the hottest rung the prior,
+        sampled exactly.
+    :param list temperatures: an explicit ladder instead, cold first: ``[1.0, ...]``
+        increasing; the last may be ``inf``.
+    :param explorer: the local kernel of each rung: ``"nuts"`` (default), ``"hmc"``, ``"rwmh"``
+        (random-walk Metropolis with a scale adapted in warmup), or a callable
+        ``potential_fn -> MCMCKernel``.
+    :param dict explorer_kwargs: keyword arguments for every rung's explorer
+        (e.g. ``{"max_tree_depth": 6}`` for NUTS).
+    :param str swap_scheme: ``"deo"`` (deterministic even-odd, non-reversible, default),
+        ``"seo"`` (stochastic even-odd) or ``"sequential"`` (every pair, cold to hot).
+    :param int swap_interval: scans between swap rounds (default 1).
+    :param bool adapt_temperatures: must be ``False`` for now (ladder adaptation is planned).
+    :param callable init_strategy: per-site initialization, as for Pyro's NUTS; every rung
+        starts from its own draw (default :func:`~pyro.infer.autoguide.init_to_uniform`).
+    :param dict transforms: optional site -> transform to unconstrained space.
+
+    Example::
+
+        kernel = ParallelTempering(model, num_replicas=8, max_temperature=50.0)
+        mcmc = MCMC(kernel, num_samples=1000, warmup_steps=500)
+        mcmc.run(x, y)
+        mcmc.diagnostics()["swap_acceptance"]
+    """
+
+    def __init__(
+        self,
+        model,
+        num_replicas=8,
+        max_temperature=50.0,
+        temperatures=None,
+        explorer="nuts",
+        explorer_kwargs=None,
+        swap_scheme="deo",
+        swap_interval=1,
+        adapt_temperatures=False,
+        init_strategy=init_to_uniform,
+        transforms=None,
+    ):
+        if not callable(model):
+            raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
+        if temperatures is not None:
+            self._temperatures = validate_temperatures(temperatures)
+        else:
+            self._temperatures = geometric_ladder(num_replicas, max_temperature)
+        if not (callable(explorer) or explorer in EXPLORERS):
+            raise ValueError(
+                f"explorer must be one of {EXPLORERS} or a callable potential_fn -> MCMCKernel, "
+                f"got {explorer!r}"
+            )
+        if explorer_kwargs is not None and not isinstance(explorer_kwargs, dict):
+            raise TypeError(f"explorer_kwargs must be a dict, got {explorer_kwargs!r}")
+        if swap_scheme not in SWAP_SCHEMES:
+            raise ValueError(f"swap_scheme must be one of {SWAP_SCHEMES}, got {swap_scheme!r}")
+        if isinstance(swap_interval, bool) or not isinstance(swap_interval, int):
+            raise TypeError(f"swap_interval must be a positive int, got {swap_interval!r}")
+        if swap_interval < 1:
+            raise ValueError(f"swap_interval must be at least 1, got {swap_interval}")
+        if adapt_temperatures:
+            raise NotImplementedError(
+                "adapt_temperatures=True is not implemented yet; pass adapt_temperatures=False "
+                "and a ladder (num_replicas/max_temperature or temperatures)"
+            )
+        self.model = model
+        self.explorer = explorer
+        self.explorer_kwargs = dict(explorer_kwargs or {})
+        self.swap_scheme = swap_scheme
+        self.swap_interval = swap_interval
+        self.init_strategy = init_strategy
+        self._user_transforms = transforms
+        self.transforms = None
+        self._user_initial_params = None
+        self._initial_params = None
+        self._save_params = None
+        self._explorers = None
+
+    # ----- ladder -----
+
+    @property
+    def temperatures(self):
+        """The ladder in use, cold (1.0) first."""
+        return list(self._temperatures)
+
+    @property
+    def betas(self):
+        """Inverse temperatures, cold (1.0) first; 0.0 for a prior rung."""
+        return inverse_temperatures(self._temperatures)
+
+    @property
+    def num_replicas(self):
+        return len(self._temperatures)
+
+    # ----- MCMCKernel protocol -----
+
+    @property
+    def initial_params(self):
+        return self._initial_params if self._explorers else self._user_initial_params
+
+    @initial_params.setter
+    def initial_params(self, params):
+        self._user_initial_params = params
+
+    @property
+    def save_params(self):
+        if self._save_params is not None:
+            return self._save_params
+        return sorted(self._initial_params) if self._initial_params else []
+
+    @save_params.setter
+    def save_params(self, names):
+        # MCMC concatenates draws in save_params order but unpacks them in sorted order.
+        self._save_params = sorted(names)
+
+    def setup(self, warmup_steps, *args, **kwargs):
+        split = ModelSplit(self.model, args, kwargs, transforms=self._user_transforms)
+        betas = self.betas
+        if betas[-1] == 0.0:
+            split.check_proper_prior()
+        if self._save_params is not None:
+            unknown = set(self._save_params) - set(split.latent_names)
+            if unknown:
+                raise ValueError(
+                    f"save_params names {sorted(unknown)} are not latent sites of the model; "
+                    f"its latent sites are {split.latent_names}"
+                )
+        self.transforms = split.transforms
+        self._split = split
+        self._warmup_steps = warmup_steps
+        self._t = 0
+        self._round = 0
+
+        num = self.num_replicas
+        # One base seed from the global generator (so pyro.set_rng_seed governs the run),
+        # then independent child seeds: one stream per rung, one shared stream for swaps.
+        base_seed = int(torch.randint(0, 2**62, ()).item())
+        children = np.random.SeedSequence(base_seed).generate_state(num + 1, dtype=np.uint64)
+        seeds = [int(s) >> 1 for s in children]
+        self._swap_generator = torch.Generator().manual_seed(seeds[num])
+
+        self._explorers, self._z, self._ll = [], [], []
+        for k, beta in enumerate(betas):
+            stream = RandomStream(seeds[k])
+            if beta == 0.0:
+                explorer = PriorExplorer(stream, split)
+                z, ll = explorer.step(None)
+            else:
+                potential = TemperedPotential(split, beta)
+                try:
+                    kernel = make_kernel(self.explorer, potential, self.explorer_kwargs)
+                except TypeError as e:
+                    raise TypeError(
+                        f"explorer_kwargs {self.explorer_kwargs} were not accepted by explorer "
+                        f"{self.explorer!r}: {e}"
+                    ) from e
+                explorer = Explorer(kernel, stream, split)
+                if self._user_initial_params is not None:
+                    z = {name: v.detach().clone() for name, v in self._user_initial_params.items()}
+                else:
+                    with stream:
+                        z = split.initial_point(self.init_strategy)
+                with torch.no_grad():
+                    ll = float(split.log_densities(z)[1])
+                explorer.setup(z, warmup_steps)
+            self._explorers.append(explorer)
+            self._z.append(z)
+            self._ll.append(ll)
+        self._initial_params = dict(self._z[0])
+        self._index = IndexProcess(num)
+        self._swap_stats = SwapStatistics(num - 1)
+        self._record_ll, self._record_swaps = [], []
+
+    def sample(self, params):
+        for k, explorer in enumerate(self._explorers):
+            self._z[k], self._ll[k] = explorer.step(self._z[k])
+        swaps = [math.nan] * (self.num_replicas - 1)
+        if (self._t + 1) % self.swap_interval == 0:
+            swaps = self._swap_round()
+        self._t += 1
+        if self._t == self._warmup_steps:
+            # Report swap statistics and round trips of the sampling phase only.
+            self._swap_stats.reset()
+            self._index.round_trips = 0
+        if self._t > self._warmup_steps:
+            self._record_ll.append(list(self._ll))
+            self._record_swaps.append(swaps)
+        return dict(self._z[0])
+
+    def _swap_round(self):
+        num, betas = self.num_replicas, self.betas
+        coin, uniforms = draw_round_uniforms(self._swap_generator, num)
+        outcome = [math.nan] * (num - 1)
+        for i in swap_pairs(self.swap_scheme, self._round, num, coin):
+            log_ratio = swap_log_ratio(betas[i], betas[i + 1], self._ll[i], self._ll[i + 1])
+            accepted, prob = accept_swap(log_ratio, uniforms[i])
+            self._swap_stats.record(i, accepted, prob)
+            outcome[i] = float(accepted)
+            if accepted:
+                j = i + 1
+                self._z[i], self._z[j] = self._z[j], self._z[i]
+                self._ll[i], self._ll[j] = self._ll[j], self._ll[i]
+                self._explorers[i].replace_state()
+                self._explorers[j].replace_state()
+                self._index.swap(i)
+        self._index.observe()
+        self._round += 1
+        return outcome
+
+    def logging(self):
+        cold = self._explorers[0]
+        out = dict(cold.kernel.logging() or {}) if hasattr(cold, "kernel") else {}
+        out["swap acc."] = f"{self._swap_stats.mean_acceptance():.3f}"
+        out["round trips"] = self._index.round_trips
+        return out
+
+    def diagnostics(self):
+        per_rung = [explorer.diagnostics() for explorer in self._explorers]
+        num_pairs = self.num_replicas - 1
+        return {
+            "divergences": list(per_rung[0]["divergences"]),
+            "acceptance rate": per_rung[0]["acceptance rate"],
+            "temperatures": self.temperatures,
+            "local_acceptance": [d["acceptance rate"] for d in per_rung],
+            "divergences_per_temperature": [len(d["divergences"]) for d in per_rung],
+            "swap_acceptance": self._swap_stats.acceptance(),
+            "round_trips": self._index.round_trips,
+            "tempering_record": {
+                "log_likelihood": torch.tensor(self._record_ll, dtype=torch.float64).reshape(
+                    -1, self.num_replicas
+                ),
+                "swap_accepted": torch.tensor(self._record_swaps, dtype=torch.float64).reshape(
+                    -1, num_pairs
+                ),
+            },
+        }

@@ -1,0 +1,70 @@
+"""Temperature ladders: geometric, explicit, and with a prior rung (T = inf, beta = 0).
+
+Pure: no Pyro inference machinery. Temperatures are listed cold first, ``T_0 = 1``.
+"""
+
+import math
+
+
+def geometric_ladder(num_replicas, max_temperature):
+    r"""
+    The geometric ladder :math:`T_k = T_{max}^{k/(K-1)}`, :math:`k = 0, \dots, K-1`.
+
+    With ``max_temperature=float("inf")`` the hottest rung is the prior (:math:`\beta = 0`) and
+    the inverse temperatures are equally spaced, :math:`\beta_k = 1 - k/(K-1)`: a geometric
+    ladder cannot reach :math:`\beta = 0`, and equal spacing is the usual starting schedule of
+    non-reversible tempering (Syed et al. 2021) before adaptation moves the rungs.
+
+    :param int num_replicas: K, at least 2.
+    :param float max_temperature: :math:`T_{max} > 1`, or ``inf`` for a prior rung.
+    :returns: list of K temperatures, increasing, starting at 1.0.
+    """
+    if isinstance(num_replicas, bool) or not isinstance(num_replicas, int):
+        raise TypeError(f"num_replicas must be an int, got {num_replicas!r}")
+    if num_replicas < 2:
+        raise ValueError(
+            f"num_replicas must be at least 2 for a ladder, got {num_replicas}; "
+            "for a single chain use pyro.infer.NUTS directly"
+        )
+    try:
+        max_temperature = float(max_temperature)
+    except (TypeError, ValueError):
+        raise TypeError(f"max_temperature must be a number, got {max_temperature!r}") from None
+    if not max_temperature > 1.0:
+        raise ValueError(
+            f"max_temperature must be greater than 1 (the cold rung), got {max_temperature}"
+        )
+    last = num_replicas - 1
+    if math.isinf(max_temperature):
+        return [1.0] + [last / (last - k) for k in range(1, last)] + [math.inf]
+    return [max_temperature ** (k / last) for k in range(num_replicas)]
+
+
+def validate_temperatures(temperatures):
+    """
+    Check an explicit ladder: at least two rungs, starting at exactly 1.0, strictly increasing;
+    only the last may be ``inf`` (the prior rung).
+
+    :returns: the ladder as a list of floats.
+    """
+    try:
+        temps = [float(t) for t in temperatures]
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"temperatures must be a sequence of numbers, got {temperatures!r}"
+        ) from None
+    if len(temps) < 2:
+        raise ValueError(f"temperatures needs at least 2 rungs, got {temps}")
+    if temps[0] != 1.0:
+        raise ValueError(
+            f"temperatures must start at 1.0 (the cold chain, the posterior), got {temps[0]}"
+        )
+    for lower, upper in zip(temps, temps[1:]):
+        if any(math.isnan(t) for t in (lower, upper)) or not upper > lower:
+            raise ValueError(f"temperatures must increase strictly, got {temps}")
+    return temps
+
+
+def inverse_temperatures(temperatures):
+    """beta = 1 / T for each rung; ``inf`` maps to exactly 0."""
+    return [0.0 if math.isinf(t) else 1.0 / t for t in temperatures]
