@@ -145,13 +145,11 @@ class Explorer:
 
     :param MCMCKernel kernel: a kernel targeting the rung's tempered density.
     :param RandomStream stream: the rung's random stream.
-    :param ModelSplit split: the model's prior/likelihood split (for ll of the new state).
     """
 
-    def __init__(self, kernel, stream, split):
+    def __init__(self, kernel, stream):
         self.kernel = kernel
         self.stream = stream
-        self.split = split
 
     def setup(self, z, warmup_steps):
         with self.stream:
@@ -159,12 +157,9 @@ class Explorer:
             self.kernel.setup(warmup_steps)
 
     def step(self, z):
-        """One local move from ``z``: the new state and its log-likelihood (for swaps)."""
+        """One local move from ``z``: the new state, and None (its ll is not known here)."""
         with self.stream:
-            z = self.kernel.sample(z)
-        with torch.no_grad():
-            ll = self.split.log_densities(z)[1]
-        return z, float(ll)
+            return self.kernel.sample(z), None
 
     def replace_state(self):
         """Forget the cached state (and its potential and gradient) after a swap."""
@@ -196,6 +191,7 @@ class PriorExplorer:
         pass
 
     def step(self, z):
+        """An exact prior draw and its log-likelihood (known from the same model trace)."""
         with self.stream:
             z, ll = self.split.sample_prior()
         return z, float(ll)

@@ -1,6 +1,7 @@
 """ParallelTempering: a pyro.infer.MCMC kernel doing likelihood-tempered replica exchange."""
 
 import math
+import time
 
 import numpy as np
 import torch
@@ -197,14 +198,13 @@ class ParallelTempering(MCMCKernel):
                         f"explorer_kwargs {self.explorer_kwargs} were not accepted by explorer "
                         f"{self.explorer!r}: {e}"
                     ) from e
-                explorer = Explorer(kernel, stream, split)
+                explorer = Explorer(kernel, stream)
                 if self._user_initial_params is not None:
                     z = {name: v.detach().clone() for name, v in self._user_initial_params.items()}
                 else:
                     with stream:
                         z = split.initial_point(self.init_strategy)
-                with torch.no_grad():
-                    ll = float(split.log_densities(z)[1])
+                ll = self._log_likelihood(z)
                 explorer.setup(z, warmup_steps)
             self._explorers.append(explorer)
             self._z.append(z)
@@ -213,10 +213,18 @@ class ParallelTempering(MCMCKernel):
         self._index = IndexProcess(num)
         self._swap_stats = SwapStatistics(num - 1)
         self._record_ll, self._record_swaps = [], []
+        # Wall-clock seconds in sample(): all of it, and inside the explorers' own moves.
+        self.timings = {"explorers": 0.0, "total": 0.0}
 
     def sample(self, params):
+        start = time.perf_counter()
+        lls = []
         for k, explorer in enumerate(self._explorers):
-            self._z[k], self._ll[k] = explorer.step(self._z[k])
+            self._z[k], ll = explorer.step(self._z[k])
+            lls.append(ll)
+        explored = time.perf_counter()
+        for k, ll in enumerate(lls):
+            self._ll[k] = self._log_likelihood(self._z[k]) if ll is None else ll
         swaps = [math.nan] * (self.num_replicas - 1)
         if (self._t + 1) % self.swap_interval == 0:
             swaps = self._swap_round()
@@ -228,7 +236,14 @@ class ParallelTempering(MCMCKernel):
         if self._t > self._warmup_steps:
             self._record_ll.append(list(self._ll))
             self._record_swaps.append(swaps)
+        end = time.perf_counter()
+        self.timings["explorers"] += explored - start
+        self.timings["total"] += end - start
         return dict(self._z[0])
+
+    def _log_likelihood(self, z):
+        with torch.no_grad():
+            return float(self._split.log_densities(z)[1])
 
     def _swap_round(self):
         num, betas = self.num_replicas, self.betas
@@ -270,10 +285,10 @@ class ParallelTempering(MCMCKernel):
             "round_trips": self._index.round_trips,
             "tempering_record": {
                 "log_likelihood": torch.tensor(self._record_ll, dtype=torch.float64).reshape(
-                    -1, self.num_replicas
+                    len(self._record_ll), self.num_replicas
                 ),
                 "swap_accepted": torch.tensor(self._record_swaps, dtype=torch.float64).reshape(
-                    -1, num_pairs
+                    len(self._record_swaps), num_pairs
                 ),
             },
         }

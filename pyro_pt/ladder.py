@@ -42,8 +42,8 @@ def geometric_ladder(num_replicas, max_temperature):
 
 def validate_temperatures(temperatures):
     """
-    Check an explicit ladder: at least two rungs, starting at exactly 1.0, strictly increasing;
-    only the last may be ``inf`` (the prior rung).
+    Check an explicit ladder: starting at exactly 1.0, strictly increasing; only the last may be
+    ``inf`` (the prior rung). ``[1.0]`` alone is allowed: one cold chain, no swaps (a baseline).
 
     :returns: the ladder as a list of floats.
     """
@@ -53,8 +53,8 @@ def validate_temperatures(temperatures):
         raise TypeError(
             f"temperatures must be a sequence of numbers, got {temperatures!r}"
         ) from None
-    if len(temps) < 2:
-        raise ValueError(f"temperatures needs at least 2 rungs, got {temps}")
+    if not temps:
+        raise ValueError("temperatures is empty; give at least [1.0]")
     if temps[0] != 1.0:
         raise ValueError(
             f"temperatures must start at 1.0 (the cold chain, the posterior), got {temps[0]}"
