@@ -1,0 +1,61 @@
+"""
+Data as a re-iterable of ``(args, kwargs)`` calls, and the splitting of one call into chunks.
+
+Per-element Jacobians are cheapest when each batched backward pass runs over few data points,
+so one model call ``model(x, y)`` is split along its data plate: every top-level tensor
+argument whose leading dimension equals the size of the observed sites' data plate is sliced.
+The split is checked on the first chunk (its plate must shrink to the chunk); a model that does
+not follow this pattern (data captured in a closure, a plate of fixed size) is used unsplit.
+"""
+
+import torch
+
+
+def as_batches(batches, name="batches"):
+    """Checks that ``batches`` is a non-empty re-iterable of ``(args, kwargs)`` pairs."""
+    if iter(batches) is batches:
+        raise TypeError(
+            f"{name} must be re-iterable (a list or a DataLoader) of (args, kwargs) pairs, not an "
+            "iterator or generator: it is read once per pass over the data"
+        )
+    batches = list(batches)
+    if not batches:
+        raise ValueError(f"{name} is empty; pass at least one (args, kwargs) pair")
+    for b in batches:
+        if not (isinstance(b, (tuple, list)) and len(b) == 2 and isinstance(b[1], dict)):
+            raise TypeError(
+                f"each element of {name} must be a pair (args tuple, kwargs dict), got {type(b).__name__}"
+            )
+    return [(tuple(a), dict(k)) for a, k in batches]
+
+
+def data_plate_sizes(trace, observed):
+    """Sizes of the (non-subsampled) plates that the observed sites sit in."""
+    sizes = []
+    for name in observed:
+        for frame in trace.nodes[name]["cond_indep_stack"]:
+            if frame.vectorized and frame.full_size in (None, frame.size):
+                sizes.append(frame.size)
+    return sizes
+
+
+def split_call(args, kwargs, size, chunk):
+    """Slices every top-level tensor with leading dimension ``size`` into chunks of ``chunk``."""
+
+    def cut(v, a, b):
+        return v[a:b] if torch.is_tensor(v) and v.dim() > 0 and v.shape[0] == size else v
+
+    out = []
+    for a in range(0, size, chunk):
+        b = min(size, a + chunk)
+        out.append((tuple(cut(v, a, b) for v in args), {k: cut(v, a, b) for k, v in kwargs.items()}))
+    return out
+
+
+def splittable_size(args, kwargs, plate_sizes):
+    """The data size to split along, or ``None`` when no argument matches a data plate."""
+    leading = {v.shape[0] for v in list(args) + list(kwargs.values()) if torch.is_tensor(v) and v.dim() > 0}
+    for s in plate_sizes:
+        if s in leading and s > 1:
+            return s
+    return None

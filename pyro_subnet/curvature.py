@@ -1,0 +1,244 @@
+r"""
+Curvature of a Pyro model w.r.t. a subset of its flattened unconstrained latent coordinates.
+
+With :math:`u` the flat unconstrained latent vector (the coordinates of
+:class:`~pyro.infer.autoguide.AutoContinuous`), :math:`\hat u` the MAP and :math:`S` a set of
+coordinates, the subnetwork precision is
+
+.. math::
+
+    \Lambda_S = \sum_n J_{Sn}^\top F_n J_{Sn} \;+\; P_S,
+    \qquad P_S = -\nabla^2_{u_S}\Big[\log p(T(u)) + \log|\det \partial T/\partial u|
+    + \textstyle\sum \text{factors}\Big]_{u=\hat u}
+
+where :math:`J_{Sn}` is the Jacobian of the natural parameters of the observed sites
+(:mod:`pyro_subnet.likelihoods`) for data element ``n`` w.r.t. the S coordinates only and
+:math:`F_n = L_n L_n^\top` their Fisher. The GGN term is accumulated from rows
+:math:`L_n^\top J_{Sn}` obtained by batched vector-Jacobian products whose inputs are the S
+coordinates alone: the stored Jacobian is ``rows x S``, never ``data x outputs x D``. Data are
+processed in chunks, so the transient memory is bounded by ``max_rows`` times the size of the
+latent sites that contain selected coordinates.
+
+``pyro.factor`` sites have no Fisher; their exact Hessian is added to :math:`P_S`.
+
+**References**
+
+[1] E. Daxberger et al., "Bayesian Deep Learning via Subnetwork Inference", ICML 2021.
+[2] A. Immer, M. Korzepa, M. Bauer, "Improving predictions of Bayesian neural nets via local
+    linearization", AISTATS 2021.
+"""
+
+import pyro.poutine as poutine
+import torch
+from pyro.distributions import Unit
+from pyro.distributions.util import scale_and_mask
+from torch.distributions import biject_to
+
+from .likelihoods import OutputSpec, unwrap
+
+_FLOAT_BUDGET = 2**25  # transient floats per batched backward pass
+
+
+class LatentModel:
+    """
+    The model seen as a function of the flat unconstrained latent vector.
+
+    :param guide: a set-up :class:`~pyro.infer.autoguide.AutoContinuous` (its prototype trace
+        fixes the sites and their order).
+    :param list observed: names of the observed sites that carry a likelihood.
+    :param dict spec_options: keyword arguments of :class:`~pyro_subnet.likelihoods.OutputSpec`.
+    """
+
+    def __init__(self, guide, observed, factors, spec_options):
+        self.guide = guide
+        self.observed = list(observed)
+        self.factors = list(factors)
+        self.spec_options = spec_options
+        self.latent_names = [n for n, _ in guide.prototype_trace.iter_stochastic_nodes()]
+        self.blocks, pos = {}, 0
+        for name, shape in guide._unconstrained_shapes.items():
+            size = shape.numel()
+            self.blocks[name] = (pos, pos + size)
+            pos += size
+
+    def values(self, u):
+        """Constrained values of the latent sites and the summed log|det Jacobian|."""
+        values, logdet = {}, 0.0
+        for site, uv in self.guide._unpack_latent(u):
+            t = biject_to(site["fn"].support)
+            v = t(uv)
+            values[site["name"]] = v
+            logdet = logdet + t.log_abs_det_jacobian(uv, v).sum()
+        return values, logdet
+
+    def trace(self, u, args, kwargs):
+        values, logdet = self.values(u)
+        model = poutine.condition(self.guide.model, data=values)
+        return poutine.block(poutine.trace(model).get_trace)(*args, **kwargs), logdet
+
+    def log_prior(self, tr, logdet, factors_only=False):
+        """Log prior of the latent sites (with scale and mask) plus log|det J| plus factors."""
+        total = 0.0 if factors_only else logdet
+        names = self.factors if factors_only else self.latent_names + self.factors
+        for name in names:
+            site = tr.nodes[name]
+            lp = site["fn"].log_prob(site["value"])
+            total = total + scale_and_mask(lp, site["scale"], site["mask"]).sum()
+        return total
+
+    def specs(self, tr):
+        """
+        One :class:`OutputSpec` per observed site of a trace whose latents require grad; the
+        active parameters are those that depend on them.
+        """
+        out = {}
+        for name in self.observed:
+            fn = tr.nodes[name]["fn"]
+            base = unwrap(fn)[0]
+            active = []
+            for n in OutputSpec.natural_names(base):
+                v = getattr(base, n)
+                if torch.is_tensor(v) and v.requires_grad:
+                    active.append(n)
+            out[name] = OutputSpec(fn, active, name=name, **self.spec_options).set_map(fn)
+        return out
+
+
+def _site_weight(site, spec):
+    """Plate scale and poutine.mask of an observed site, broadcast to its elements."""
+    w = scale_and_mask(torch.ones(site["fn"].batch_shape), site["scale"], site["mask"])
+    w = w.reshape(w.shape + (1,) * spec.reinterpreted)
+    return w.expand(spec.element_shape).reshape(-1)
+
+
+def _rows_per_pass(latent, idx):
+    touched = [b for b in latent.blocks.values() if ((idx >= b[0]) & (idx < b[1])).any()]
+    size = sum(b[1] - b[0] for b in touched) + len(idx)
+    return max(1, min(4096, _FLOAT_BUDGET // max(size, 1)))
+
+
+def fisher_rows(latent, u_hat, idx, batches, max_rows=None):
+    r"""
+    Yields blocks of rows :math:`L_n^\top J_{Sn}` (``[rows, S]``) for every observed element of
+    every batch, with the plate scale and masks folded in, so that
+    :math:`\sum \text{rows}^\top \text{rows} = \sum_n J_{Sn}^\top F_n J_{Sn}`.
+    """
+    max_rows = max_rows or _rows_per_pass(latent, idx)
+    u_hat = u_hat.detach()
+    for args, kwargs in batches:
+        delta = u_hat[idx].clone().requires_grad_(True)
+        tr, _ = latent.trace(u_hat.index_copy(0, idx, delta), args, kwargs)
+        etas, cots = [], []
+        for name, spec in latent.specs(tr).items():
+            if spec.dim == 0:
+                continue
+            site = tr.nodes[name]
+            L = spec.fisher_sqrt(site["fn"]) * _site_weight(site, spec).to(u_hat).sqrt()[:, None, None]
+            etas.append(spec.natural(site["fn"]).reshape(-1))
+            cots.append(L)
+        if not etas:
+            continue
+        eta = torch.cat(etas)
+        offsets = torch.tensor([0] + [e.numel() for e in etas]).cumsum(0).tolist()
+        for (L, start) in zip(cots, offsets):
+            n, k, r = L.shape
+            per = max(1, max_rows // r)
+            for a in range(0, n, per):
+                b = min(n, a + per)
+                m = b - a
+                # cotangent (e, j) is column j of L_e, placed at element e's parameters
+                C = L.new_zeros(m, r, eta.numel())
+                cols = start + (torch.arange(a, b)[:, None] * k + torch.arange(k)).reshape(m, k)
+                C.scatter_(2, cols[:, None, :].expand(m, r, k), L[a:b].transpose(1, 2))
+                (G,) = torch.autograd.grad(
+                    eta, delta, C.reshape(m * r, -1), retain_graph=True, is_grads_batched=True,
+                    allow_unused=True, materialize_grads=True,
+                )
+                yield G
+
+
+def ggn(latent, u_hat, idx, batches, max_rows=None):
+    """The subnetwork GGN :math:`\\sum_n J_{Sn}^T F_n J_{Sn}`, an ``S x S`` tensor."""
+    H = u_hat.new_zeros(len(idx), len(idx))
+    for G in fisher_rows(latent, u_hat, idx, batches, max_rows):
+        H.addmm_(G.T, G)
+    return H
+
+
+def ggn_diagonal(latent, u_hat, batches, max_rows=None):
+    """Diagonal of the GGN over all D coordinates, without D x D memory."""
+    idx = torch.arange(u_hat.numel())
+    d = u_hat.new_zeros(u_hat.numel())
+    for G in fisher_rows(latent, u_hat, idx, batches, max_rows):
+        d += G.pow(2).sum(0)
+    return d
+
+
+def prior_hessian(latent, u_hat, idx, batches, max_rows=None):
+    r"""
+    :math:`P_S`: the Hessian of minus the log prior (with log|det J| and ``pyro.factor`` terms)
+    w.r.t. the S coordinates, an ``S x S`` tensor. The prior is taken from the first batch;
+    factor sites are summed over all batches.
+    """
+    u_hat = u_hat.detach()
+    S = len(idx)
+    H = u_hat.new_zeros(S, S)
+    per = max_rows or _rows_per_pass(latent, idx)
+    for i, (args, kwargs) in enumerate(batches):
+        if i > 0 and not latent.factors:
+            break
+        delta = u_hat[idx].clone().requires_grad_(True)
+        tr, logdet = latent.trace(u_hat.index_copy(0, idx, delta), args, kwargs)
+        lp = latent.log_prior(tr, logdet, factors_only=i > 0)
+        if not torch.is_tensor(lp) or not lp.requires_grad:
+            continue
+        (g,) = torch.autograd.grad(lp, delta, create_graph=True)
+        if not g.requires_grad:
+            continue
+        eye = torch.eye(S, dtype=u_hat.dtype)
+        for a in range(0, S, per):
+            (rows,) = torch.autograd.grad(
+                g, delta, eye[a : a + per], retain_graph=True, is_grads_batched=True,
+                allow_unused=True, materialize_grads=True,
+            )
+            H[a : a + per] -= rows
+    return (H + H.T) / 2
+
+
+def prior_hessian_diagonal(latent, u_hat, batches):
+    r"""
+    Diagonal of :math:`P` over all D coordinates with one Hessian-vector product per latent site
+    (the indicator of the site's block). This is exact when, within each site, the log prior
+    couples no two elements — true for the usual elementwise priors, hierarchical ones included.
+    Sites whose unconstrained distribution has an event dimension are done exactly, one row per
+    coordinate.
+    """
+    u_hat = u_hat.detach()
+    D = u_hat.numel()
+    d = u_hat.new_zeros(D)
+    for i, (args, kwargs) in enumerate(batches):
+        if i > 0 and not latent.factors:
+            break
+        u = u_hat.clone().requires_grad_(True)
+        tr, logdet = latent.trace(u, args, kwargs)
+        lp = latent.log_prior(tr, logdet, factors_only=i > 0)
+        if not torch.is_tensor(lp) or not lp.requires_grad:
+            continue
+        (g,) = torch.autograd.grad(lp, u, create_graph=True)
+        if not g.requires_grad:
+            continue
+        for name, (a, b) in latent.blocks.items():
+            fn = latent.guide.prototype_trace.nodes[name]["fn"]
+            elementwise = unwrap(fn)[0].event_shape == () and biject_to(fn.support).codomain.event_dim == 0
+            if elementwise:
+                v = torch.zeros_like(u_hat)
+                v[a:b] = 1
+                vs = v[None]
+            else:
+                vs = torch.eye(D, dtype=u_hat.dtype)[a:b]
+            (hv,) = torch.autograd.grad(
+                g, u, vs, retain_graph=True, is_grads_batched=True,
+                allow_unused=True, materialize_grads=True,
+            )
+            d[a:b] -= hv[:, a:b].sum(0) if elementwise else hv[:, a:b].diagonal()
+    return d

@@ -1,0 +1,219 @@
+r"""
+:class:`SubnetworkLaplace`: a MAP guide that turns into a subnetwork Laplace posterior.
+"""
+
+import warnings
+
+import pyro.distributions as dist
+import pyro.poutine as poutine
+import torch
+from pyro.distributions import Unit
+from pyro.infer.autoguide import AutoContinuous
+from pyro.infer.autoguide.initialization import init_to_median
+from pyro.poutine.util import site_is_subsample
+from torch import nn
+
+from . import batching, curvature
+from . import selection as choose
+from .posterior import SubnetworkLaplacePosterior
+
+
+class SubnetworkLaplace(AutoContinuous):
+    r"""
+    Subnetwork linearized Laplace approximation (Daxberger et al., 2021).
+
+    During SVI this is a MAP guide: a point mass at a learnable vector :math:`\hat u` of the
+    flattened unconstrained latents (the coordinates of :class:`AutoContinuous`), so that
+    ``Trace_ELBO`` minimizes :math:`-\log p(y, T(u)) - \log|\det \partial T/\partial u|`.
+    :meth:`laplace_approximation` then selects S coordinates and returns a
+    :class:`SubnetworkLaplacePosterior` with
+
+    .. math::
+
+        \Sigma_S = \Big(\sum_n J_{Sn}^\top F_n J_{Sn} + c\, P_S\Big)^{-1},
+
+    the GGN of the observed sites w.r.t. the subnetwork plus the Hessian :math:`P_S` of minus
+    the model's own log prior (with the log-det-Jacobian) on S, scaled by ``c = prior_scale``.
+
+    Example::
+
+        guide = SubnetworkLaplace(model, subnetwork_size=0.01)
+        svi = SVI(model, guide, pyro.optim.Adam({"lr": 1e-2}), Trace_ELBO())
+        for _ in range(2000):
+            svi.step(x, y)
+        posterior = guide.laplace_approximation(x, y)
+        posterior.predict(x_test)["obs"]       # linearized predictive
+
+    **References**
+
+    [1] E. Daxberger, E. Nalisnick, J. U. Allingham, J. Antoran, J. M. Hernandez-Lobato,
+        "Bayesian Deep Learning via Subnetwork Inference", ICML 2021.
+    [2] W. Maddox et al., "A Simple Baseline for Bayesian Uncertainty in Deep Learning", 2019.
+    [3] A. Immer, M. Korzepa, M. Bauer, "Improving predictions of Bayesian neural nets via local
+        linearization", AISTATS 2021.
+
+    :param callable model: a Pyro model with continuous latents and at least one observed site.
+    :param subnetwork_size: the number S of coordinates (int) or a fraction of D (float in
+        (0, 1]); may be omitted when ``selection`` lists the coordinates.
+    :param selection: ``"wasserstein"`` (largest marginal variances), ``"random"``,
+        ``"magnitude"`` (largest :math:`|\hat u|`), a list of latent site names, a LongTensor of
+        indices or a boolean mask of length D.
+    :param str variance: marginal variances for ``"wasserstein"``: ``"diag_laplace"``,
+        ``"swag"`` or ``"exact"``.
+    :param prior_scale: multiplier of the prior precision, a positive float, or ``"subnet"``
+        for the paper's ``S / D``.
+    :param callable init_loc_fn: per-site initialization of the MAP.
+    :param bool mc_fisher: estimate the Fisher by Monte Carlo for families without a closed form
+        (otherwise such a family is an error).
+    :param int num_mc: draws per element for that Monte Carlo Fisher.
+    :param int chunk_size: data points per batched Jacobian pass.
+    :param dict variance_options: options of the SWAG estimator (``lr``, ``num_steps``,
+        ``batch_fraction``).
+    """
+
+    def __init__(self, model, subnetwork_size=None, selection="wasserstein", variance="diag_laplace",
+                 prior_scale=1.0, init_loc_fn=init_to_median, *, mc_fisher=True, num_mc=16,
+                 chunk_size=8, variance_options=None):
+        if isinstance(selection, str) and selection not in choose.STRATEGIES:
+            raise ValueError(f"selection must be one of {choose.STRATEGIES}, a list of site names, "
+                             f"an index tensor or a boolean mask; got {selection!r}")
+        if isinstance(selection, str) and subnetwork_size is None:
+            raise ValueError(f'selection="{selection}" needs a subnetwork_size (a count or a fraction of D)')
+        if variance not in choose.VARIANCES:
+            raise ValueError(f"variance must be one of {choose.VARIANCES}, got {variance!r}")
+        if not (prior_scale == "subnet" or (isinstance(prior_scale, (int, float)) and prior_scale > 0)):
+            raise ValueError(f'prior_scale must be a positive number or "subnet", got {prior_scale!r}')
+        if not (isinstance(chunk_size, int) and chunk_size >= 1):
+            raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+        self.subnetwork_size = subnetwork_size
+        self.selection = selection
+        self.variance = variance
+        self.prior_scale = prior_scale
+        self.chunk_size = chunk_size
+        self.variance_options = dict(variance_options or {})
+        self._spec_options = {"mc_fisher": mc_fisher, "num_mc": num_mc}
+        self._raw_model = model
+        super().__init__(model, init_loc_fn=init_loc_fn)
+
+    def _setup_prototype(self, *args, **kwargs):
+        full = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)
+        self._observed, self._factors = [], []
+        for name, site in full.nodes.items():
+            if site["type"] != "sample" or site_is_subsample(site):
+                continue
+            if site["is_observed"]:
+                (self._factors if isinstance(site["fn"], Unit) else self._observed).append(name)
+            elif site["fn"].support.is_discrete:
+                raise ValueError(
+                    f"latent site '{name}' is discrete ({type(site['fn']).__name__}); "
+                    "SubnetworkLaplace needs continuous latents: marginalize it out or observe it"
+                )
+        if not self._observed:
+            raise ValueError(
+                "the model has no observed site (a pyro.sample with obs=...); subnetwork Laplace "
+                "needs a likelihood: call the guide with the data, e.g. guide(x, y)"
+            )
+        super()._setup_prototype(*args, **kwargs)
+        self.loc = nn.Parameter(self._init_loc())
+
+    def get_posterior(self, *args, **kwargs):
+        """A Delta posterior at the MAP (the guide used during SVI)."""
+        return dist.Delta(self.loc).to_event(1)
+
+    def _loc_scale(self, *args, **kwargs):
+        return self.loc, torch.zeros_like(self.loc)
+
+    def laplace_approximation(self, *args, **kwargs):
+        r"""
+        Selects the subnetwork, accumulates its GGN and prior precision at the current MAP and
+        returns the :class:`SubnetworkLaplacePosterior`. ``*args, **kwargs`` are one call of the
+        model on the whole data set; it is split into chunks of ``chunk_size`` data points
+        along the data plate when the tensors allow (see :mod:`pyro_subnet.batching`).
+        """
+        return self.laplace_approximation_batched([(args, kwargs)])
+
+    def laplace_approximation_batched(self, batches):
+        r"""
+        As :meth:`laplace_approximation`, for data given as a re-iterable of ``(args, kwargs)``
+        minibatches that together make up the data set (their contributions add up; the model
+        should not rescale them by subsampling plates).
+        """
+        batches = batching.as_batches(batches)
+        if self.prototype_trace is None:
+            self._setup_prototype(*batches[0][0], **batches[0][1])
+        u_hat = self.loc.detach()
+        D = u_hat.numel()
+        latent = curvature.LatentModel(self, self._observed, self._factors, self._spec_options)
+        chunks = self._chunks(batches)
+
+        idx = choose.explicit(self.selection, D, latent.blocks)
+        if idx is None:
+            size = choose.resolve_size(self.subnetwork_size, D)
+            idx = self._select(latent, u_hat, chunks, size)
+        S = len(idx)
+        c = S / D if self.prior_scale == "subnet" else float(self.prior_scale)
+
+        precision = curvature.ggn(latent, u_hat, idx, chunks)
+        precision += c * curvature.prior_hessian(latent, u_hat, idx, chunks)
+        tril = cholesky_with_jitter(precision)
+        args, kwargs = batches[0]
+        return SubnetworkLaplacePosterior(self._raw_model, u_hat, idx, precision, tril, self._observed,
+                                          self._factors, self._spec_options, args, kwargs)
+
+    def _chunks(self, batches):
+        out = []
+        for args, kwargs in batches:
+            tr = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)
+            sizes = batching.data_plate_sizes(tr, self._observed)
+            n = batching.splittable_size(args, kwargs, sizes)
+            if n is None or n <= self.chunk_size:
+                out.append((args, kwargs))
+                continue
+            parts = batching.split_call(args, kwargs, n, self.chunk_size)
+            first = poutine.block(poutine.trace(self.model).get_trace)(*parts[0][0], **parts[0][1])
+            if self.chunk_size not in batching.data_plate_sizes(first, self._observed):
+                out.append((args, kwargs))  # the model does not follow its arguments' size
+                continue
+            out.extend(parts)
+        return out
+
+    def _select(self, latent, u_hat, chunks, size):
+        if self.selection == "random":
+            return torch.randperm(u_hat.numel())[:size].sort().values
+        if self.selection == "magnitude":
+            return choose.top(u_hat.abs(), size)
+        c = 1.0 if self.prior_scale == "subnet" else float(self.prior_scale)
+        if self.variance == "diag_laplace":
+            var = choose.diag_laplace_variance(latent, u_hat, chunks, c)
+        elif self.variance == "exact":
+            var = choose.exact_variance(latent, u_hat, chunks, c)
+        else:
+            var = choose.swag_variance(latent, u_hat, chunks, **self.variance_options)
+        self.marginal_variance = var
+        return choose.top(var, size)
+
+
+def cholesky_with_jitter(precision, max_tries=4):
+    """
+    Lower Cholesky factor of ``precision``; on failure retries with a growing diagonal jitter
+    (with a warning), then raises a ``ValueError`` that says what to check.
+    """
+    chol, info = torch.linalg.cholesky_ex(precision)
+    if info == 0:
+        return chol
+    scale = precision.diagonal().abs().mean().clamp(min=torch.finfo(precision.dtype).tiny)
+    eye = torch.eye(len(precision), dtype=precision.dtype)
+    for k in range(max_tries):
+        jitter = scale * 10.0 ** (-8 + 2 * k)
+        chol, info = torch.linalg.cholesky_ex(precision + jitter * eye)
+        if info == 0:
+            warnings.warn(
+                f"the subnetwork precision was not positive definite; added {float(jitter):.3g} to "
+                "its diagonal", RuntimeWarning,
+            )
+            return chol
+    raise ValueError(
+        "the subnetwork precision (GGN + prior Hessian) is not positive definite even with jitter. "
+        "Check that the MAP has converged, that every selected coordinate has a proper prior or "
+        "is informed by the data, and that the model works in float64 if it is ill-conditioned"
+    )

@@ -1,0 +1,205 @@
+r"""
+The subnetwork Laplace posterior: a Gaussian on S coordinates, the MAP everywhere else.
+
+.. math::
+
+    u_S \sim \mathcal N(\hat u_S, \Lambda_S^{-1}), \qquad u_{\bar S} = \hat u_{\bar S},
+
+with :math:`\Lambda_S = C C^\top` the Cholesky factorization of the subnetwork precision. Draws
+are :math:`\hat u_S + C^{-\top}\varepsilon` and densities use :math:`C^\top (u_S - \hat u_S)`,
+both by triangular solves; the covariance is formed only when asked for.
+
+**References**
+
+[1] E. Daxberger et al., "Bayesian Deep Learning via Subnetwork Inference", ICML 2021.
+[2] A. Immer, M. Korzepa, M. Bauer, "Improving predictions of Bayesian neural nets via local
+    linearization", AISTATS 2021.
+"""
+
+import math
+
+import torch
+from pyro.distributions import TorchDistribution, constraints
+from pyro.infer.autoguide import AutoContinuous
+from pyro.infer.autoguide.initialization import init_to_median
+from torch.distributions import biject_to
+
+from .curvature import LatentModel
+
+
+class SubnetworkNormal(TorchDistribution):
+    r"""
+    A distribution on :math:`\mathbb R^D` that is Gaussian on the coordinates ``idx`` and a point
+    mass at ``loc`` on the others. :meth:`log_prob` is the density of the S coordinates (w.r.t.
+    Lebesgue measure on the affine subspace through ``loc``).
+
+    :param torch.Tensor loc: the MAP, shape ``(D,)``.
+    :param torch.LongTensor idx: the S coordinates.
+    :param torch.Tensor precision_tril: lower Cholesky factor ``C`` of the S x S precision.
+    """
+
+    arg_constraints = {}
+    support = constraints.real_vector
+    has_rsample = True
+
+    def __init__(self, loc, idx, precision_tril, validate_args=None):
+        self.loc, self.idx, self.precision_tril = loc, idx, precision_tril
+        super().__init__(torch.Size(), loc.shape[-1:], validate_args=validate_args)
+
+    def rsample(self, sample_shape=torch.Size()):
+        eps = torch.randn(tuple(sample_shape) + (len(self.idx), 1), dtype=self.loc.dtype, device=self.loc.device)
+        dz = torch.linalg.solve_triangular(self.precision_tril.mT, eps, upper=True).squeeze(-1)
+        z = self.loc.expand(tuple(sample_shape) + self.loc.shape)
+        return z.index_copy(-1, self.idx, self.loc[self.idx] + dz)
+
+    def log_prob(self, value):
+        r = (value[..., self.idx] - self.loc[self.idx]).unsqueeze(-1)
+        w = (self.precision_tril.mT @ r).squeeze(-1)
+        logdet = self.precision_tril.diagonal().log().sum()
+        return -0.5 * w.pow(2).sum(-1) + logdet - 0.5 * len(self.idx) * math.log(2 * math.pi)
+
+    def expand(self, batch_shape, _instance=None):
+        if tuple(batch_shape) != ():
+            raise NotImplementedError("SubnetworkNormal has no batch dimensions")
+        return self
+
+
+class SubnetworkLaplacePosterior(AutoContinuous):
+    r"""
+    The guide returned by :meth:`SubnetworkLaplace.laplace_approximation`: it draws the S
+    subnetwork coordinates from :math:`\mathcal N(\hat u_S, \Sigma_S)` and holds the others at
+    the MAP. Use it with :class:`~pyro.infer.Predictive`, or call :meth:`predict` for the
+    linearized predictive.
+
+    :param callable model: the Pyro model.
+    :param torch.Tensor loc: the MAP in unconstrained space, shape ``(D,)``.
+    :param torch.LongTensor subnetwork_indices: the S selected coordinates.
+    :param torch.Tensor precision: :math:`\Lambda_S`, ``S x S``.
+    :param torch.Tensor precision_tril: its lower Cholesky factor.
+    :param list observed: observed site names.
+    :param tuple args: a model call used to set the guide up.
+    """
+
+    def __init__(self, model, loc, subnetwork_indices, precision, precision_tril, observed, factors,
+                 spec_options, args=(), kwargs=None):
+        super().__init__(model, init_loc_fn=init_to_median)
+        self._setup_prototype(*args, **(kwargs or {}))
+        self.register_buffer("loc", loc.detach())
+        self.register_buffer("subnetwork_indices", subnetwork_indices)
+        self.register_buffer("precision", precision.detach())
+        self.register_buffer("precision_tril", precision_tril.detach())
+        self._latent = LatentModel(self, observed, factors, spec_options)
+
+    def get_posterior(self, *args, **kwargs):
+        """The :class:`SubnetworkNormal` over the flat unconstrained latent vector."""
+        return SubnetworkNormal(self.loc, self.subnetwork_indices, self.precision_tril)
+
+    @property
+    def covariance(self):
+        r""":math:`\Sigma_S = \Lambda_S^{-1}`, an ``S x S`` tensor."""
+        return torch.cholesky_inverse(self.precision_tril)
+
+    @property
+    def subnetwork(self):
+        """``[(site name, flat element index of its unconstrained value), ...]`` for each of S."""
+        out = []
+        for i in self.subnetwork_indices.tolist():
+            for name, (a, b) in self._latent.blocks.items():
+                if a <= i < b:
+                    out.append((name, i - a))
+                    break
+        return out
+
+    def _loc_scale(self, *args, **kwargs):
+        scale = torch.zeros_like(self.loc)
+        scale[self.subnetwork_indices] = self.covariance.diagonal().sqrt()
+        return self.loc, scale
+
+    @torch.no_grad()
+    def quantiles(self, quantiles, *args, **kwargs):
+        """Marginal posterior quantiles of each latent site (constrained space)."""
+        loc, scale = self._loc_scale()
+        q = torch.as_tensor(quantiles, dtype=loc.dtype)
+        if ((q <= 0) | (q >= 1)).any():
+            raise ValueError(f"quantiles must lie strictly between 0 and 1, got {quantiles}")
+        z = torch.distributions.Normal(0.0, 1.0).icdf(q).to(loc.dtype)
+        result = {}
+        for latent in loc + scale * z[:, None]:
+            for site, uv in self._unpack_latent(latent):
+                result.setdefault(site["name"], []).append(biject_to(site["fn"].support)(uv))
+        return {k: torch.stack(v) for k, v in result.items()}
+
+    def _jacobian(self, args, kwargs):
+        """MAP natural parameters and their Jacobians w.r.t. the S coordinates, per site."""
+        idx = self.subnetwork_indices
+        delta = self.loc[idx].clone().requires_grad_(True)
+        tr, _ = self._latent.trace(self.loc.index_copy(0, idx, delta), args, kwargs)
+        out = {}
+        for name in self._latent.observed:
+            if name not in tr.nodes:
+                raise ValueError(f"the model did not run its observed site '{name}' with these arguments")
+            fn = tr.nodes[name]["fn"]
+            spec = self._latent.specs(tr)[name]
+            eta = spec.natural(fn) if spec.dim else None
+            J = None
+            if spec.dim:
+                flat = eta.reshape(-1)
+                eye = torch.eye(flat.numel(), dtype=flat.dtype)
+                rows = [torch.autograd.grad(flat, delta, eye[a : a + 1024], retain_graph=True,
+                                            is_grads_batched=True, allow_unused=True,
+                                            materialize_grads=True)[0]
+                        for a in range(0, flat.numel(), 1024)]
+                J = torch.cat(rows).reshape(eta.shape + (len(idx),))
+            out[name] = (spec, fn, None if eta is None else eta.detach(), J)
+        return out
+
+    def predict(self, *args, linearized=True, num_samples=100, **kwargs):
+        r"""
+        Posterior predictive distribution of each observed site.
+
+        With ``linearized=True`` the natural parameters are linearized in the subnetwork,
+        :math:`\eta(x, u) \approx \eta(x, \hat u) + J_S(x)(u_S - \hat u_S)`: Normal
+        likelihoods get :math:`\mathcal N(\mu, J_S\Sigma_S J_S^\top + \sigma^2)` (marginal per
+        element), Bernoulli and Categorical the probit approximation, other families a
+        ``num_samples``-component Monte Carlo mixture of the linearized model. With
+        ``linearized=False`` the mixture is over draws of the network itself.
+
+        :return: ``{observed site name: torch.distributions.Distribution}``.
+        """
+        if linearized:
+            return self._predict_linearized(args, kwargs, num_samples)
+        draws = self.get_posterior().sample((num_samples,))
+        etas, specs = {}, {}
+        with torch.no_grad():
+            for u in draws:
+                tr, _ = self._latent.trace(u, args, kwargs)
+                for name in self._latent.observed:
+                    fn = tr.nodes[name]["fn"]
+                    spec = specs.setdefault(name, self._spec_all(fn, name))
+                    etas.setdefault(name, []).append(spec.natural(fn))
+        return {n: specs[n].mixture(torch.stack(e)) for n, e in etas.items()}
+
+    def _spec_all(self, fn, name):
+        from .likelihoods import OutputSpec, unwrap
+
+        names = OutputSpec.natural_names(unwrap(fn)[0])
+        return OutputSpec(fn, names, name=name, **self._latent.spec_options).set_map(fn)
+
+    def _predict_linearized(self, args, kwargs, num_samples):
+        C = self.precision_tril
+        out = {}
+        for name, (spec, fn, eta, J) in self._jacobian(args, kwargs).items():
+            if J is None:  # nothing of this site depends on the subnetwork
+                out[name] = fn
+                continue
+            n, k, S = J.shape
+            B = torch.linalg.solve_triangular(C, J.reshape(n * k, S).T, upper=False).T.reshape(n, k, S)
+            cov = B @ B.mT
+            closed = spec.linearized_predictive(eta, cov)
+            if closed is not None:
+                out[name] = spec.wrap(closed)
+                continue
+            eps = torch.randn(num_samples, S, 1, dtype=C.dtype)
+            dz = torch.linalg.solve_triangular(C.mT, eps, upper=True).squeeze(-1)
+            out[name] = spec.mixture(eta + torch.einsum("nks,ms->mnk", J, dz))
+        return out
