@@ -61,18 +61,29 @@ class LatentModel:
             self.blocks[name] = (pos, pos + size)
             pos += size
 
-    def values(self, u):
-        """Constrained values of the latent sites and the summed log|det Jacobian|."""
+    def values(self, u, idx=None, delta=None):
+        """
+        Constrained values of the latent sites and the summed log|det Jacobian| at ``u``, or at
+        ``u`` with coordinates ``idx`` replaced by ``delta``. Only the sites that contain one of
+        ``idx`` depend on ``delta``, so that ``requires_grad`` tells what depends on the subnetwork.
+        """
         values, logdet = {}, 0.0
         for site, uv in self.guide._unpack_latent(u):
+            name = site["name"]
+            if idx is not None:
+                a, b = self.blocks[name]
+                sel = (idx >= a) & (idx < b)
+                if sel.any():
+                    uv = uv.reshape(-1).index_copy(0, idx[sel] - a, delta[sel]).reshape(uv.shape)
             t = biject_to(site["fn"].support)
             v = t(uv)
-            values[site["name"]] = v
+            values[name] = v
             logdet = logdet + t.log_abs_det_jacobian(uv, v).sum()
         return values, logdet
 
-    def trace(self, u, args, kwargs):
-        values, logdet = self.values(u)
+    def trace(self, u, args, kwargs, idx=None, delta=None):
+        """A trace of the model with its latents at ``u`` (see :meth:`values`)."""
+        values, logdet = self.values(u, idx, delta)
         model = poutine.condition(self.guide.model, data=values)
         return poutine.block(poutine.trace(model).get_trace)(*args, **kwargs), logdet
 
@@ -127,7 +138,7 @@ def fisher_rows(latent, u_hat, idx, batches, max_rows=None):
     u_hat = u_hat.detach()
     for args, kwargs in batches:
         delta = u_hat[idx].clone().requires_grad_(True)
-        tr, _ = latent.trace(u_hat.index_copy(0, idx, delta), args, kwargs)
+        tr, _ = latent.trace(u_hat, args, kwargs, idx, delta)
         etas, cots = [], []
         for name, spec in latent.specs(tr).items():
             if spec.dim == 0:
@@ -188,7 +199,7 @@ def prior_hessian(latent, u_hat, idx, batches, max_rows=None):
         if i > 0 and not latent.factors:
             break
         delta = u_hat[idx].clone().requires_grad_(True)
-        tr, logdet = latent.trace(u_hat.index_copy(0, idx, delta), args, kwargs)
+        tr, logdet = latent.trace(u_hat, args, kwargs, idx, delta)
         lp = latent.log_prior(tr, logdet, factors_only=i > 0)
         if not torch.is_tensor(lp) or not lp.requires_grad:
             continue

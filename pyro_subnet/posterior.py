@@ -133,7 +133,7 @@ class SubnetworkLaplacePosterior(AutoContinuous):
         """MAP natural parameters and their Jacobians w.r.t. the S coordinates, per site."""
         idx = self.subnetwork_indices
         delta = self.loc[idx].clone().requires_grad_(True)
-        tr, _ = self._latent.trace(self.loc.index_copy(0, idx, delta), args, kwargs)
+        tr, _ = self._latent.trace(self.loc, args, kwargs, idx, delta)
         out = {}
         for name in self._latent.observed:
             if name not in tr.nodes:

@@ -1,0 +1,123 @@
+"""Item (e): linearized predictives against exact / Monte Carlo GLM predictives."""
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from subnet_models import mlp_data, mlp_model, random_loc
+
+from pyro_subnet import SubnetworkLaplace
+
+
+def logreg_model(x, y=None):
+    w = pyro.sample("w", dist.Normal(0.0, 3.0).expand([x.shape[1]]).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Bernoulli(logits=x @ w), obs=y)
+
+
+def softmax_model(x, y=None):
+    W = pyro.sample("W", dist.Normal(0.0, 3.0).expand([3, x.shape[1]]).to_event(2))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Categorical(logits=x @ W.T), obs=y)
+
+
+def poisson_model(x, y=None):
+    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Poisson((x @ w).exp()), obs=y)
+
+
+def _glm(model, y, n=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.cat([torch.randn(n, 1, generator=g), torch.ones(n, 1)], 1)
+    guide = SubnetworkLaplace(model, subnetwork_size=1.0)
+    guide(x, y(x, g))
+    random_loc(guide, seed=seed, scale=0.5)
+    post = guide.laplace_approximation(x, y(x, g))
+    xt = torch.stack([torch.linspace(-4, 4, 9), torch.ones(9)], 1)
+    # linear models: the linearization is exact and J = x
+    var = (xt @ post.covariance * xt).sum(-1) if post.loc.numel() == 2 else None
+    return post, xt, var
+
+
+def test_bernoulli_probit_close_to_glm_predictive():
+    post, xt, var = _glm(logreg_model, lambda x, g: (x[:, 0] > 0).double())
+    mu = xt @ post.loc
+    # the GLM predictive E[sigmoid(f)], f ~ N(mu, var), by Gauss-Hermite quadrature
+    t, w = np.polynomial.hermite_e.hermegauss(80)
+    t, w = torch.tensor(t), torch.tensor(w / w.sum())
+    exact = (torch.sigmoid(mu[:, None] + var.sqrt()[:, None] * t) * w).sum(-1)
+    probs = post.predict(xt)["obs"].probs
+    assert var.max() > 4  # uncertain enough that the approximation matters
+    assert (probs - exact).abs().max() < 0.02
+    # a plug-in (MAP) or a probit without the pi/8 factor would be far off
+    assert (torch.sigmoid(mu) - exact).abs().max() > 0.1
+    assert (torch.sigmoid(mu / (1 + var).sqrt()) - exact).abs().max() > 0.04
+
+
+def test_categorical_probit_close_to_monte_carlo():
+    g = torch.Generator().manual_seed(1)
+    x = torch.cat([torch.randn(15, 1, generator=g), torch.ones(15, 1)], 1)
+    y = torch.randint(0, 3, (15,), generator=g)
+    guide = SubnetworkLaplace(softmax_model, subnetwork_size=1.0)
+    guide(x, y)
+    random_loc(guide, scale=0.5)
+    post = guide.laplace_approximation(x, y)
+    xt = torch.stack([torch.linspace(-3, 3, 7), torch.ones(7)], 1)
+    W = post.get_posterior().sample((200000,))[:, post.subnetwork_indices].reshape(-1, 3, 2)
+    mc = torch.softmax(torch.einsum("mkd,nd->mnk", W, xt), -1).mean(0)
+    probs = post.predict(xt)["obs"].probs
+    assert (probs - mc).abs().max() < 0.05
+    assert (torch.softmax(xt @ post.loc.reshape(3, 2).T, -1) - mc).abs().max() > 0.1
+
+
+def test_poisson_monte_carlo_predictive_and_nonlinearized():
+    post, xt, var = _glm(poisson_model, lambda x, g: torch.poisson((0.5 * x[:, 0]).exp(), generator=g))
+    mu = xt @ post.loc
+    pred = post.predict(xt, num_samples=20000)["obs"]
+    # linearized in log rate: the mixture mean is the log-normal mean exp(mu + var / 2)
+    expect = (mu + var / 2).exp()
+    assert torch.allclose(pred.mean, expect, rtol=0.05)
+    # for a GLM the network itself is linear in log rate: same answer without linearization
+    pred_nl = post.predict(xt, linearized=False, num_samples=3000)["obs"]
+    assert torch.allclose(pred_nl.mean, expect, rtol=0.1)
+
+
+def test_normal_linearized_vs_network_samples():
+    x, y = mlp_data(n=20)
+    guide = SubnetworkLaplace(mlp_model, selection=["b1", "W2"])  # sigma stays at the MAP
+    guide(x, y)
+    random_loc(guide, seed=3, scale=0.5)
+    post = guide.laplace_approximation(x, y)
+    xt = torch.randn(4, 2)
+    lin = post.predict(xt)["obs"]
+    assert lin.event_shape == (2,) and lin.batch_shape == (4,)
+    # closed form: J Sigma J^T + sigma^2 from a finite-difference Jacobian of the network
+    idx, u = post.subnetwork_indices, post.loc
+    eps = 1e-6
+
+    def f(u):
+        from pyro import poutine
+
+        vals = {s["name"]: torch.distributions.biject_to(s["fn"].support)(v) for s, v in post._unpack_latent(u)}
+        tr = poutine.trace(poutine.condition(mlp_model, vals)).get_trace(xt)
+        return tr.nodes["obs"]["fn"].base_dist.loc, tr.nodes["obs"]["fn"].base_dist.scale
+
+    J = torch.stack([(f(u.index_add(0, idx[i:i + 1], torch.tensor([eps])))[0]
+                      - f(u.index_add(0, idx[i:i + 1], torch.tensor([-eps])))[0]) / (2 * eps)
+                     for i in range(len(idx))], -1)
+    loc, scale = f(u)
+    var = torch.einsum("nks,st,nkt->nk", J, post.covariance, J) + scale**2
+    assert torch.allclose(lin.base_dist.loc, loc, atol=1e-12)
+    assert torch.allclose(lin.variance, var, rtol=1e-6)
+
+    # in the last layer the network is linear: sampling it gives the linearized predictive
+    guide.selection = ["W2", "b2"]
+    post = guide.laplace_approximation(x, y)
+    lin = post.predict(xt)["obs"]
+    m = 3000
+    nl = post.predict(xt, linearized=False, num_samples=m)["obs"]
+    se = lin.stddev / m**0.5
+    assert ((nl.mean - lin.mean).abs() < 5 * se).all()
+    assert ((nl.variance / lin.variance - 1).abs() < 5 * (2 / m) ** 0.5).all()
