@@ -77,6 +77,9 @@ class SubnetworkLaplace(AutoContinuous):
         if isinstance(selection, str) and selection not in choose.STRATEGIES:
             raise ValueError(f"selection must be one of {choose.STRATEGIES}, a list of site names, "
                              f"an index tensor or a boolean mask; got {selection!r}")
+        if not isinstance(selection, (str, list, tuple, torch.Tensor)):
+            raise TypeError(f"selection must be a strategy name, a list of site names, an index tensor "
+                            f"or a boolean mask; got {type(selection).__name__}")
         if isinstance(selection, str) and subnetwork_size is None:
             raise ValueError(f'selection="{selection}" needs a subnetwork_size (a count or a fraction of D)')
         if variance not in choose.VARIANCES:
@@ -93,6 +96,7 @@ class SubnetworkLaplace(AutoContinuous):
         self.variance_options = dict(variance_options or {})
         self._spec_options = {"mc_fisher": mc_fisher, "num_mc": num_mc}
         self._raw_model = model
+        self._init_loc_fn = init_loc_fn
         super().__init__(model, init_loc_fn=init_loc_fn)
 
     def _setup_prototype(self, *args, **kwargs):
@@ -122,6 +126,13 @@ class SubnetworkLaplace(AutoContinuous):
 
     def _loc_scale(self, *args, **kwargs):
         return self.loc, torch.zeros_like(self.loc)
+
+    def predict(self, *args, **kwargs):
+        """Not available on the MAP guide: the predictive belongs to the posterior."""
+        raise ValueError(
+            "predict() needs the Laplace posterior: call posterior = "
+            "guide.laplace_approximation(*data) after the MAP phase, then posterior.predict(...)"
+        )
 
     def laplace_approximation(self, *args, **kwargs):
         r"""
@@ -158,7 +169,8 @@ class SubnetworkLaplace(AutoContinuous):
         tril = cholesky_with_jitter(precision)
         args, kwargs = batches[0]
         return SubnetworkLaplacePosterior(self._raw_model, u_hat, idx, precision, tril, self._observed,
-                                          self._factors, self._spec_options, args, kwargs)
+                                          self._factors, self._spec_options, args, kwargs,
+                                          init_loc_fn=self._init_loc_fn)
 
     def _chunks(self, batches):
         out = []
@@ -201,9 +213,9 @@ def cholesky_with_jitter(precision, max_tries=4):
     chol, info = torch.linalg.cholesky_ex(precision)
     if info == 0:
         return chol
-    scale = precision.diagonal().abs().mean().clamp(min=torch.finfo(precision.dtype).tiny)
+    scale = precision.diagonal().abs().mean()
     eye = torch.eye(len(precision), dtype=precision.dtype)
-    for k in range(max_tries):
+    for k in range(max_tries if scale > 0 else 0):
         jitter = scale * 10.0 ** (-8 + 2 * k)
         chol, info = torch.linalg.cholesky_ex(precision + jitter * eye)
         if info == 0:

@@ -78,11 +78,12 @@ class SubnetworkLaplacePosterior(AutoContinuous):
     :param torch.Tensor precision_tril: its lower Cholesky factor.
     :param list observed: observed site names.
     :param tuple args: a model call used to set the guide up.
+    :param callable init_loc_fn: initialization used only to trace the model once.
     """
 
     def __init__(self, model, loc, subnetwork_indices, precision, precision_tril, observed, factors,
-                 spec_options, args=(), kwargs=None):
-        super().__init__(model, init_loc_fn=init_to_median)
+                 spec_options, args=(), kwargs=None, init_loc_fn=init_to_median):
+        super().__init__(model, init_loc_fn=init_loc_fn)
         self._setup_prototype(*args, **(kwargs or {}))
         self.register_buffer("loc", loc.detach())
         self.register_buffer("subnetwork_indices", subnetwork_indices)

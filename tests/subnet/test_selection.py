@@ -1,0 +1,101 @@
+"""Item (f) and the selection strategies: top-variance coordinates, SWAG vs dead ReLU units."""
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import SVI, Trace_ELBO
+from subnet_models import dense_precision, mlp_data, mlp_model, random_loc
+
+from pyro_subnet import SubnetworkLaplace
+
+
+def _setup(**kw):
+    x, y = mlp_data(n=16, seed=7)
+    guide = SubnetworkLaplace(mlp_model, **kw)
+    guide(x, y)
+    random_loc(guide, seed=8, scale=0.6)
+    G, P = dense_precision(guide.loc.detach(), x, 2, "normal")
+    return guide, x, y, G + P
+
+
+def test_wasserstein_diag_laplace_picks_top_variances():
+    guide, x, y, prec = _setup(subnetwork_size=7, selection="wasserstein", variance="diag_laplace")
+    post = guide.laplace_approximation(x, y)
+    var = prec.diagonal().reciprocal()
+    assert torch.allclose(guide.marginal_variance, var, rtol=1e-10)
+    assert post.subnetwork_indices.tolist() == torch.topk(var, 7).indices.sort().values.tolist()
+
+
+def test_wasserstein_exact_variance():
+    guide, x, y, prec = _setup(subnetwork_size=0.25, selection="wasserstein", variance="exact")
+    post = guide.laplace_approximation(x, y)
+    var = torch.linalg.inv(prec).diagonal()
+    assert torch.allclose(guide.marginal_variance, var, rtol=1e-9)
+    S = round(0.25 * len(var))
+    assert post.subnetwork_indices.tolist() == torch.topk(var, S).indices.sort().values.tolist()
+    # the same answer with the covariance of the subnetwork conditional on the rest
+    assert torch.allclose(post.precision, prec[post.subnetwork_indices][:, post.subnetwork_indices], rtol=1e-10)
+
+
+def test_other_strategies():
+    guide, x, y, _ = _setup(subnetwork_size=5, selection="magnitude")
+    D = guide.loc.numel()
+    post = guide.laplace_approximation(x, y)
+    assert post.subnetwork_indices.tolist() == torch.topk(guide.loc.abs(), 5).indices.sort().values.tolist()
+
+    guide.selection = "random"
+    a = guide.laplace_approximation(x, y).subnetwork_indices
+    assert len(a) == 5 and len(set(a.tolist())) == 5 and a.max() < D
+
+    guide.selection = ["b2", "sigma"]
+    post = guide.laplace_approximation(x, y)
+    assert post.subnetwork == [("b2", 0), ("b2", 1), ("sigma", 0)]
+    assert post.subnetwork_indices.tolist() == [D - 3, D - 2, D - 1]
+
+    mask = torch.zeros(D, dtype=torch.bool)
+    mask[[3, 1, 20]] = True
+    guide.selection = mask
+    assert guide.laplace_approximation(x, y).subnetwork_indices.tolist() == [1, 3, 20]
+    guide.selection = torch.tensor([20, 3, 1])
+    assert guide.laplace_approximation(x, y).subnetwork_indices.tolist() == [1, 3, 20]
+
+
+def relu_model(x, y=None):
+    W1 = pyro.sample("W1", dist.Normal(0.0, 1.0).expand([4, 1]).to_event(2))
+    b1 = pyro.sample("b1", dist.Normal(0.0, 1.0).expand([4]).to_event(1))
+    W2 = pyro.sample("W2", dist.Normal(0.0, 1.0).expand([1, 4]).to_event(2))
+    b2 = pyro.sample("b2", dist.Normal(0.0, 1.0).expand([1]).to_event(1))
+    # unit 0 is dead on the data (|x| <= 1): its weights only see the prior
+    h = torch.relu(x @ W1.T + b1 - torch.tensor([20.0, 0.0, 0.0, 0.0]))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(h @ W2.T + b2, 0.1).to_event(1), obs=y)
+
+
+def test_swag_skips_dead_relu_unit_that_diag_laplace_picks():
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(64, 1, generator=g) * 2 - 1
+    y = torch.sin(3 * x) + 0.1 * torch.randn(64, 1, generator=g)
+    guide = SubnetworkLaplace(relu_model, subnetwork_size=3, init_loc_fn=pyro.infer.autoguide.init_to_sample)
+    svi = SVI(relu_model, guide, pyro.optim.Adam({"lr": 0.02}), Trace_ELBO())
+    for _ in range(1500):
+        svi.step(x, y)
+    # unit 0, and any unit that died in training: W1[j, 0], b1[j], W2[0, j]
+    m = guide.median()
+    h = torch.relu(x @ m["W1"].T + m["b1"] - torch.tensor([20.0, 0.0, 0.0, 0.0]))
+    units = [j for j in range(4) if (h[:, j] == 0).all()]
+    assert 0 in units and len(units) < 4
+    dead = sorted(i for j in units for i in (j, 4 + j, 8 + j))
+    guide.subnetwork_size = len(dead)
+    post = guide.laplace_approximation(x, y)
+    assert post.subnetwork_indices.tolist() == dead  # the prior variance 1 is the largest
+    assert torch.allclose(guide.marginal_variance[dead], torch.ones(len(dead)), rtol=1e-12)
+
+    guide.variance = "swag"
+    guide.variance_options = {"lr": 0.01, "num_steps": 300, "batch_fraction": 0.1}
+    post = guide.laplace_approximation(x, y)
+    var = guide.marginal_variance
+    assert not set(dead) & set(post.subnetwork_indices.tolist())
+    live = torch.ones_like(var, dtype=torch.bool)
+    live[dead] = False
+    assert var[dead].max() < var[live].max() / 100
