@@ -158,7 +158,9 @@ class ParallelTempering(MCMCKernel):
         self._save_params = sorted(names)
 
     def setup(self, warmup_steps, *args, **kwargs):
-        split = ModelSplit(self.model, args, kwargs, transforms=self._user_transforms)
+        split = ModelSplit(
+            self.model, args, kwargs, self._user_transforms, init_strategy=self.init_strategy
+        )
         betas = self.betas
         if betas[-1] == 0.0:
             split.check_proper_prior()
@@ -203,7 +205,7 @@ class ParallelTempering(MCMCKernel):
                     z = {name: v.detach().clone() for name, v in self._user_initial_params.items()}
                 else:
                     with stream:
-                        z = split.initial_point(self.init_strategy)
+                        z = split.initial_point()
                 ll = self._log_likelihood(z)
                 explorer.setup(z, warmup_steps)
             self._explorers.append(explorer)

@@ -31,6 +31,8 @@ class IndexProcess:
 
     def observe(self):
         """Update round trips from the current positions; call once after each swap round."""
+        if self.num_temperatures < 2:
+            return  # a lone cold rung makes no trips
         hot = self.lineage[-1]
         if self._phase[hot] == "up":
             self._phase[hot] = "down"

@@ -44,13 +44,18 @@ class ModelSplit:
     :param tuple model_args: positional arguments of the model.
     :param dict model_kwargs: keyword arguments of the model.
     :param dict transforms: optional site -> transform overrides (constrained -> unconstrained).
+    :param callable init_strategy: per-site initialization used for the structural trace and
+        :meth:`initial_point` (an improper prior needs one that does not sample it).
     """
 
-    def __init__(self, model, model_args=(), model_kwargs=None, transforms=None):
+    def __init__(
+        self, model, model_args=(), model_kwargs=None, transforms=None, init_strategy=init_to_uniform
+    ):
         self.model = model
         self.model_args = tuple(model_args)
         self.model_kwargs = dict(model_kwargs or {})
-        trace = poutine.trace(model).get_trace(*self.model_args, **self.model_kwargs)
+        self.init_strategy = init_strategy
+        trace = self._initial_trace()
         self.latent_names, self.observed_names = [], []
         self.transforms = {}
         self._prior_fns = {}
@@ -61,11 +66,6 @@ class ModelSplit:
                 self.observed_names.append(name)
                 continue
             fn = site["fn"]
-            if fn.has_enumerate_support or fn.support.is_discrete:
-                raise TypeError(
-                    f"latent site {name!r} is discrete ({type(fn).__name__}); ParallelTempering "
-                    "samples continuous latents only: marginalize it out by hand or observe it"
-                )
             self.latent_names.append(name)
             self._prior_fns[name] = fn
             if transforms is not None and name in transforms:
@@ -126,14 +126,26 @@ class ModelSplit:
             _, ll = self._split_trace(trace, z, constrained)
         return z, ll
 
-    def initial_point(self, init_strategy=init_to_uniform, max_tries=100):
+    def _checked_init(self, site):
+        fn = site["fn"]
+        if fn.has_enumerate_support or fn.support.is_discrete:
+            raise TypeError(
+                f"latent site {site['name']!r} is discrete ({type(fn).__name__}); "
+                "ParallelTempering samples continuous latents only: marginalize it out by hand "
+                "or observe it"
+            )
+        return self.init_strategy(site)
+
+    def _initial_trace(self):
+        initialized = InitMessenger(self._checked_init)(self.model)
+        return poutine.trace(initialized).get_trace(*self.model_args, **self.model_kwargs)
+
+    def initial_point(self, max_tries=100):
         """
         A starting point from ``init_strategy`` where lp, ll and their gradient are finite.
         """
         for _ in range(max_tries):
-            trace = poutine.trace(InitMessenger(init_strategy)(self.model)).get_trace(
-                *self.model_args, **self.model_kwargs
-            )
+            trace = self._initial_trace()
             z = {
                 name: self.transforms[name](trace.nodes[name]["value"]).detach()
                 for name in self.latent_names
@@ -148,7 +160,7 @@ class ModelSplit:
                     return {name: value.detach() for name, value in z.items()}
         raise ValueError(
             f"found no initial point with a finite log density in {max_tries} tries of "
-            f"init_strategy={getattr(init_strategy, '__name__', init_strategy)}; check the model's "
+            f"init_strategy={getattr(self.init_strategy, '__name__', self.init_strategy)}; check the model's "
             "supports or pass initial_params / another init_strategy"
         )
 

@@ -1,0 +1,82 @@
+"""Small models with exact answers, shared by the pyro_pt tests (module level: they pickle)."""
+
+import math
+
+import torch
+
+import pyro
+import pyro.distributions as dist
+
+
+# ----- conjugate Bayesian linear regression: w ~ N(0, prior_scale^2 I), y ~ N(X w, noise^2) -----
+
+PRIOR_SCALE = 0.7
+NOISE = 1.0
+
+
+def linear_data(num_points=10, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(num_points, 2, generator=generator, dtype=torch.float64)
+    x[:, 1] = 0.8 * x[:, 0] + 0.6 * x[:, 1]  # correlated features: a non-diagonal posterior
+    y = x @ torch.tensor([0.7, -0.4], dtype=torch.float64)
+    y = y + NOISE * torch.randn(num_points, generator=generator, dtype=torch.float64)
+    return x, y
+
+
+def linear_model(x, y):
+    zero = torch.zeros(2, dtype=x.dtype)
+    w = pyro.sample("w", dist.Normal(zero, PRIOR_SCALE).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("y", dist.Normal(w @ x.T, NOISE), obs=y)  # w @ x.T vectorizes over draws
+
+
+def linear_posterior(x, y):
+    """Exact posterior mean and covariance of ``w`` in ``linear_model``."""
+    precision = torch.eye(2, dtype=x.dtype) / PRIOR_SCALE**2 + x.T @ x / NOISE**2
+    covariance = torch.linalg.inv(precision)
+    return covariance @ (x.T @ y) / NOISE**2, covariance
+
+
+# ----- a bimodal posterior with unequal mode weights -----
+
+MODES = (-2.0, 2.0)
+MODE_WEIGHTS = (0.25, 0.75)
+MODE_SCALE = 0.3
+BIMODAL_PRIOR_SCALE = 3.0
+
+
+def bimodal_log_likelihood(theta):
+    """log(0.25 N(theta; -2, 0.3) + 0.75 N(theta; 2, 0.3)), as a pyro.factor (plain torch:
+    this model is evaluated hundreds of thousands of times in the tests)."""
+    const = -math.log(MODE_SCALE) - 0.5 * math.log(2 * math.pi)
+    low, high = ((theta - m) / MODE_SCALE for m in MODES)
+    return torch.logaddexp(
+        math.log(MODE_WEIGHTS[0]) + const - 0.5 * low**2,
+        math.log(MODE_WEIGHTS[1]) + const - 0.5 * high**2,
+    )
+
+
+def bimodal_model():
+    theta = pyro.sample("theta", dist.Normal(torch.tensor(0.0), BIMODAL_PRIOR_SCALE))
+    pyro.factor("mixture", bimodal_log_likelihood(theta))
+
+
+def bimodal_mass_above_zero():
+    """P(theta > 0) under the posterior, by quadrature on a fine grid."""
+    grid = torch.linspace(-12, 12, 200001, dtype=torch.float64)
+    log_density = dist.Normal(0.0, BIMODAL_PRIOR_SCALE).log_prob(grid)
+    log_density = log_density + bimodal_log_likelihood(grid)
+    density = torch.exp(log_density - log_density.max())
+    return float(density[grid > 0].sum() / density.sum())
+
+
+# ----- a model with a constrained latent, a factor, and scaling -----
+
+
+def constrained_model(y):
+    loc = pyro.sample("loc", dist.Normal(0.0, 5.0))
+    scale = pyro.sample("scale", dist.LogNormal(0.0, 1.0))
+    frac = pyro.sample("frac", dist.Beta(2.0, 3.0))
+    with pyro.plate("data", y.shape[0]):
+        pyro.sample("y", dist.Normal(loc, scale), obs=y)
+    pyro.factor("penalty", -((frac - 0.3) ** 2))

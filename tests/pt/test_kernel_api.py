@@ -1,0 +1,192 @@
+"""MCMC integration: shapes, summary, diagnostics, chains, ArviZ, pickling, reproducibility."""
+
+import json
+import math
+import pickle
+
+import arviz as az
+import pytest
+import torch
+
+import pyro
+from pyro.infer import MCMC, HMC
+
+from pyro_pt import ParallelTempering, to_inference_data
+
+from .models import constrained_model, linear_data, linear_model
+
+
+def run(kernel, *args, num_samples=30, warmup_steps=20, seed=0, **mcmc_kwargs):
+    pyro.set_rng_seed(seed)
+    mcmc = MCMC(kernel, num_samples, warmup_steps, disable_progbar=True, **mcmc_kwargs)
+    mcmc.run(*args)
+    return mcmc
+
+
+@pytest.fixture
+def data():
+    return linear_data()
+
+
+def test_shapes_constrained_values_and_diagnostics():
+    y = torch.tensor([0.3, 1.2, 0.8, 2.0])
+    kernel = ParallelTempering(constrained_model, num_replicas=3, max_temperature=9.0,
+                               explorer="rwmh")
+    mcmc = run(kernel, y)
+    samples = mcmc.get_samples()
+    assert set(samples) == {"loc", "scale", "frac"}
+    assert all(v.shape == (30,) for v in samples.values())
+    assert (samples["scale"] > 0).all() and ((samples["frac"] > 0) & (samples["frac"] < 1)).all()
+    assert kernel.temperatures == pytest.approx([1.0, 3.0, 9.0])
+    assert kernel.betas == pytest.approx([1.0, 1 / 3, 1 / 9])
+    diag = mcmc.diagnostics()
+    for key in ("divergences", "acceptance rate", "local_acceptance", "swap_acceptance",
+                "round_trips", "temperatures", "divergences_per_temperature"):
+        assert key in diag, key
+    chain = diag["swap_acceptance"]["chain 0"]
+    assert len(chain) == 2 and all(0 <= a <= 1 for a in chain)
+    assert len(diag["local_acceptance"]["chain 0"]) == 3
+    record = diag["tempering_record"]["chain 0"]
+    assert record["log_likelihood"].shape == (30, 3)
+    assert record["swap_accepted"].shape == (30, 2)
+    # DEO: exactly one of the two pairs is attempted each scan.
+    attempted = ~torch.isnan(record["swap_accepted"])
+    assert (attempted.sum(1) == 1).all()
+    # The cold rung's recorded ll is that of the returned sample.
+    split_ll = kernel._split.log_densities(
+        {k: kernel.transforms[k](v[-1]) for k, v in samples.items()}
+    )[1]
+    assert float(record["log_likelihood"][-1, 0]) == pytest.approx(float(split_ll), rel=1e-5)
+    json.dumps(kernel.logging())
+    assert kernel.timings["total"] >= kernel.timings["explorers"] > 0
+
+
+def test_summary_prints(capsys, data):
+    mcmc = run(ParallelTempering(linear_model, num_replicas=2, explorer="rwmh"), *data)
+    mcmc.summary()
+    out = capsys.readouterr().out
+    assert "w[0]" in out and "n_eff" in out and "Number of divergences" in out
+
+
+def test_seeded_runs_are_reproducible_and_seeds_differ(data):
+    def draws(seed):
+        kernel = ParallelTempering(linear_model, num_replicas=3, explorer="rwmh")
+        return run(kernel, *data, seed=seed).get_samples()["w"]
+
+    assert torch.equal(draws(3), draws(3))
+    assert not torch.equal(draws(3), draws(4))
+
+
+def test_two_chains_on_one_kernel_reset_everything(data):
+    kernel = ParallelTempering(linear_model, num_replicas=3, explorer="rwmh")
+    mcmc = run(kernel, *data, num_chains=2)
+    w = mcmc.get_samples(group_by_chain=True)["w"]
+    assert w.shape == (2, 30, 2)
+    assert not torch.equal(w[0], w[1])
+    diag = mcmc.diagnostics()
+    for chain in ("chain 0", "chain 1"):
+        assert diag["tempering_record"][chain]["log_likelihood"].shape == (30, 3)
+        assert diag["local_acceptance"][chain][0] > 0
+    assert "r_hat" in diag["w"]
+
+
+def test_initial_params_and_save_params(data):
+    kernel = ParallelTempering(constrained_model, num_replicas=2, explorer="rwmh")
+    y = torch.tensor([0.3, 1.2])
+    init = {"loc": torch.tensor(0.5), "scale": torch.tensor(0.1), "frac": torch.tensor(-0.2)}
+    mcmc = run(kernel, y, initial_params=init, save_params=["scale", "loc"], num_samples=5)
+    assert kernel.save_params == ["loc", "scale"]
+    assert set(mcmc.get_samples()) == {"loc", "scale"}
+    # Every rung started at the user's point.
+    with pytest.raises(ValueError, match="save_params names \\['nope'\\]"):
+        run(ParallelTempering(constrained_model, num_replicas=2, explorer="rwmh"), y,
+            save_params=["nope"])
+
+
+def test_arviz_from_pyro_and_to_inference_data_round_trip(tmp_path, data):
+    kernel = ParallelTempering(linear_model, num_replicas=3, max_temperature=4.0,
+                               explorer="rwmh")
+    mcmc = run(kernel, *data, num_chains=2)
+    plain = az.from_pyro(mcmc)
+    assert {"posterior", "log_likelihood", "sample_stats", "observed_data"} <= set(plain.groups())
+    idata = to_inference_data(mcmc)
+    assert {"posterior", "log_likelihood", "sample_stats", "observed_data"} <= set(idata.groups())
+    stats = idata.sample_stats
+    assert stats["tempered_log_likelihood"].dims == ("chain", "draw", "temperature")
+    assert stats["swap_accepted"].dims == ("chain", "draw", "swap_pair")
+    assert stats["tempered_log_likelihood"].shape == (2, 30, 3)
+    assert list(stats.temperature.values) == pytest.approx([1.0, 2.0, 4.0])
+    assert list(stats.beta.values) == pytest.approx([1.0, 0.5, 0.25])
+    # The cold rung's ll is the sum of ArviZ's pointwise log-likelihood of the same draws.
+    pointwise = idata.log_likelihood["y"].sum("y_dim_0").values
+    assert pointwise == pytest.approx(stats["tempered_log_likelihood"].values[..., 0], rel=1e-5)
+    path = tmp_path / "pt.nc"
+    idata.to_netcdf(str(path))
+    loaded = az.from_netcdf(str(path))
+    assert loaded.sample_stats["swap_accepted"].shape == (2, 30, 2)
+    assert list(loaded.sample_stats.temperature.values) == pytest.approx([1.0, 2.0, 4.0])
+    az.summary(loaded)
+
+
+def test_prior_rung_temperatures_survive_netcdf(tmp_path, data):
+    kernel = ParallelTempering(linear_model, num_replicas=3, max_temperature=math.inf,
+                               explorer="rwmh")
+    idata = to_inference_data(run(kernel, *data))
+    path = tmp_path / "prior.nc"
+    idata.to_netcdf(str(path))
+    temps = az.from_netcdf(str(path)).sample_stats.temperature.values
+    assert temps[0] == 1.0 and math.isinf(temps[-1])
+
+
+def test_to_inference_data_rejects_other_kernels(data):
+    x, y = data
+    pyro.set_rng_seed(0)
+    mcmc = MCMC(HMC(linear_model, num_steps=2), 5, 2, disable_progbar=True)
+    mcmc.run(x, y)
+    with pytest.raises(TypeError, match="ParallelTempering"):
+        to_inference_data(mcmc)
+
+
+def test_kernel_pickles_before_and_after_a_run(data):
+    kernel = ParallelTempering(linear_model, num_replicas=3, explorer="nuts",
+                               explorer_kwargs={"max_tree_depth": 2})
+    clone = pickle.loads(pickle.dumps(kernel))
+    first = run(kernel, *data, num_samples=5, warmup_steps=5).get_samples()["w"]
+    second = run(clone, *data, num_samples=5, warmup_steps=5).get_samples()["w"]
+    assert torch.equal(first, second)
+    after = pickle.loads(pickle.dumps(kernel))
+    assert after.temperatures == kernel.temperatures
+
+
+@pytest.mark.parametrize("explorer", ["hmc", "nuts"])
+def test_pyro_explorers_run_with_swaps(explorer, data):
+    kwargs = {"hmc": {"num_steps": 3}, "nuts": {"max_tree_depth": 3}}[explorer]
+    kernel = ParallelTempering(linear_model, num_replicas=3, explorer=explorer,
+                               explorer_kwargs=kwargs, swap_scheme="sequential")
+    mcmc = run(kernel, *data, num_samples=20, warmup_steps=20)
+    diag = mcmc.diagnostics()
+    record = diag["tempering_record"]["chain 0"]["swap_accepted"]
+    assert not torch.isnan(record).any()  # sequential: every pair, every scan
+    assert sum(diag["swap_acceptance"]["chain 0"]) > 0
+    assert "step size" in kernel.logging()
+
+
+def test_callable_explorer_gets_the_tempered_potential(data):
+    built = []
+
+    def explorer(potential_fn, num_steps):
+        built.append(potential_fn)
+        return HMC(potential_fn=potential_fn, num_steps=num_steps)
+
+    kernel = ParallelTempering(linear_model, temperatures=[1.0, 2.0, 5.0], explorer=explorer,
+                               explorer_kwargs={"num_steps": 2})
+    run(kernel, *data, num_samples=5, warmup_steps=5)
+    assert [p.beta for p in built] == pytest.approx([1.0, 0.5, 0.2])
+
+
+def test_single_cold_rung_is_plain_sampling(data):
+    kernel = ParallelTempering(linear_model, temperatures=[1.0], explorer="rwmh")
+    mcmc = run(kernel, *data)
+    diag = mcmc.diagnostics()
+    assert diag["swap_acceptance"]["chain 0"] == [] and diag["round_trips"]["chain 0"] == 0
+    assert mcmc.get_samples()["w"].shape == (30, 2)
