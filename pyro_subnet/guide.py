@@ -88,6 +88,7 @@ class SubnetworkLaplace(AutoContinuous):
             raise ValueError(f'prior_scale must be a positive number or "subnet", got {prior_scale!r}')
         if not (isinstance(chunk_size, int) and chunk_size >= 1):
             raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+        super().__init__(model, init_loc_fn=init_loc_fn)
         self.subnetwork_size = subnetwork_size
         self.selection = selection
         self.variance = variance
@@ -97,7 +98,6 @@ class SubnetworkLaplace(AutoContinuous):
         self._spec_options = {"mc_fisher": mc_fisher, "num_mc": num_mc}
         self._raw_model = model
         self._init_loc_fn = init_loc_fn
-        super().__init__(model, init_loc_fn=init_loc_fn)
 
     def _setup_prototype(self, *args, **kwargs):
         full = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)
@@ -154,7 +154,7 @@ class SubnetworkLaplace(AutoContinuous):
             self._setup_prototype(*batches[0][0], **batches[0][1])
         u_hat = self.loc.detach()
         D = u_hat.numel()
-        latent = curvature.LatentModel(self, self._observed, self._factors, self._spec_options)
+        latent = curvature.LatentModel(self, self._raw_model, self._observed, self._factors, self._spec_options)
         chunks = self._chunks(batches)
 
         idx = choose.explicit(self.selection, D, latent.blocks)

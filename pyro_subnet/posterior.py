@@ -89,7 +89,7 @@ class SubnetworkLaplacePosterior(AutoContinuous):
         self.register_buffer("subnetwork_indices", subnetwork_indices)
         self.register_buffer("precision", precision.detach())
         self.register_buffer("precision_tril", precision_tril.detach())
-        self._latent = LatentModel(self, observed, factors, spec_options)
+        self._latent = LatentModel(self, model, observed, factors, spec_options)
 
     def get_posterior(self, *args, **kwargs):
         """The :class:`SubnetworkNormal` over the flat unconstrained latent vector."""

@@ -86,7 +86,7 @@ def test_subnetwork_ggn_is_dense_submatrix(likelihood):
     assert torch.allclose(guide.laplace_approximation(x, y, k=k, likelihood=likelihood).precision, sub, rtol=1e-10)
 
     # the GGN diagonal over all D coordinates
-    latent = curvature.LatentModel(guide, ["obs"], [], {"mc_fisher": True, "num_mc": 16})
+    latent = curvature.LatentModel(guide, guide._raw_model, ["obs"], [], {"mc_fisher": True, "num_mc": 16})
     diag = curvature.ggn_diagonal(latent, u, [((x, y), {"k": k, "likelihood": likelihood})])
     assert torch.allclose(diag, G.diagonal(), rtol=1e-10, atol=1e-12)
 
@@ -95,8 +95,9 @@ def hier_model(x, y=None):
     tau = pyro.sample("tau", dist.LogNormal(0.0, 1.0))
     w = pyro.sample("w", dist.Normal(0.0, tau).expand([3]).to_event(1))
     c = pyro.sample("c", dist.Beta(2.0, 3.0))
+    z = pyro.sample("z", dist.Gamma(2.0, 1.0).expand([2]).to_event(1))  # separable: diagonal rows
     with pyro.plate("data", x.shape[0]):
-        pyro.sample("obs", dist.Bernoulli(logits=x @ w * c), obs=y)
+        pyro.sample("obs", dist.Bernoulli(logits=x @ w * c + z.sum()), obs=y)
     pyro.factor("penalty", -0.5 * (w**2).sum() * c)
 
 
@@ -110,19 +111,20 @@ def test_prior_hessian_hierarchical_with_factor():
     random_loc(guide, scale=0.5)
     u = guide.loc.detach()
 
-    def log_prior(u):  # order: tau, w, c
-        tau, w, c = u[0].exp(), u[1:4], torch.sigmoid(u[4])
+    def log_prior(u):  # order: tau, w, c, z
+        tau, w, c, z = u[0].exp(), u[1:4], torch.sigmoid(u[4]), u[5:7].exp()
         lp = dist.LogNormal(0.0, 1.0).log_prob(tau) + u[0]
         lp = lp + dist.Normal(0.0, tau).log_prob(w).sum()
         lp = lp + dist.Beta(2.0, 3.0).log_prob(c) + torch.log(c) + torch.log1p(-c)
+        lp = lp + dist.Gamma(2.0, 1.0).log_prob(z).sum() + u[5:7].sum()
         return lp - 0.5 * (w**2).sum() * c
 
     P = -hessian(log_prior)(u)
-    latent = curvature.LatentModel(guide, guide._observed, guide._factors, {"mc_fisher": True, "num_mc": 4})
+    latent = curvature.LatentModel(guide, guide._raw_model, guide._observed, guide._factors, {"mc_fisher": True, "num_mc": 4})
     assert guide._factors == ["penalty"]
     batches = [((x, y), {})]
-    idx = torch.tensor([0, 2, 4])
-    assert torch.allclose(curvature.prior_hessian(latent, u, idx, batches), P[idx][:, idx], rtol=1e-10)
-    assert torch.allclose(curvature.prior_hessian(latent, u, torch.arange(5), batches), P, rtol=1e-10)
+    for idx in [torch.tensor([0, 2, 4]), torch.tensor([1, 5]), torch.tensor([2, 4, 5, 6]), torch.arange(7)]:
+        assert torch.allclose(curvature.prior_hessian(latent, u, idx, batches), P[idx][:, idx], rtol=1e-10)
+    assert curvature._separable(latent, u, torch.arange(7), (x, y), {}).tolist() == [False] * 5 + [True] * 2
     # the per-site probes are exact for priors that do not couple elements within a site
     assert torch.allclose(curvature.prior_hessian_diagonal(latent, u, batches), P.diagonal(), rtol=1e-10)
