@@ -140,13 +140,17 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[2000, 10000])
     p.add_argument("--backends", nargs="+", default=["backpack", "asdl", "curvlinops"])
-    p.add_argument("--chunk", type=int, default=8, help="pyro_subnet chunk_size (data points per pass)")
+    p.add_argument("--chunk", type=int, default=4, help="pyro_subnet chunk_size (data points per pass)")
     p.add_argument("--loader-batch", type=int, default=32, help="laplace-torch DataLoader batch size")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch threads in every fit (default: torch's)")
     p.add_argument("--timeout", type=int, default=1800)
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.threads:
+        os.environ["BENCH_THREADS"] = str(a.threads)
+        torch.set_num_threads(a.threads)
     if a.worker:
         return worker(a.worker, a.sizes[0], a.out, a.seed, a.chunk)
 

@@ -34,7 +34,10 @@ from pyro.distributions import Unit
 from pyro.distributions.util import scale_and_mask
 from torch.distributions import biject_to
 
+from torch.distributions.transforms import ComposeTransform, IndependentTransform, identity_transform
+
 from .likelihoods import OutputSpec, unwrap
+from .subnet_tensor import SubnetMatrix
 
 _FLOAT_BUDGET = 2**25  # transient floats per batched backward pass
 
@@ -59,6 +62,7 @@ class LatentModel:
         self.factors = list(factors)
         self.spec_options = spec_options
         self.latent_names = [n for n, _ in guide.prototype_trace.iter_stochastic_nodes()]
+        self.use_subnet_matrix = True
         self.blocks, pos = {}, 0
         for name, shape in guide._unconstrained_shapes.items():
             size = shape.numel()
@@ -74,12 +78,21 @@ class LatentModel:
         values, logdet = {}, 0.0
         for site, uv in self.guide._unpack_latent(u):
             name = site["name"]
+            t = biject_to(site["fn"].support)
+            identity = _is_identity(t)
             if idx is not None:
                 a, b = self.blocks[name]
                 sel = (idx >= a) & (idx < b)
-                if sel.any():
+                k = int(sel.sum())
+                if k and identity and uv.dim() == 2 and k < uv.numel() // 2 and self.use_subnet_matrix:
+                    # a matrix in a product: Jacobians w.r.t. its entries cost O(S) per row
+                    flat = idx[sel] - a
+                    uv = SubnetMatrix(uv, flat // uv.shape[1], flat % uv.shape[1], delta[sel])
+                elif k:
                     uv = uv.reshape(-1).index_copy(0, idx[sel] - a, delta[sel]).reshape(uv.shape)
-            t = biject_to(site["fn"].support)
+            if identity:
+                values[name] = uv
+                continue
             v = t(uv)
             values[name] = v
             logdet = logdet + t.log_abs_det_jacobian(uv, v).sum()
@@ -117,6 +130,12 @@ class LatentModel:
                     active.append(n)
             out[name] = OutputSpec(fn, active, name=name, **self.spec_options).set_map(fn)
         return out
+
+
+def _is_identity(t):
+    while isinstance(t, IndependentTransform):
+        t = t.base_transform
+    return t == identity_transform or (isinstance(t, ComposeTransform) and not t.parts)
 
 
 def _site_weight(site, spec):

@@ -128,3 +128,36 @@ def test_prior_hessian_hierarchical_with_factor():
     assert curvature._separable(latent, u, torch.arange(7), (x, y), {}).tolist() == [False] * 5 + [True] * 2
     # the per-site probes are exact for priors that do not couple elements within a site
     assert torch.allclose(curvature.prior_hessian_diagonal(latent, u, batches), P.diagonal(), rtol=1e-10)
+
+
+def styles_model(x, y=None):
+    W1 = pyro.sample("W1", dist.Normal(0.0, 1.0).expand([6, 3]).to_event(2))
+    W2 = pyro.sample("W2", dist.Normal(0.0, 1.0).expand([6, 6]).to_event(2))
+    W3 = pyro.sample("W3", dist.Normal(0.0, 1.0).expand([2, 6]).to_event(2))
+    h = torch.tanh(torch.nn.functional.linear(x, W1))
+    h = torch.tanh((W2 @ h.T).T) + torch.matmul(h, W2.t()) * W2.sum()  # left, right and a dense use
+    f = h @ W3.transpose(0, 1)
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(f, 0.5).to_event(1), obs=y)
+
+
+def test_sparse_matrix_path_equals_dense_path():
+    """Subnetwork entries of weight matrices enter products through SubnetMatrix (O(S) Jacobian
+    rows); the result must be the same as with dense index_copy, for every way of multiplying."""
+    from pyro_subnet.subnet_tensor import SubnetMatrix
+
+    x, y = torch.randn(9, 3), torch.randn(9, 2)
+    guide = SubnetworkLaplace(styles_model, 1.0)
+    guide(x, y)
+    random_loc(guide, seed=4, scale=0.5)
+    u = guide.loc.detach()
+    idx = torch.tensor([1, 7, 20, 25, 40, 41, 55, 60, 65])  # a few entries of each matrix
+    latent = curvature.LatentModel(guide, guide._raw_model, ["obs"], [], {"mc_fisher": True, "num_mc": 4})
+    values, _ = latent.values(u, idx, u[idx].clone())
+    assert all(isinstance(v, SubnetMatrix) for v in values.values())
+    batches = [((x, y), {})]
+    fast = curvature.ggn(latent, u, idx, batches) + curvature.prior_hessian(latent, u, idx, batches)
+    latent.use_subnet_matrix = False
+    slow = curvature.ggn(latent, u, idx, batches) + curvature.prior_hessian(latent, u, idx, batches)
+    assert torch.allclose(fast, slow, rtol=1e-12, atol=1e-12)
+    assert fast.abs().min() >= 0 and (fast != 0).sum() > len(idx)

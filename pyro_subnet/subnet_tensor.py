@@ -1,0 +1,116 @@
+r"""
+A weight matrix whose subnetwork entries are variables, for Jacobians that cost O(S) per row.
+
+A latent matrix :math:`W` with the subnetwork entries :math:`(r_s, c_s)` replaced by variables
+:math:`\delta_s` is :math:`W = W_0 + \sum_s \delta_s e_{r_s} e_{c_s}^\top`, with :math:`W_0`
+the MAP with those entries zeroed. Inside a product the sum distributes,
+
+.. math::
+
+    A W = A W_0 + \big[\, A_{:, r_s}\, \delta_s \,\big] \text{ added to column } c_s,
+
+so reverse mode never forms the dense gradient of :math:`W` (``rows x D`` numbers per batch of
+rows): the gradient w.r.t. :math:`\delta` is a gather, and the dense work is one GEMM with the
+constant :math:`W_0`. :class:`SubnetMatrix` applies this to ``matmul``, ``@``, ``mm``,
+``F.linear`` and transposes; every other operation sees the equivalent dense tensor, so the
+values (and their derivatives) are always exactly those of :math:`W`.
+"""
+
+import torch
+import torch.nn.functional as F
+
+_MATMUL = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm, torch.Tensor.mm}
+_RMATMUL = {torch.Tensor.__rmatmul__}
+_TRANSPOSE = {torch.Tensor.t, torch.t, torch.Tensor.T.__get__, torch.Tensor.mT.__get__}
+_META = {torch.Tensor.shape.__get__, torch.Tensor.size, torch.Tensor.dim, torch.Tensor.ndim.__get__,
+         torch.Tensor.dtype.__get__, torch.Tensor.device.__get__, torch.Tensor.numel,
+         torch.Tensor.is_floating_point, torch.Tensor.layout.__get__}
+
+
+class SubnetMatrix(torch.Tensor):
+    """
+    A 2-D tensor equal to ``base`` with ``base[rows, cols] = delta``; see the module docstring.
+
+    :param torch.Tensor base: the constant matrix (its ``rows, cols`` entries are ignored).
+    :param torch.LongTensor rows: row of each variable entry.
+    :param torch.LongTensor cols: column of each variable entry.
+    :param torch.Tensor delta: the variables, shape ``(S,)``.
+    """
+
+    @staticmethod
+    def __new__(cls, base, rows, cols, delta):
+        zeroed = base.detach().index_put((rows, cols), torch.zeros((), dtype=base.dtype))
+        t = torch.Tensor._make_subclass(cls, zeroed)
+        t._zeroed, t._rows, t._cols, t._delta = zeroed, rows, cols, delta
+        return t
+
+    def __init__(self, base, rows, cols, delta):
+        pass
+
+    def dense(self):
+        """The equivalent ordinary tensor (differentiable w.r.t. ``delta``)."""
+        return self._zeroed.index_put((self._rows, self._cols), self._delta)
+
+    def transposed(self):
+        return SubnetMatrix(self._zeroed.T, self._cols, self._rows, self._delta)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _META:
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        if func in _TRANSPOSE and isinstance(args[0], SubnetMatrix) and not kwargs:
+            return args[0].transposed()
+        if func is torch.Tensor.transpose and isinstance(args[0], SubnetMatrix):
+            dims = {d % 2 for d in args[1:3]}
+            return args[0].transposed() if dims == {0, 1} else args[0]
+        if func in _MATMUL and len(args) == 2 and not kwargs:
+            a, b = args
+            if isinstance(b, SubnetMatrix) and not isinstance(a, SubnetMatrix) and a.dim() >= 1:
+                return _right(a, b)
+            if isinstance(a, SubnetMatrix) and not isinstance(b, SubnetMatrix) and b.dim() >= 1:
+                return _left(a, b)
+        if func in _RMATMUL and len(args) == 2 and isinstance(args[0], SubnetMatrix):
+            if not isinstance(args[1], SubnetMatrix) and args[1].dim() >= 1:
+                return _right(args[1], args[0])
+        if func is F.linear and isinstance(args[1], SubnetMatrix) and not isinstance(args[0], SubnetMatrix):
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            out = _right(args[0], args[1].transposed())
+            return out if bias is None else out + bias
+        args, kwargs = _densify(args), _densify(kwargs)
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+
+def _densify(obj):
+    if isinstance(obj, SubnetMatrix):
+        return obj.dense()
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_densify(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _densify(v) for k, v in obj.items()}
+    return obj
+
+
+def _plain(t):
+    with torch._C.DisableTorchFunctionSubclass():
+        return t.as_subclass(torch.Tensor) if isinstance(t, SubnetMatrix) else t
+
+
+def _right(a, w):
+    """``a @ w`` for dense ``a`` (``[..., n, k]`` or ``[k]``) and ``w`` a SubnetMatrix ``[k, m]``."""
+    zeroed = _plain(w._zeroed)
+    out = torch.matmul(a, zeroed)
+    contrib = a[..., w._rows] * w._delta  # [..., (n,) S]
+    return out.index_add(-1, w._cols, contrib)
+
+
+def _left(w, b):
+    """``w @ b`` for ``w`` a SubnetMatrix ``[n, k]`` and dense ``b`` (``[..., k, m]`` or ``[k]``)."""
+    zeroed = _plain(w._zeroed)
+    out = torch.matmul(zeroed, b)
+    if b.dim() == 1:
+        return out.index_add(-1, w._rows, b[w._cols] * w._delta)
+    contrib = b[..., w._cols, :] * w._delta[:, None]  # [..., S, m]
+    return out.index_add(-2, w._rows, contrib)
