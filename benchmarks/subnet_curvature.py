@@ -96,6 +96,7 @@ def worker(kind, S, out, seed, chunk):
         t = time.perf_counter()
         post = guide.laplace_approximation(x, y)
         seconds = time.perf_counter() - t
+        peak = rss_mib("VmHWM")
         ggn = post.precision - torch.eye(S)
     else:
         from laplace.subnetlaplace import FullSubnetLaplace
@@ -109,8 +110,8 @@ def worker(kind, S, out, seed, chunk):
         t = time.perf_counter()
         la.fit(loader, progress_bar=False) if "progress_bar" in la.fit.__code__.co_varnames else la.fit(loader)
         seconds = time.perf_counter() - t
+        peak = rss_mib("VmHWM")
         ggn = la.H
-    peak = rss_mib("VmHWM")
     torch.save(ggn.detach(), out + ".pt")
     with open(out, "w") as f:
         json.dump({"seconds": seconds, "peak_mib": peak, "base_mib": base}, f)

@@ -240,7 +240,7 @@ def _elementwise(latent, name):
     return base.event_shape == () and biject_to(base.support).codomain.event_dim == 0
 
 
-def prior_hessian(latent, u_hat, idx, batches, max_rows=None):
+def prior_hessian(latent, u_hat, idx, batches, max_rows=None, out=None, scale=1.0):
     r"""
     :math:`P_S`: the Hessian of minus the log prior (with log|det J| and ``pyro.factor`` terms)
     w.r.t. the S coordinates, an ``S x S`` tensor. The prior is taken from the first batch;
@@ -249,10 +249,13 @@ def prior_hessian(latent, u_hat, idx, batches, max_rows=None):
     Coordinates whose Hessian rows are diagonal (see :func:`_separable`; all weights of a BNN
     with an elementwise prior) get theirs from a single Hessian-vector product with the
     indicator vector; every other coordinate gets an exact row.
+
+    :param torch.Tensor out: if given, ``scale`` times :math:`P_S` is added to it in place
+        (no second ``S x S`` matrix) and it is returned.
     """
     u_hat = u_hat.detach()
     S = len(idx)
-    H = u_hat.new_zeros(S, S)
+    H = u_hat.new_zeros(S, S) if out is None else out
     per = max_rows or _rows_per_pass(latent, idx)
     safe = _separable(latent, u_hat, idx, *batches[0])
     rest = (~safe).nonzero().reshape(-1)
@@ -267,7 +270,8 @@ def prior_hessian(latent, u_hat, idx, batches, max_rows=None):
         (g,) = torch.autograd.grad(lp, delta, create_graph=True)
         if not g.requires_grad:
             continue
-        vs = torch.eye(S, dtype=u_hat.dtype)[rest]
+        vs = torch.zeros(len(rest), S, dtype=u_hat.dtype)
+        vs[torch.arange(len(rest)), rest] = 1
         if safe.any():
             vs = torch.cat([safe.to(u_hat.dtype)[None], vs])
         for a in range(0, len(vs), per):
@@ -275,8 +279,9 @@ def prior_hessian(latent, u_hat, idx, batches, max_rows=None):
                 g, delta, vs[a : a + per], retain_graph=True, is_grads_batched=True,
                 allow_unused=True, materialize_grads=True,
             )
+            rows = rows * scale
             if a == 0 and safe.any():
-                H[safe, safe] -= rows[0][safe]
+                H[safe, safe] -= rows[0][safe]  # the diagonal entries of the safe coordinates
                 rows = rows[1:]
                 a_rest = 0
             else:

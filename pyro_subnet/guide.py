@@ -165,7 +165,7 @@ class SubnetworkLaplace(AutoContinuous):
         c = S / D if self.prior_scale == "subnet" else float(self.prior_scale)
 
         precision = curvature.ggn(latent, u_hat, idx, chunks)
-        precision += c * curvature.prior_hessian(latent, u_hat, idx, chunks)
+        curvature.prior_hessian(latent, u_hat, idx, chunks, out=precision, scale=c)
         tril = cholesky_with_jitter(precision)
         args, kwargs = batches[0]
         return SubnetworkLaplacePosterior(self._raw_model, u_hat, idx, precision, tril, self._observed,
