@@ -27,13 +27,13 @@ from pyro.infer.autoguide import init_to_sample  # noqa: E402
 from pyro_subnet import SubnetworkLaplace  # noqa: E402
 
 
-def make_model(hidden, noise):
+def make_model(hidden, noise, prior_std):
     def model(x, y=None):
         sizes = [1, hidden, hidden, 1]
         h = x
         for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-            W = pyro.sample(f"W{i}", dist.Normal(0.0, 1.0).expand([b, a]).to_event(2))
-            c = pyro.sample(f"b{i}", dist.Normal(0.0, 1.0).expand([b]).to_event(1))
+            W = pyro.sample(f"W{i}", dist.Normal(0.0, prior_std).expand([b, a]).to_event(2))
+            c = pyro.sample(f"b{i}", dist.Normal(0.0, prior_std).expand([b]).to_event(1))
             h = h @ W.T + c
             if i < len(sizes) - 2:
                 h = torch.relu(h)
@@ -57,6 +57,10 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=None, help="MAP steps (2000; 200 with --quick)")
     p.add_argument("--num-data", type=int, default=80)
     p.add_argument("--noise", type=float, default=0.1, help="observation noise std")
+    p.add_argument("--variance", default="diag_laplace", choices=["diag_laplace", "swag"],
+                   help="marginal variances that rank the Wasserstein subnetwork")
+    p.add_argument("--swag-lr", type=float, default=1e-5, help="SGD step of SWAG (loss per data point)")
+    p.add_argument("--prior-std", type=float, default=1.0, help="std of the Normal prior on every weight")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="subnet_regression.png", help="where to save the figure")
     a = p.parse_args(argv)
@@ -66,8 +70,9 @@ def main(argv=None):
     pyro.set_rng_seed(a.seed)
     pyro.clear_param_store()
     x, y = data(a.num_data, a.seed)
-    model = make_model(hidden, a.noise)
-    guide = SubnetworkLaplace(model, subnetwork_size=1.0, init_loc_fn=init_to_sample)
+    model = make_model(hidden, a.noise, a.prior_std)
+    guide = SubnetworkLaplace(model, subnetwork_size=1.0, init_loc_fn=init_to_sample, variance=a.variance,
+                              variance_options={"lr": a.swag_lr, "num_steps": 100 if a.quick else 1000} if a.variance == "swag" else None)
     svi = SVI(model, guide, pyro.optim.Adam({"lr": 1e-2}), Trace_ELBO())
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -96,9 +101,14 @@ def main(argv=None):
 
     for frac, name in [(0.5, "50%"), (0.03, "3%"), (0.01, "1%")]:
         run(f"Wasserstein {name}", selection="wasserstein", subnetwork_size=frac)
-        variance = guide.marginal_variance  # 1 / diag(GGN + P) over all D coordinates
         run(f"random {name}", selection="random", subnetwork_size=frac)
     full = run("full covariance", selection="wasserstein", subnetwork_size=1.0)
+    # 1 / diag(GGN + P) over all D coordinates (the diagonal Laplace variances)
+    from pyro_subnet import curvature, selection
+
+    variance = selection.diag_laplace_variance(
+        curvature.LatentModel(guide, model, guide._observed, guide._factors, guide._spec_options),
+        guide.loc.detach(), [((x, y), {})])
     mean = bands["full covariance"][0]
     # a diagonal Laplace posterior over all weights: the full posterior with a diagonal precision
     full.precision = torch.diag(variance.reciprocal())

@@ -160,7 +160,8 @@ class SubnetworkLaplace(AutoContinuous):
         idx = choose.explicit(self.selection, D, latent.blocks)
         if idx is None:
             size = choose.resolve_size(self.subnetwork_size, D)
-            idx = self._select(latent, u_hat, chunks, size)
+            # every coordinate: nothing to rank
+            idx = torch.arange(D) if size == D else self._select(latent, u_hat, chunks, size, batches)
         S = len(idx)
         c = S / D if self.prior_scale == "subnet" else float(self.prior_scale)
 
@@ -189,7 +190,7 @@ class SubnetworkLaplace(AutoContinuous):
             out.extend(parts)
         return out
 
-    def _select(self, latent, u_hat, chunks, size):
+    def _select(self, latent, u_hat, chunks, size, batches):
         if self.selection == "random":
             return torch.randperm(u_hat.numel())[:size].sort().values
         if self.selection == "magnitude":
@@ -200,7 +201,7 @@ class SubnetworkLaplace(AutoContinuous):
         elif self.variance == "exact":
             var = choose.exact_variance(latent, u_hat, chunks, c)
         else:
-            var = choose.swag_variance(latent, u_hat, chunks, **self.variance_options)
+            var = choose.swag_variance(latent, u_hat, batches, **self.variance_options)  # unsplit calls
         self.marginal_variance = var
         return choose.top(var, size)
 

@@ -114,7 +114,7 @@ def exact_variance(latent, u_hat, batches, prior_scale=1.0, max_rows=None):
     return torch.cholesky_inverse(chol).diagonal()
 
 
-def swag_variance(latent, u_hat, batches, lr=0.01, num_steps=500, batch_fraction=0.1, generator=None):
+def swag_variance(latent, u_hat, batches, lr=1e-3, num_steps=500, batch_fraction=0.1, generator=None):
     r"""
     Diagonal SWAG: the variance of the iterates of constant-step SGD started at the MAP.
 
@@ -154,6 +154,11 @@ def swag_variance(latent, u_hat, batches, lr=0.01, num_steps=500, batch_fraction
         # each call stands for 1/len(batches) of the data set
         loss = -(latent.log_prior(tr, logdet) + lik * len(batches)) / num_obs
         (g,) = torch.autograd.grad(loss, u)
+        if not torch.isfinite(g).all():
+            raise ValueError(
+                f"SWAG diverged at step {step} (non-finite gradient); lower variance_options['lr'] "
+                f"(now {lr}) or check the MAP"
+            )
         with torch.no_grad():
             u -= lr * g
             mean += u
