@@ -16,8 +16,10 @@ where :math:`J_{Sn}` is the Jacobian of the natural parameters of the observed s
 :math:`F_n = L_n L_n^\top` their Fisher. The GGN term is accumulated from rows
 :math:`L_n^\top J_{Sn}` obtained by batched vector-Jacobian products whose inputs are the S
 coordinates alone: the stored Jacobian is ``rows x S``, never ``data x outputs x D``. Data are
-processed in chunks, so the transient memory is bounded by ``max_rows`` times the size of the
-latent sites that contain selected coordinates.
+processed in chunks. A weight matrix with selected entries enters the model as a
+:class:`~pyro_subnet.subnet_tensor.SubnetMatrix`, so that inside products a row's gradient
+w.r.t. those entries is a gather rather than a dense gradient of the matrix; any other use of
+a selected site falls back to dense rows, bounded by ``max_rows`` times the site's size.
 
 ``pyro.factor`` sites have no Fisher; their exact Hessian is added to :math:`P_S`.
 

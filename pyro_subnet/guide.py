@@ -66,14 +66,19 @@ class SubnetworkLaplace(AutoContinuous):
     :param bool mc_fisher: estimate the Fisher by Monte Carlo for families without a closed form
         (otherwise such a family is an error).
     :param int num_mc: draws per element for that Monte Carlo Fisher.
-    :param int chunk_size: data points per batched Jacobian pass.
+    :param int chunk_size: data points per batched Jacobian pass (one model call is split along
+        its data plate, see :mod:`pyro_subnet.batching`); each Jacobian row runs a backward pass
+        over its chunk, so small chunks waste little and large ones save Python overhead.
     :param dict variance_options: options of the SWAG estimator (``lr``, ``num_steps``,
-        ``batch_fraction``).
+        ``batch_fraction``; see :func:`pyro_subnet.selection.swag_variance`).
+
+    After a ``"wasserstein"`` selection the ranked variances are kept in
+    ``guide.marginal_variance``.
     """
 
     def __init__(self, model, subnetwork_size=None, selection="wasserstein", variance="diag_laplace",
                  prior_scale=1.0, init_loc_fn=init_to_median, *, mc_fisher=True, num_mc=16,
-                 chunk_size=8, variance_options=None):
+                 chunk_size=4, variance_options=None):
         if isinstance(selection, str) and selection not in choose.STRATEGIES:
             raise ValueError(f"selection must be one of {choose.STRATEGIES}, a list of site names, "
                              f"an index tensor or a boolean mask; got {selection!r}")

@@ -25,6 +25,7 @@ from pyro.infer.autoguide.initialization import init_to_median
 from torch.distributions import biject_to
 
 from .curvature import LatentModel
+from .likelihoods import OutputSpec, unwrap
 
 
 class SubnetworkNormal(TorchDistribution):
@@ -135,21 +136,25 @@ class SubnetworkLaplacePosterior(AutoContinuous):
         idx = self.subnetwork_indices
         delta = self.loc[idx].clone().requires_grad_(True)
         tr, _ = self._latent.trace(self.loc, args, kwargs, idx, delta)
+        missing = [n for n in self._latent.observed if n not in tr.nodes]
+        if missing:
+            raise ValueError(f"the model did not run its observed sites {missing} with these arguments; "
+                             "call predict with the arguments of the model (data may be None)")
         out = {}
-        for name in self._latent.observed:
-            if name not in tr.nodes:
-                raise ValueError(f"the model did not run its observed site '{name}' with these arguments")
+        for name, spec in self._latent.specs(tr).items():
             fn = tr.nodes[name]["fn"]
-            spec = self._latent.specs(tr)[name]
             eta = spec.natural(fn) if spec.dim else None
             J = None
             if spec.dim:
                 flat = eta.reshape(-1)
-                eye = torch.eye(flat.numel(), dtype=flat.dtype)
-                rows = [torch.autograd.grad(flat, delta, eye[a : a + 1024], retain_graph=True,
-                                            is_grads_batched=True, allow_unused=True,
-                                            materialize_grads=True)[0]
-                        for a in range(0, flat.numel(), 1024)]
+                rows = []
+                step = max(1, min(1024, 2**24 // flat.numel()))  # one-hot cotangents, a block at a time
+                for a in range(0, flat.numel(), step):
+                    m = min(step, flat.numel() - a)
+                    v = flat.new_zeros(m, flat.numel())
+                    v[torch.arange(m), a + torch.arange(m)] = 1
+                    rows.append(torch.autograd.grad(flat, delta, v, retain_graph=True, is_grads_batched=True,
+                                                    allow_unused=True, materialize_grads=True)[0])
                 J = torch.cat(rows).reshape(eta.shape + (len(idx),))
             out[name] = (spec, fn, None if eta is None else eta.detach(), J)
         return out
@@ -181,8 +186,6 @@ class SubnetworkLaplacePosterior(AutoContinuous):
         return {n: specs[n].mixture(torch.stack(e)) for n, e in etas.items()}
 
     def _spec_all(self, fn, name):
-        from .likelihoods import OutputSpec, unwrap
-
         names = OutputSpec.natural_names(unwrap(fn)[0])
         return OutputSpec(fn, names, name=name, **self._latent.spec_options).set_map(fn)
 
