@@ -5,7 +5,8 @@ Per-element Jacobians are cheapest when each batched backward pass runs over few
 so one model call ``model(x, y)`` is split along its data plate: every top-level tensor
 argument whose leading dimension equals the size of the observed sites' data plate is sliced.
 The split is checked on the first chunk (its plate must shrink to the chunk); a model that does
-not follow this pattern (data captured in a closure, a plate of fixed size) is used unsplit.
+not follow this pattern (data captured in a closure, a plate of fixed size, a subsampling
+plate) is used unsplit.
 """
 
 import torch
@@ -30,11 +31,16 @@ def as_batches(batches, name="batches"):
 
 
 def data_plate_sizes(trace, observed):
-    """Sizes of the (non-subsampled) plates that the observed sites sit in."""
+    """
+    Sizes of the plates that the observed sites sit in; none at all when one of those plates
+    subsamples (its scale ``full_size / size`` would change with the chunk size).
+    """
     sizes = []
     for name in observed:
         for frame in trace.nodes[name]["cond_indep_stack"]:
-            if frame.vectorized and frame.full_size in (None, frame.size):
+            if frame.full_size not in (None, frame.size):
+                return []
+            if frame.vectorized:
                 sizes.append(frame.size)
     return sizes
 
