@@ -188,8 +188,11 @@ class SubnetworkLaplace(AutoContinuous):
                 out.append((args, kwargs))
                 continue
             parts = batching.split_call(args, kwargs, n, self.chunk_size)
-            first = poutine.block(poutine.trace(self.model).get_trace)(*parts[0][0], **parts[0][1])
-            if self.chunk_size not in batching.data_plate_sizes(first, self._observed):
+            try:  # a probe: a model that cannot run on a slice of its arguments is used unsplit
+                first = poutine.block(poutine.trace(self.model).get_trace)(*parts[0][0], **parts[0][1])
+            except (RuntimeError, ValueError, IndexError):
+                first = None
+            if first is None or self.chunk_size not in batching.data_plate_sizes(first, self._observed):
                 out.append((args, kwargs))  # the model does not follow its arguments' size
                 continue
             out.extend(parts)

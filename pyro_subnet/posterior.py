@@ -72,6 +72,13 @@ class SubnetworkLaplacePosterior(AutoContinuous):
     the MAP. Use it with :class:`~pyro.infer.Predictive`, or call :meth:`predict` for the
     linearized predictive.
 
+    Example::
+
+        posterior = guide.laplace_approximation(x, y)
+        posterior.subnetwork[:3]               # [("W0", 1207), ("W1", 33), ...]
+        posterior.predict(x_test)["obs"].stddev
+        Predictive(model, guide=posterior, num_samples=200)(x_test)["obs"]
+
     :param callable model: the Pyro model.
     :param torch.Tensor loc: the MAP in unconstrained space, shape ``(D,)``.
     :param torch.LongTensor subnetwork_indices: the S selected coordinates.
