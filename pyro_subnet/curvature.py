@@ -184,7 +184,8 @@ def fisher_rows(latent, u_hat, idx, batches, max_rows=None):
                 m = b - a
                 # cotangent (e, j) is column j of L_e, placed at element e's parameters
                 C = L.new_zeros(m, r, eta.numel())
-                cols = start + (torch.arange(a, b)[:, None] * k + torch.arange(k)).reshape(m, k)
+                ar = torch.arange(a, b, device=L.device)
+                cols = start + (ar[:, None] * k + torch.arange(k, device=L.device)).reshape(m, k)
                 C.scatter_(2, cols[:, None, :].expand(m, r, k), L[a:b].transpose(1, 2))
                 (G,) = torch.autograd.grad(
                     eta, delta, C.reshape(m * r, -1), retain_graph=True, is_grads_batched=True,
@@ -203,7 +204,7 @@ def ggn(latent, u_hat, idx, batches, max_rows=None):
 
 def ggn_diagonal(latent, u_hat, batches, max_rows=None):
     """Diagonal of the GGN over all D coordinates, without D x D memory."""
-    idx = torch.arange(u_hat.numel())
+    idx = torch.arange(u_hat.numel(), device=u_hat.device)
     d = u_hat.new_zeros(u_hat.numel())
     for G in fisher_rows(latent, u_hat, idx, batches, max_rows):
         d += G.pow(2).sum(0)
@@ -228,7 +229,7 @@ def _separable(latent, u_hat, idx, args, kwargs):
             other for other in latent.latent_names + latent.factors
             if other != name and tr.nodes[other]["fn"].log_prob(tr.nodes[other]["value"]).requires_grad
         }
-    safe = torch.zeros(len(idx), dtype=torch.bool)
+    safe = torch.zeros(len(idx), dtype=torch.bool, device=idx.device)
     for name in names:
         if children[name] or any(name in c for c in children.values()) or not _elementwise(latent, name):
             continue
@@ -272,8 +273,8 @@ def prior_hessian(latent, u_hat, idx, batches, max_rows=None, out=None, scale=1.
         (g,) = torch.autograd.grad(lp, delta, create_graph=True)
         if not g.requires_grad:
             continue
-        vs = torch.zeros(len(rest), S, dtype=u_hat.dtype)
-        vs[torch.arange(len(rest)), rest] = 1
+        vs = u_hat.new_zeros(len(rest), S)
+        vs[torch.arange(len(rest), device=rest.device), rest] = 1
         if safe.any():
             vs = torch.cat([safe.to(u_hat.dtype)[None], vs])
         for a in range(0, len(vs), per):
@@ -324,7 +325,7 @@ def prior_hessian_diagonal(latent, u_hat, batches):
                 v[a:b] = 1
                 vs = v[None]
             else:
-                vs = torch.eye(D, dtype=u_hat.dtype)[a:b]
+                vs = torch.eye(D, dtype=u_hat.dtype, device=u_hat.device)[a:b]
             (hv,) = torch.autograd.grad(
                 g, u, vs, retain_graph=True, is_grads_batched=True,
                 allow_unused=True, materialize_grads=True,

@@ -167,6 +167,7 @@ class SubnetworkLaplace(AutoContinuous):
             size = choose.resolve_size(self.subnetwork_size, D)
             # every coordinate: nothing to rank
             idx = torch.arange(D) if size == D else self._select(latent, u_hat, chunks, size, batches)
+        idx = idx.to(u_hat.device)
         S = len(idx)
         c = S / D if self.prior_scale == "subnet" else float(self.prior_scale)
 
@@ -200,7 +201,7 @@ class SubnetworkLaplace(AutoContinuous):
 
     def _select(self, latent, u_hat, chunks, size, batches):
         if self.selection == "random":
-            return torch.randperm(u_hat.numel())[:size].sort().values
+            return torch.randperm(u_hat.numel())[:size].sort().values.to(u_hat.device)
         if self.selection == "magnitude":
             return choose.top(u_hat.abs(), size)
         c = 1.0 if self.prior_scale == "subnet" else float(self.prior_scale)
@@ -223,7 +224,7 @@ def cholesky_with_jitter(precision, max_tries=4):
     if info == 0:
         return chol
     scale = precision.diagonal().abs().mean()
-    eye = torch.eye(len(precision), dtype=precision.dtype)
+    eye = torch.eye(len(precision), dtype=precision.dtype, device=precision.device)
     for k in range(max_tries if scale > 0 else 0):
         jitter = scale * 10.0 ** (-8 + 2 * k)
         chol, info = torch.linalg.cholesky_ex(precision + jitter * eye)

@@ -159,7 +159,8 @@ class SubnetworkLaplacePosterior(AutoContinuous):
                 for a in range(0, flat.numel(), step):
                     m = min(step, flat.numel() - a)
                     v = flat.new_zeros(m, flat.numel())
-                    v[torch.arange(m), a + torch.arange(m)] = 1
+                    ar = torch.arange(m, device=v.device)
+                    v[ar, a + ar] = 1
                     rows.append(torch.autograd.grad(flat, delta, v, retain_graph=True, is_grads_batched=True,
                                                     allow_unused=True, materialize_grads=True)[0])
                 J = torch.cat(rows).reshape(eta.shape + (len(idx),))
@@ -210,7 +211,7 @@ class SubnetworkLaplacePosterior(AutoContinuous):
             if closed is not None:
                 out[name] = spec.wrap(closed)
                 continue
-            eps = torch.randn(num_samples, S, 1, dtype=C.dtype)
+            eps = torch.randn(num_samples, S, 1, dtype=C.dtype, device=C.device)
             dz = torch.linalg.solve_triangular(C.mT, eps, upper=True).squeeze(-1)
             out[name] = spec.mixture(eta + torch.einsum("nks,ms->mnk", J, dz))
         return out

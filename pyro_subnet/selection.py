@@ -105,7 +105,7 @@ def exact_variance(latent, u_hat, batches, prior_scale=1.0, max_rows=None):
             f'variance="exact" builds a D x D matrix and is limited to D <= {EXACT_MAX_DIM} (here '
             f'D={D}); use variance="diag_laplace" or "swag"'
         )
-    idx = torch.arange(D)
+    idx = torch.arange(D, device=u_hat.device)
     prec = curvature.ggn(latent, u_hat, idx, batches, max_rows)
     prec = prec + prior_scale * curvature.prior_hessian(latent, u_hat, idx, batches, max_rows)
     chol, info = torch.linalg.cholesky_ex(prec)
@@ -146,7 +146,7 @@ def swag_variance(latent, u_hat, batches, lr=1e-3, num_steps=500, batch_fraction
             lp = scale_and_mask(site["fn"].log_prob(site["value"]), site["scale"], site["mask"]).reshape(-1)
             n = lp.numel()
             m = max(1, int(round(batch_fraction * n)))
-            keep = torch.randperm(n, generator=generator)[:m]
+            keep = torch.randperm(n, generator=generator)[:m].to(lp.device)
             lik = lik + lp[keep].sum() * (n / m)
             n_total += n
         if num_obs is None:

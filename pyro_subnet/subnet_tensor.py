@@ -39,7 +39,7 @@ class SubnetMatrix(torch.Tensor):
 
     @staticmethod
     def __new__(cls, base, rows, cols, delta):
-        zeroed = base.detach().index_put((rows, cols), torch.zeros((), dtype=base.dtype))
+        zeroed = base.detach().index_put((rows, cols), torch.zeros((), dtype=base.dtype, device=base.device))
         t = torch.Tensor._make_subclass(cls, zeroed)
         t._zeroed, t._rows, t._cols, t._delta = zeroed, rows, cols, delta
         return t
