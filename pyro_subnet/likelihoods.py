@@ -280,8 +280,6 @@ class OutputSpec:
             event = v.shape[len(base.batch_shape):] if v.dim() > len(base.batch_shape) else ()
             v = v.expand((m,) + self.element_shape + tuple(event))
             params[name] = v.movedim(0, outer)
-        if self.family in (Bernoulli, Categorical):
-            params = {"logits": params["logits"]}
         comp = self.family(**params, validate_args=False)
         comp = Independent(comp, self.reinterpreted) if self.reinterpreted else comp
         mix = Categorical(logits=etas.new_zeros(comp.batch_shape), validate_args=False)
