@@ -13,7 +13,7 @@ from pyro.infer.autoguide.initialization import init_to_median
 from pyro.poutine.util import site_is_subsample
 from torch import nn
 
-from . import batching, curvature
+from . import batching, curvature, prior
 from . import selection as choose
 from .posterior import SubnetworkLaplacePosterior
 
@@ -172,7 +172,7 @@ class SubnetworkLaplace(AutoContinuous):
         c = S / D if self.prior_scale == "subnet" else float(self.prior_scale)
 
         precision = curvature.ggn(latent, u_hat, idx, chunks)
-        curvature.prior_hessian(latent, u_hat, idx, chunks, out=precision, scale=c)
+        prior.prior_hessian(latent, u_hat, idx, chunks, out=precision, scale=c)
         tril = cholesky_with_jitter(precision)
         args, kwargs = batches[0]
         return SubnetworkLaplacePosterior(self._raw_model, u_hat, idx, precision, tril, self._observed,

@@ -25,7 +25,7 @@ import warnings
 import torch
 from pyro.distributions.util import scale_and_mask
 
-from . import curvature
+from . import curvature, prior
 
 STRATEGIES = ("wasserstein", "random", "magnitude")
 VARIANCES = ("diag_laplace", "swag", "exact")
@@ -87,7 +87,7 @@ def top(scores, size):
 def diag_laplace_variance(latent, u_hat, batches, prior_scale=1.0, max_rows=None):
     r"""Marginal variances ``1 / diag(GGN + prior_scale * P)`` over all D coordinates."""
     prec = curvature.ggn_diagonal(latent, u_hat, batches, max_rows)
-    prec = prec + prior_scale * curvature.prior_hessian_diagonal(latent, u_hat, batches)
+    prec = prec + prior_scale * prior.prior_hessian_diagonal(latent, u_hat, batches)
     if (prec <= 0).any():
         warnings.warn(
             f"{int((prec <= 0).sum())} coordinates have a non-positive diagonal precision (flat or "
@@ -107,7 +107,7 @@ def exact_variance(latent, u_hat, batches, prior_scale=1.0, max_rows=None):
         )
     idx = torch.arange(D, device=u_hat.device)
     prec = curvature.ggn(latent, u_hat, idx, batches, max_rows)
-    prec = prec + prior_scale * curvature.prior_hessian(latent, u_hat, idx, batches, max_rows)
+    prec = prec + prior_scale * prior.prior_hessian(latent, u_hat, idx, batches, max_rows)
     chol, info = torch.linalg.cholesky_ex(prec)
     if info != 0:
         raise ValueError("the full precision is not positive definite; use another variance estimator")

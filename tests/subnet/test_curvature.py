@@ -8,7 +8,7 @@ from pyro.infer import SVI, Trace_ELBO
 from subnet_models import dense_precision, mlp_data, mlp_model, random_loc
 
 from pyro_subnet import SubnetworkLaplace
-from pyro_subnet import curvature
+from pyro_subnet import curvature, prior
 
 
 def linreg_model(x, y=None, alpha=2.0, sigma=0.5):
@@ -124,10 +124,10 @@ def test_prior_hessian_hierarchical_with_factor():
     assert guide._factors == ["penalty"]
     batches = [((x, y), {})]
     for idx in [torch.tensor([0, 2, 4]), torch.tensor([1, 5]), torch.tensor([2, 4, 5, 6]), torch.arange(7)]:
-        assert torch.allclose(curvature.prior_hessian(latent, u, idx, batches), P[idx][:, idx], rtol=1e-10)
-    assert curvature._separable(latent, u, torch.arange(7), (x, y), {}).tolist() == [False] * 5 + [True] * 2
+        assert torch.allclose(prior.prior_hessian(latent, u, idx, batches), P[idx][:, idx], rtol=1e-10)
+    assert prior._separable(latent, u, torch.arange(7), (x, y), {}).tolist() == [False] * 5 + [True] * 2
     # the per-site probes are exact for priors that do not couple elements within a site
-    assert torch.allclose(curvature.prior_hessian_diagonal(latent, u, batches), P.diagonal(), rtol=1e-10)
+    assert torch.allclose(prior.prior_hessian_diagonal(latent, u, batches), P.diagonal(), rtol=1e-10)
 
 
 def styles_model(x, y=None):
@@ -156,8 +156,8 @@ def test_sparse_matrix_path_equals_dense_path():
     values, _ = latent.values(u, idx, u[idx].clone())
     assert all(isinstance(v, SubnetMatrix) for v in values.values())
     batches = [((x, y), {})]
-    fast = curvature.ggn(latent, u, idx, batches) + curvature.prior_hessian(latent, u, idx, batches)
+    fast = curvature.ggn(latent, u, idx, batches) + prior.prior_hessian(latent, u, idx, batches)
     latent.use_subnet_matrix = False
-    slow = curvature.ggn(latent, u, idx, batches) + curvature.prior_hessian(latent, u, idx, batches)
+    slow = curvature.ggn(latent, u, idx, batches) + prior.prior_hessian(latent, u, idx, batches)
     assert torch.allclose(fast, slow, rtol=1e-12, atol=1e-12)
     assert fast.abs().min() >= 0 and (fast != 0).sum() > len(idx)
