@@ -73,24 +73,25 @@ class LatentModel:
     def values(self, u, idx=None, delta=None):
         """
         Constrained values of the latent sites and the summed log|det Jacobian| at ``u``, or at
-        ``u`` with coordinates ``idx`` replaced by ``delta``. Only the sites that contain one of
-        ``idx`` depend on ``delta``, so that ``requires_grad`` tells what depends on the subnetwork.
+        ``u`` with coordinates ``idx`` (sorted, unique) replaced by ``delta``. Only the sites that
+        contain one of ``idx`` depend on ``delta``, so that ``requires_grad`` tells what depends
+        on the subnetwork.
         """
+        pieces = self._pieces(idx, delta) if idx is not None else {}
         values, logdet = {}, 0.0
         for site, uv in self.guide._unpack_latent(u):
             name = site["name"]
             t = biject_to(site["fn"].support)
             identity = _is_identity(t)
-            if idx is not None:
-                a, b = self.blocks[name]
-                sel = (idx >= a) & (idx < b)
-                k = int(sel.sum())
-                if k and identity and uv.dim() == 2 and k < uv.numel() // 2 and self.use_subnet_matrix:
+            if name in pieces:
+                local, part = pieces[name]
+                if len(local) == uv.numel():  # the whole site
+                    uv = part.reshape(uv.shape)
+                elif identity and uv.dim() == 2 and len(local) < uv.numel() // 2 and self.use_subnet_matrix:
                     # a matrix in a product: Jacobians w.r.t. its entries cost O(S) per row
-                    flat = idx[sel] - a
-                    uv = SubnetMatrix(uv, flat // uv.shape[1], flat % uv.shape[1], delta[sel])
-                elif k:
-                    uv = uv.reshape(-1).index_copy(0, idx[sel] - a, delta[sel]).reshape(uv.shape)
+                    uv = SubnetMatrix(uv, local // uv.shape[1], local % uv.shape[1], part)
+                else:
+                    uv = uv.reshape(-1).index_copy(0, local, part).reshape(uv.shape)
             if identity:
                 values[name] = uv
                 continue
@@ -98,6 +99,22 @@ class LatentModel:
             values[name] = v
             logdet = logdet + t.log_abs_det_jacobian(uv, v).sum()
         return values, logdet
+
+    def _pieces(self, idx, delta):
+        """``{site: (indices within the site, its part of delta)}`` for the sites ``idx`` touches.
+        ``idx`` is sorted, so each site's part is a contiguous piece of ``delta``: one split, whose
+        backward is a concatenation (masking per site would zero-fill a D-vector per site)."""
+        if len(idx) > 1 and (idx[1:] <= idx[:-1]).any():
+            raise ValueError("subnetwork indices must be sorted and unique")
+        starts = torch.tensor([a for a, _ in self.blocks.values()], device=idx.device)
+        lo = torch.searchsorted(idx, starts).tolist() + [len(idx)]
+        counts = [h - l for l, h in zip(lo[:-1], lo[1:])]
+        parts = torch.split(delta, counts)
+        out = {}
+        for (name, (a, _)), l, c, part in zip(self.blocks.items(), lo, counts, parts):
+            if c:
+                out[name] = (idx[l : l + c] - a, part)
+        return out
 
     def trace(self, u, args, kwargs, idx=None, delta=None):
         """A trace of the model with its latents at ``u`` (see :meth:`values`)."""
