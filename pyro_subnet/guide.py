@@ -217,23 +217,27 @@ class SubnetworkLaplace(AutoContinuous):
 
 def cholesky_with_jitter(precision, max_tries=4):
     """
-    Lower Cholesky factor of ``precision``; on failure retries with a growing diagonal jitter
-    (with a warning), then raises a ``ValueError`` that says what to check.
+    Lower Cholesky factor of ``precision``; on failure retries with a growing jitter added to
+    its diagonal in place (so that ``precision`` stays the matrix that was factored), with a
+    warning, then raises a ``ValueError`` that says what to check.
     """
     chol, info = torch.linalg.cholesky_ex(precision)
     if info == 0:
         return chol
-    scale = precision.diagonal().abs().mean()
-    eye = torch.eye(len(precision), dtype=precision.dtype, device=precision.device)
+    scale = float(precision.diagonal().abs().mean())
+    added = 0.0
     for k in range(max_tries if scale > 0 else 0):
         jitter = scale * 10.0 ** (-8 + 2 * k)
-        chol, info = torch.linalg.cholesky_ex(precision + jitter * eye)
+        precision.diagonal().add_(jitter - added)
+        added = jitter
+        chol, info = torch.linalg.cholesky_ex(precision)
         if info == 0:
             warnings.warn(
-                f"the subnetwork precision was not positive definite; added {float(jitter):.3g} to "
-                "its diagonal", RuntimeWarning,
+                f"the subnetwork precision was not positive definite; added {jitter:.3g} to its "
+                "diagonal", RuntimeWarning,
             )
             return chol
+    precision.diagonal().sub_(added)
     raise ValueError(
         "the subnetwork precision (GGN + prior Hessian) is not positive definite even with jitter. "
         "Check that the MAP has converged, that every selected coordinate has a proper prior or "
