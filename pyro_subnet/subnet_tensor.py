@@ -63,8 +63,9 @@ class SubnetMatrix(torch.Tensor):
         if func in _TRANSPOSE and isinstance(args[0], SubnetMatrix) and not kwargs:
             return args[0].transposed()
         if func is torch.Tensor.transpose and isinstance(args[0], SubnetMatrix):
-            dims = {d % 2 for d in args[1:3]}
-            return args[0].transposed() if dims == {0, 1} else args[0]
+            dims = list(args[1:3]) + [kwargs[k] for k in ("dim0", "dim1") if k in kwargs]
+            if len(dims) == 2 and all(isinstance(d, int) and -2 <= d <= 1 for d in dims):
+                return args[0].transposed() if {d % 2 for d in dims} == {0, 1} else args[0]
         if func in _MATMUL and len(args) == 2 and not kwargs:
             a, b = args
             if isinstance(b, SubnetMatrix) and not isinstance(a, SubnetMatrix) and a.dim() >= 1:
