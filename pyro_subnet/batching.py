@@ -4,9 +4,11 @@ Data as a re-iterable of ``(args, kwargs)`` calls, and the splitting of one call
 Per-element Jacobians are cheapest when each batched backward pass runs over few data points,
 so one model call ``model(x, y)`` is split along its data plate: every top-level tensor
 argument whose leading dimension equals the size of the observed sites' data plate is sliced.
-The split is checked on the first chunk (its plate must shrink to the chunk); a model that does
-not follow this pattern (data captured in a closure, a plate of fixed size, a subsampling
-plate) is used unsplit.
+The split is checked (:func:`split_is_exact`): the chunks must give every observed element the
+log density the whole call gives it, at the MAP and at a perturbed point. A model that does not
+follow this pattern (data captured in a closure, a plate of fixed size, a subsampling plate,
+data points that interact: inputs standardized inside the model, batch statistics) is used
+unsplit.
 """
 
 import torch
@@ -65,3 +67,43 @@ def splittable_size(args, kwargs, plate_sizes):
         if s in leading and s > 1:
             return s
     return None
+
+
+def _data_dim(trace, name, size):
+    """The batch dim of observed site ``name`` that its data plate of ``size`` occupies."""
+    for frame in trace.nodes[name]["cond_indep_stack"]:
+        if frame.vectorized and frame.size == size:
+            return frame.dim
+    return None
+
+
+def split_is_exact(trace_fn, observed, call, parts, size, points):
+    """
+    Whether the chunks ``parts`` of ``call`` give each element of every observed site the log
+    density that the whole call gives it, at each latent vector of ``points`` (to 1e-5 of the
+    largest). Used so that models whose data points interact are never split.
+
+    :param callable trace_fn: ``(u, args, kwargs) -> trace`` of the model with latents at ``u``.
+    :param list observed: observed site names.
+    :param call: the whole ``(args, kwargs)``; ``parts``: its chunks along the data plate of ``size``.
+    """
+    for u in points:
+        try:
+            full = trace_fn(u, *call)
+            traces = [trace_fn(u, *p) for p in parts]
+        except (RuntimeError, ValueError, IndexError):
+            return False  # the model cannot run on a slice of its arguments
+        for name in observed:
+            dim = _data_dim(full, name, size)
+            if dim is None or any(name not in t.nodes for t in traces):
+                return False
+            whole = full.nodes[name]["fn"].log_prob(full.nodes[name]["value"]).detach()
+            pieces = [t.nodes[name]["fn"].log_prob(t.nodes[name]["value"]).detach() for t in traces]
+            try:
+                joined = torch.cat([p.expand(whole.shape[:dim] + p.shape[dim:]) for p in pieces], dim)
+            except RuntimeError:
+                return False
+            tol = 1e-5 * float(whole.abs().max()) + 1e-12
+            if joined.shape != whole.shape or not torch.allclose(joined, whole, rtol=0, atol=tol, equal_nan=True):
+                return False
+    return True

@@ -101,8 +101,14 @@ class SubnetworkLaplace(AutoContinuous):
         self.chunk_size = chunk_size
         self.variance_options = dict(variance_options or {})
         self._spec_options = {"mc_fisher": mc_fisher, "num_mc": num_mc}
-        self._raw_model = model
+        # in a tuple, as AutoGuide keeps its model: a PyroModule model must not become a submodule
+        self._raw = (model,)
         self._init_loc_fn = init_loc_fn
+
+    @property
+    def _raw_model(self):
+        """The model itself, without the per-site initialization that :attr:`model` wraps it in."""
+        return self._raw[0]
 
     def _setup_prototype(self, *args, **kwargs):
         full = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)
@@ -160,7 +166,7 @@ class SubnetworkLaplace(AutoContinuous):
         u_hat = self.loc.detach()
         D = u_hat.numel()
         latent = curvature.LatentModel(self, self._raw_model, self._observed, self._factors, self._spec_options)
-        chunks = self._chunks(batches)
+        chunks = self._chunks(latent, u_hat, batches)
 
         idx = choose.explicit(self.selection, D, latent.blocks)
         if idx is None:
@@ -179,24 +185,21 @@ class SubnetworkLaplace(AutoContinuous):
                                           self._factors, self._spec_options, args, kwargs,
                                           init_loc_fn=self._init_loc_fn)
 
-    def _chunks(self, batches):
+    def _chunks(self, latent, u_hat, batches):
+        def trace_fn(u, args, kwargs):
+            return latent.trace(u, args, kwargs)[0]
+
+        g = torch.Generator().manual_seed(0)
+        points = [u_hat, u_hat + 1e-2 * torch.randn(u_hat.shape, generator=g, dtype=u_hat.dtype).to(u_hat.device)]
         out = []
         for args, kwargs in batches:
-            tr = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)
-            sizes = batching.data_plate_sizes(tr, self._observed)
+            sizes = batching.data_plate_sizes(trace_fn(u_hat, args, kwargs), self._observed)
             n = batching.splittable_size(args, kwargs, sizes)
-            if n is None or n <= self.chunk_size:
+            parts = None if n is None or n <= self.chunk_size else batching.split_call(args, kwargs, n, self.chunk_size)
+            if parts and batching.split_is_exact(trace_fn, self._observed, (args, kwargs), parts, n, points):
+                out.extend(parts)
+            else:
                 out.append((args, kwargs))
-                continue
-            parts = batching.split_call(args, kwargs, n, self.chunk_size)
-            try:  # a probe: a model that cannot run on a slice of its arguments is used unsplit
-                first = poutine.block(poutine.trace(self.model).get_trace)(*parts[0][0], **parts[0][1])
-            except (RuntimeError, ValueError, IndexError):
-                first = None
-            if first is None or self.chunk_size not in batching.data_plate_sizes(first, self._observed):
-                out.append((args, kwargs))  # the model does not follow its arguments' size
-                continue
-            out.extend(parts)
         return out
 
     def _select(self, latent, u_hat, chunks, size, batches):
