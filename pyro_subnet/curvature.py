@@ -7,9 +7,9 @@ coordinates, the subnetwork precision is
 
 .. math::
 
-    \Lambda_S = \sum_n J_{Sn}^\top F_n J_{Sn} \;+\; P_S,
-    \qquad P_S = -\nabla^2_{u_S}\Big[\log p(T(u)) + \log|\det \partial T/\partial u|
-    + \textstyle\sum \text{factors}\Big]_{u=\hat u}
+    \Lambda_S = \sum_n J_{Sn}^\top F_n J_{Sn} \;+\; c\, P_S \;+\; Q_S,
+    \qquad P_S = -\nabla^2_{u_S}\Big[\log p(T(u)) + \log|\det \partial T/\partial u|\Big]_{u=\hat u},
+    \qquad Q_S = -\nabla^2_{u_S} \textstyle\sum \text{factors}
 
 where :math:`J_{Sn}` is the Jacobian of the natural parameters of the observed sites
 (:mod:`pyro_subnet.likelihoods`) for data element ``n`` w.r.t. the S coordinates only and
@@ -21,7 +21,9 @@ processed in chunks. A weight matrix with selected entries enters the model as a
 w.r.t. those entries is a gather rather than a dense gradient of the matrix; any other use of
 a selected site falls back to dense rows, bounded by ``max_rows`` times the site's size.
 
-:math:`P_S` (with ``pyro.factor`` sites, which have no Fisher) is in :mod:`pyro_subnet.prior`.
+:math:`c` is ``prior_scale``. ``pyro.factor`` sites are likelihood terms (as in
+:mod:`pyro_pt`) without a distribution, hence without a Fisher: their exact Hessian
+:math:`Q_S` enters unscaled. :math:`P_S` and :math:`Q_S` are in :mod:`pyro_subnet.prior`.
 
 **References**
 
@@ -122,10 +124,13 @@ class LatentModel:
         model = poutine.condition(self.model, data=values)
         return poutine.block(poutine.trace(model).get_trace)(*args, **kwargs), logdet
 
-    def log_prior(self, tr, logdet, factors_only=False):
-        """Log prior of the latent sites (with scale and mask) plus log|det J| plus factors."""
-        total = 0.0 if factors_only else logdet
-        names = self.factors if factors_only else self.latent_names + self.factors
+    def log_prior(self, tr, logdet, prior=True, factors=True):
+        """
+        Log prior of the latent sites (with scale and mask) plus log|det J| (``prior``), plus the
+        ``pyro.factor`` terms (``factors``).
+        """
+        total = logdet if prior else 0.0
+        names = (self.latent_names if prior else []) + (self.factors if factors else [])
         for name in names:
             site = tr.nodes[name]
             lp = site["fn"].log_prob(site["value"])
@@ -194,7 +199,8 @@ def fisher_rows(latent, u_hat, idx, batches, max_rows=None):
         offsets = torch.tensor([0] + [e.numel() for e in etas]).cumsum(0).tolist()
         for (L, start) in zip(cots, offsets):
             n, k, r = L.shape
-            per = max(1, max_rows // r)
+            # the cotangents are rows x outputs of the call: bounded too, for calls left unsplit
+            per = max(1, min(max_rows, _FLOAT_BUDGET // eta.numel()) // r)
             for a in range(0, n, per):
                 b = min(n, a + per)
                 m = b - a

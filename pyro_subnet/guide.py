@@ -34,6 +34,8 @@ class SubnetworkLaplace(AutoContinuous):
 
     the GGN of the observed sites w.r.t. the subnetwork plus the Hessian :math:`P_S` of minus
     the model's own log prior (with the log-det-Jacobian) on S, scaled by ``c = prior_scale``.
+    ``pyro.factor`` sites count as likelihood terms (as in :mod:`pyro_pt`); having no Fisher,
+    they add their exact Hessian, unscaled (see :mod:`pyro_subnet.prior`).
 
     Example::
 
@@ -60,8 +62,8 @@ class SubnetworkLaplace(AutoContinuous):
         indices or a boolean mask of length D.
     :param str variance: marginal variances for ``"wasserstein"``: ``"diag_laplace"``,
         ``"swag"`` or ``"exact"``.
-    :param prior_scale: multiplier of the prior precision, a positive float, or ``"subnet"``
-        for the paper's ``S / D``.
+    :param prior_scale: multiplier of the prior precision (not of ``pyro.factor`` terms), a
+        positive float, or ``"subnet"`` for the paper's ``S / D``.
     :param callable init_loc_fn: per-site initialization of the MAP.
     :param bool mc_fisher: estimate the Fisher by Monte Carlo for families without a closed form
         (otherwise such a family is an error).

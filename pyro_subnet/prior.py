@@ -3,12 +3,14 @@ The prior part of the subnetwork precision:
 
 .. math::
 
-    P_S = -\nabla^2_{u_S}\Big[\log p(T(u)) + \log|\det \partial T/\partial u|
-    + \textstyle\sum \text{factors}\Big]_{u=\hat u},
+    c\, P_S + Q_S, \qquad
+    P_S = -\nabla^2_{u_S}\Big[\log p(T(u)) + \log|\det \partial T/\partial u|\Big]_{u=\hat u},
+    \qquad Q_S = -\nabla^2_{u_S} \textstyle\sum \text{factors},
 
 the Hessian of minus the model's own log prior (with the log-det-Jacobian of the transforms to
-unconstrained space, and any ``pyro.factor`` terms, which have no Fisher) on the S coordinates,
-and its diagonal over all D coordinates for the selection.
+unconstrained space) on the S coordinates, times ``c = prior_scale``, plus the exact Hessian of
+minus the ``pyro.factor`` terms, which are likelihood terms without a Fisher and so are not
+scaled; and the diagonal of the same over all D coordinates for the selection.
 """
 
 import torch
@@ -50,37 +52,36 @@ def _elementwise(latent, name):
     return base.event_shape == () and biject_to(base.support).codomain.event_dim == 0
 
 
-def _prior_gradients(latent, u_hat, idx, batches):
+def _prior_gradients(latent, u_hat, idx, batches, scale):
     """
-    For each batch whose log prior (first batch: prior, log|det J| and factors; later batches:
-    factors only) is not linear in ``u[idx]``, yields ``(x, g)``: the variables ``x = u[idx]``
-    and the gradient ``g`` w.r.t. them, with its graph for a second differentiation.
+    Yields ``(x, g, c)``: the variables ``x = u[idx]``, the gradient ``g`` w.r.t. them (with its
+    graph, for a second differentiation) of a term that is not linear in them, and the term's
+    multiplier ``c``: the log prior and log|det J| of the first batch (``c = scale``), then the
+    factors of every batch (``c = 1``).
     """
-    for i, (args, kwargs) in enumerate(batches):
-        if i > 0 and not latent.factors:
-            break
+    terms = [(batches[0], True, False, scale)] + [(b, False, True, 1.0) for b in batches if latent.factors]
+    for (args, kwargs), with_prior, with_factors, c in terms:
         x = u_hat[idx].clone().requires_grad_(True)
         tr, logdet = latent.trace(u_hat, args, kwargs, idx, x)
-        lp = latent.log_prior(tr, logdet, factors_only=i > 0)
+        lp = latent.log_prior(tr, logdet, prior=with_prior, factors=with_factors)
         if not (torch.is_tensor(lp) and lp.requires_grad):
             continue
         (g,) = torch.autograd.grad(lp, x, create_graph=True)
         if g.requires_grad:
-            yield x, g
+            yield x, g, c
 
 
 def prior_hessian(latent, u_hat, idx, batches, max_rows=None, out=None, scale=1.0):
     r"""
-    :math:`P_S`: the Hessian of minus the log prior (with log|det J| and ``pyro.factor`` terms)
-    w.r.t. the S coordinates, an ``S x S`` tensor. The prior is taken from the first batch;
-    factor sites are summed over all batches.
+    :math:`c P_S + Q_S` (see the module docstring) with ``c = scale``, an ``S x S`` tensor. The
+    prior is taken from the first batch; factor sites are summed over all batches.
 
     Coordinates whose Hessian rows are diagonal (see :func:`_separable`; all weights of a BNN
     with an elementwise prior) get theirs from a single Hessian-vector product with the
     indicator vector; every other coordinate gets an exact row.
 
-    :param torch.Tensor out: if given, ``scale`` times :math:`P_S` is added to it in place
-        (no second ``S x S`` matrix) and it is returned.
+    :param torch.Tensor out: if given, the result is added to it in place (no second
+        ``S x S`` matrix) and it is returned.
     """
     u_hat = u_hat.detach()
     S = len(idx)
@@ -88,7 +89,7 @@ def prior_hessian(latent, u_hat, idx, batches, max_rows=None, out=None, scale=1.
     per = max_rows or _rows_per_pass(latent, idx)
     safe = _separable(latent, u_hat, idx, *batches[0])
     rest = (~safe).nonzero().reshape(-1)
-    for delta, g in _prior_gradients(latent, u_hat, idx, batches):
+    for delta, g, c in _prior_gradients(latent, u_hat, idx, batches, scale):
         vs = u_hat.new_zeros(len(rest), S)
         vs[torch.arange(len(rest), device=rest.device), rest] = 1
         if safe.any():
@@ -98,7 +99,7 @@ def prior_hessian(latent, u_hat, idx, batches, max_rows=None, out=None, scale=1.
                 g, delta, vs[a : a + per], retain_graph=True, is_grads_batched=True,
                 allow_unused=True, materialize_grads=True,
             )
-            rows = rows * scale
+            rows = rows * c
             if a == 0 and safe.any():
                 H[safe, safe] -= rows[0][safe]  # the diagonal entries of the safe coordinates
                 rows = rows[1:]
@@ -112,9 +113,9 @@ def prior_hessian(latent, u_hat, idx, batches, max_rows=None, out=None, scale=1.
     return H
 
 
-def prior_hessian_diagonal(latent, u_hat, batches):
+def prior_hessian_diagonal(latent, u_hat, batches, scale=1.0):
     r"""
-    Diagonal of :math:`P` over all D coordinates with one Hessian-vector product per latent site
+    Diagonal of :math:`c P + Q` (``c = scale``) over all D coordinates with one Hessian-vector product per latent site
     (the indicator of the site's block). This is exact when, within each site, the log prior
     couples no two elements — true for the usual elementwise priors, hierarchical ones included.
     Sites whose unconstrained distribution has an event dimension are done exactly, one row per
@@ -123,7 +124,7 @@ def prior_hessian_diagonal(latent, u_hat, batches):
     u_hat = u_hat.detach()
     D = u_hat.numel()
     d = u_hat.new_zeros(D)
-    for u, g in _prior_gradients(latent, u_hat, torch.arange(D, device=u_hat.device), batches):
+    for u, g, c in _prior_gradients(latent, u_hat, torch.arange(D, device=u_hat.device), batches, scale):
         for name, (a, b) in latent.blocks.items():
             elementwise = _elementwise(latent, name)
             if elementwise:
@@ -136,5 +137,5 @@ def prior_hessian_diagonal(latent, u_hat, batches):
                 g, u, vs, retain_graph=True, is_grads_batched=True,
                 allow_unused=True, materialize_grads=True,
             )
-            d[a:b] -= hv[:, a:b].sum(0) if elementwise else hv[:, a:b].diagonal()
+            d[a:b] -= c * (hv[:, a:b].sum(0) if elementwise else hv[:, a:b].diagonal())
     return d

@@ -85,9 +85,10 @@ def top(scores, size):
 
 
 def diag_laplace_variance(latent, u_hat, batches, prior_scale=1.0, max_rows=None):
-    r"""Marginal variances ``1 / diag(GGN + prior_scale * P)`` over all D coordinates."""
+    r"""Marginal variances ``1 / diag(GGN + prior_scale * P + Q)`` over all D coordinates
+    (:math:`Q`: the ``pyro.factor`` terms, see :mod:`pyro_subnet.prior`)."""
     prec = curvature.ggn_diagonal(latent, u_hat, batches, max_rows)
-    prec = prec + prior_scale * prior.prior_hessian_diagonal(latent, u_hat, batches)
+    prec = prec + prior.prior_hessian_diagonal(latent, u_hat, batches, prior_scale)
     if (prec <= 0).any():
         warnings.warn(
             f"{int((prec <= 0).sum())} coordinates have a non-positive diagonal precision (flat or "
@@ -107,7 +108,7 @@ def exact_variance(latent, u_hat, batches, prior_scale=1.0, max_rows=None):
         )
     idx = torch.arange(D, device=u_hat.device)
     prec = curvature.ggn(latent, u_hat, idx, batches, max_rows)
-    prec = prec + prior_scale * prior.prior_hessian(latent, u_hat, idx, batches, max_rows)
+    prior.prior_hessian(latent, u_hat, idx, batches, max_rows, out=prec, scale=prior_scale)
     chol, info = torch.linalg.cholesky_ex(prec)
     if info != 0:
         raise ValueError("the full precision is not positive definite; use another variance estimator")

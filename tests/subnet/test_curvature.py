@@ -116,10 +116,21 @@ def test_prior_hessian_hierarchical_with_factor():
         lp = dist.LogNormal(0.0, 1.0).log_prob(tau) + u[0]
         lp = lp + dist.Normal(0.0, tau).log_prob(w).sum()
         lp = lp + dist.Beta(2.0, 3.0).log_prob(c) + torch.log(c) + torch.log1p(-c)
-        lp = lp + dist.Gamma(2.0, 1.0).log_prob(z).sum() + u[5:7].sum()
-        return lp - 0.5 * (w**2).sum() * c
+        return lp + dist.Gamma(2.0, 1.0).log_prob(z).sum() + u[5:7].sum()
 
-    P = -hessian(log_prior)(u)
+    def factor(u):
+        return -0.5 * (u[1:4] ** 2).sum() * torch.sigmoid(u[4])
+
+    P, Q = -hessian(log_prior)(u), -hessian(factor)(u)
+    # the factor is a likelihood term: prior_scale multiplies P only
+    latent = curvature.LatentModel(guide, guide._raw_model, guide._observed, guide._factors, {})
+    for batches in ([((x, y), {})], [((x[:4], y[:4]), {}), ((x[4:], y[4:]), {})]):  # factor once per call
+        Qb = Q * len(batches)
+        assert torch.allclose(prior.prior_hessian(latent, u, torch.arange(7), batches, scale=3.0), 3 * P + Qb,
+                              rtol=1e-10)
+        assert torch.allclose(prior.prior_hessian_diagonal(latent, u, batches, scale=3.0),
+                              (3 * P + Qb).diagonal(), rtol=1e-10)
+    P = P + Q
     latent = curvature.LatentModel(guide, guide._raw_model, guide._observed, guide._factors, {"mc_fisher": True, "num_mc": 4})
     assert guide._factors == ["penalty"]
     batches = [((x, y), {})]
