@@ -93,6 +93,25 @@ class RandomWalkMetropolis(MCMCKernel):
         return {"divergences": [], "acceptance rate": self._accept_cnt / n if n > 0 else math.nan}
 
 
+class FixedStepsHMC(HMC):
+    """
+    Pyro's HMC with a fixed number of leapfrog steps.
+
+    Pyro's HMC turns ``num_steps`` into a fixed trajectory length, so the number of steps grows
+    as step-size adaptation shrinks the step: on a rung whose proposals often fall where the
+    density is NaN or zero, the step size collapses and one iteration takes millions of
+    steps. Here ``num_steps`` stays what the user asked for; the step size still adapts.
+    """
+
+    def __init__(self, potential_fn, num_steps, **kwargs):
+        super().__init__(potential_fn=potential_fn, num_steps=num_steps, **kwargs)
+        self._fixed_num_steps = int(num_steps)
+
+    @property
+    def num_steps(self):
+        return self._fixed_num_steps
+
+
 def make_kernel(explorer, potential_fn, explorer_kwargs):
     """The MCMC kernel of one rung for ``explorer`` (a name in :data:`EXPLORERS` or a callable)."""
     kwargs = dict(explorer_kwargs or {})
@@ -107,6 +126,8 @@ def make_kernel(explorer, potential_fn, explorer_kwargs):
     if explorer == "nuts":
         return NUTS(potential_fn=potential_fn, **kwargs)
     if explorer == "hmc":
+        if kwargs.get("num_steps") is not None:
+            return FixedStepsHMC(potential_fn, **kwargs)
         return HMC(potential_fn=potential_fn, **kwargs)
     if explorer == "rwmh":
         return RandomWalkMetropolis(potential_fn, **kwargs)

@@ -7,6 +7,8 @@ of the observed sites (``obs=`` and ``pyro.factor``), with plate subsampling and
 ``lp(z) + beta * ll(z)`` (DESIGN §1): the prior is never tempered.
 """
 
+import math
+
 import torch
 from torch.distributions import biject_to
 
@@ -23,6 +25,12 @@ def _is_counted(site):
         and not site["infer"].get("_deterministic", False)
         and not isinstance(site["fn"], _Subsample)
     )
+
+
+def _is_invalid_value_error(error):
+    """Distribution validation failing on NaN/inf parameters or values out of support."""
+    message = str(error)
+    return "found invalid values" in message or "must be within the support" in message
 
 
 def _is_improper(fn):
@@ -111,7 +119,14 @@ class ModelSplit:
         """
         constrained = self.constrain(z)
         conditioned = poutine.condition(self.model, data=constrained)
-        trace = poutine.trace(conditioned).get_trace(*self.model_args, **self.model_kwargs)
+        try:
+            trace = poutine.trace(conditioned).get_trace(*self.model_args, **self.model_kwargs)
+        except ValueError as error:
+            # With validation on, a NaN parameter raises; it is a rejected point, not a crash.
+            if not _is_invalid_value_error(error):
+                raise
+            nan = sum(v.sum() for v in z.values()) * math.nan  # keeps autograd connected
+            return nan, nan
         return self._split_trace(trace, z, constrained)
 
     def sample_prior(self):

@@ -10,14 +10,14 @@ import pyro.distributions as dist
 
 # ----- conjugate Bayesian linear regression: w ~ N(0, prior_scale^2 I), y ~ N(X w, noise^2) -----
 
-PRIOR_SCALE = 0.7
+PRIOR_SCALE = 0.6
 NOISE = 1.0
 
 
-def linear_data(num_points=10, seed=0):
+def linear_data(num_points=6, seed=0):
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(num_points, 2, generator=generator, dtype=torch.float64)
-    x[:, 1] = 0.8 * x[:, 0] + 0.6 * x[:, 1]  # correlated features: a non-diagonal posterior
+    x[:, 1] = 0.6 * x[:, 0] + 0.8 * x[:, 1]  # correlated features: a non-diagonal posterior
     y = x @ torch.tensor([0.7, -0.4], dtype=torch.float64)
     y = y + NOISE * torch.randn(num_points, generator=generator, dtype=torch.float64)
     return x, y

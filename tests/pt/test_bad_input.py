@@ -1,0 +1,119 @@
+"""Bad input gets a clear error naming the argument or site; numeric failures are rejections."""
+
+import math
+
+import pytest
+import torch
+
+import pyro
+import pyro.distributions as dist
+from pyro.infer import MCMC
+from pyro.infer.autoguide.initialization import init_to_value
+
+from pyro_pt import ParallelTempering
+
+from .models import linear_data, linear_model
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"temperatures": [2.0, 4.0]}, ValueError, "start at 1.0"),
+        ({"temperatures": [1.0, 3.0, 2.0]}, ValueError, "increase"),
+        ({"max_temperature": 1.0}, ValueError, "max_temperature"),
+        ({"max_temperature": 0.3}, ValueError, "max_temperature"),
+        ({"num_replicas": 1}, ValueError, "num_replicas"),
+        ({"explorer": "gibbs"}, ValueError, "explorer"),
+        ({"swap_scheme": "random"}, ValueError, "swap_scheme"),
+        ({"swap_interval": 0}, ValueError, "swap_interval"),
+        ({"swap_interval": 1.5}, TypeError, "swap_interval"),
+        ({"explorer_kwargs": [1]}, TypeError, "explorer_kwargs"),
+        ({"adapt_temperatures": True}, NotImplementedError, "adapt_temperatures"),
+    ],
+)
+def test_constructor_rejects_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ParallelTempering(linear_model, **kwargs)
+
+
+def test_model_must_be_callable():
+    with pytest.raises(TypeError, match="model"):
+        ParallelTempering("linear_model")
+
+
+def setup(kernel, *args):
+    pyro.set_rng_seed(0)
+    kernel.setup(0, *args)
+
+
+def test_model_errors_name_the_site():
+    def no_obs():
+        pyro.sample("mu", dist.Normal(0.0, 1.0))
+
+    with pytest.raises(ValueError, match="no observed site"):
+        setup(ParallelTempering(no_obs))
+
+    def discrete():
+        k = pyro.sample("k", dist.Categorical(torch.ones(3)))
+        pyro.sample("y", dist.Normal(k.float(), 1.0), obs=torch.tensor(0.0))
+
+    with pytest.raises(TypeError, match="'k' is discrete"):
+        setup(ParallelTempering(discrete))
+
+    def improper():
+        mu = pyro.sample("mu", dist.ImproperUniform(dist.constraints.real, (), ()))
+        pyro.sample("y", dist.Normal(mu, 1.0), obs=torch.tensor(0.0))
+
+    init = init_to_value(values={"mu": torch.tensor(0.0)})
+    with pytest.raises(ValueError, match="'mu' has an improper prior"):
+        setup(ParallelTempering(improper, max_temperature=math.inf, init_strategy=init))
+    # A finite ladder is fine with an improper prior.
+    setup(ParallelTempering(improper, num_replicas=2, init_strategy=init, explorer="rwmh"))
+
+
+def test_explorer_kwargs_typo_is_reported():
+    with pytest.raises(TypeError, match="explorer_kwargs .* 'nuts'"):
+        setup(ParallelTempering(linear_model, explorer_kwargs={"max_tree_dpth": 3}),
+              *linear_data())
+
+
+def nan_region_model():
+    # The log density is NaN for theta > 1: every move there must be rejected.
+    theta = pyro.sample("theta", dist.Normal(0.0, 2.0))
+    log_lik = -0.5 * (theta - 0.5) ** 2
+    pyro.factor("lik", torch.where(theta > 1.0, torch.full_like(log_lik, math.nan), log_lik))
+
+
+@pytest.mark.parametrize("explorer", ["rwmh", "hmc", "nuts"])
+@pytest.mark.parametrize("validate", [False, True])
+def test_nan_log_density_is_a_rejection(explorer, validate):
+    kwargs = {"rwmh": {"scale": 1.0}, "hmc": {"num_steps": 3}, "nuts": {"max_tree_depth": 3}}
+    kernel = ParallelTempering(nan_region_model, num_replicas=3, max_temperature=10.0,
+                               explorer=explorer, explorer_kwargs=kwargs[explorer],
+                               init_strategy=init_to_value(values={"theta": torch.tensor(0.0)}))
+    pyro.set_rng_seed(0)
+    # With validation on, pyro.factor(NaN) raises inside the model: still just a rejection.
+    mcmc = MCMC(kernel, 100, 50, disable_progbar=True, disable_validation=not validate)
+    mcmc.run()
+    theta = mcmc.get_samples()["theta"]
+    assert torch.isfinite(theta).all() and (theta <= 1.0).all()
+    assert theta.unique().numel() > 10  # it still moves
+    record = mcmc.diagnostics()["tempering_record"]["chain 0"]["log_likelihood"]
+    assert torch.isfinite(record).all()
+
+
+def test_nan_swap_ratio_is_refused():
+    # The prior rung draws exactly from the prior, so it often holds states whose
+    # log-likelihood is NaN; swapping with them must be refused, never accepted.
+    kernel = ParallelTempering(nan_region_model, num_replicas=3, max_temperature=math.inf,
+                               explorer="rwmh",
+                               init_strategy=init_to_value(values={"theta": torch.tensor(0.0)}))
+    pyro.set_rng_seed(0)
+    mcmc = MCMC(kernel, 300, 100, disable_progbar=True)
+    mcmc.run()
+    record = mcmc.diagnostics()["tempering_record"]["chain 0"]
+    hot_nan = torch.isnan(record["log_likelihood"][:, -1])
+    assert hot_nan.any()
+    assert torch.isfinite(record["log_likelihood"][:, :-1]).all()
+    assert (mcmc.get_samples()["theta"] <= 1.0).all()
+    assert mcmc.diagnostics()["swap_acceptance"]["chain 0"][-1] > 0  # other swaps happen
