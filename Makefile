@@ -23,7 +23,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 demo: $(STAMP)
-	$(PY) examples/pt_bimodal.py
+	$(PY) examples/pt_bimodal.py --plot pt_bimodal.png
+	$(PY) examples/subnet_regression.py
 
 clean:
 	rm -rf $(VENV)

@@ -1,0 +1,32 @@
+"""examples/pt_bimodal.py runs end to end in its quick mode."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+import pyro.distributions as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+
+
+def test_pt_bimodal_quick(capsys):
+    import pt_bimodal
+
+    result = pt_bimodal.main(["--quick"])
+    out = capsys.readouterr().out
+    assert "Round trips" in out and "truth (quadrature)" in out
+    # The example's quadrature against an independent grid sum of the same posterior.
+    y, z = pt_bimodal.make_data()
+    theta = torch.linspace(-8, 8, 160001, dtype=torch.float64)
+    log_post = dist.Normal(0.0, pt_bimodal.PRIOR_SCALE).log_prob(theta)
+    log_post = log_post + dist.Normal(theta.unsqueeze(-1) ** 2, pt_bimodal.NOISE).log_prob(
+        y.double()).sum(-1)
+    log_post = log_post + dist.Normal(theta, pt_bimodal.READING_NOISE).log_prob(z.double())
+    density = torch.exp(log_post - log_post.max())
+    assert result["truth"][1] == pytest.approx(float(density[theta > 0].sum() / density.sum()),
+                                               abs=1e-4)
+    assert len(result["swap_acceptance"]) == len(result["temperatures"]) - 1
+    assert result["nuts_weights"][1] == 0.0  # NUTS stays in the small mode it starts in
+    assert result["round_trips"] > 0
