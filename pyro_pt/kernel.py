@@ -9,10 +9,12 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_uniform
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
+from .comm import make_comm
 from .explorers import EXPLORERS, Explorer, PriorExplorer, RandomStream, make_kernel
 from .ladder import geometric_ladder, inverse_temperatures, validate_temperatures
+from .replicas import RungBlock
 from .stats import IndexProcess, SwapStatistics
-from .swap import SWAP_SCHEMES, accept_swap, draw_round_uniforms, swap_log_ratio, swap_pairs
+from .swap import SWAP_SCHEMES, swap_round
 from .tempering import ModelSplit, TemperedPotential
 
 
@@ -60,6 +62,9 @@ class ParallelTempering(MCMCKernel):
     :param callable init_strategy: per-site initialization, as for Pyro's NUTS; every rung
         starts from its own draw (default :func:`~pyro.infer.autoguide.init_to_uniform`).
     :param dict transforms: optional site -> transform to unconstrained space.
+    :param process_group: a ``torch.distributed`` process group to spread the rungs over, in
+        contiguous blocks; by default the world group when ``torch.distributed`` is
+        initialized, else all rungs run in this process.
 
     Example::
 
@@ -82,6 +87,7 @@ class ParallelTempering(MCMCKernel):
         adapt_temperatures=False,
         init_strategy=init_to_uniform,
         transforms=None,
+        process_group=None,
     ):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
@@ -114,11 +120,12 @@ class ParallelTempering(MCMCKernel):
         self.swap_interval = swap_interval
         self.init_strategy = init_strategy
         self._user_transforms = transforms
+        self.process_group = process_group
         self.transforms = None
         self._user_initial_params = None
         self._initial_params = None
         self._save_params = None
-        self._explorers = None
+        self._rungs = None
 
     # ----- ladder -----
 
@@ -140,7 +147,7 @@ class ParallelTempering(MCMCKernel):
 
     @property
     def initial_params(self):
-        return self._initial_params if self._explorers else self._user_initial_params
+        return self._initial_params if self._rungs else self._user_initial_params
 
     @initial_params.setter
     def initial_params(self, params):
@@ -176,60 +183,82 @@ class ParallelTempering(MCMCKernel):
         self._warmup_steps = warmup_steps
         self._t = 0
         self._round = 0
-
         num = self.num_replicas
-        # One base seed from the global generator (so pyro.set_rng_seed governs the run),
-        # then independent child seeds: one stream per rung, one shared stream for swaps.
-        base_seed = int(torch.randint(0, 2**62, ()).item())
-        children = np.random.SeedSequence(base_seed).generate_state(num + 1, dtype=np.uint64)
-        seeds = [int(s) >> 1 for s in children]
+        comm = make_comm(self.process_group)
+        self._rungs = RungBlock(comm, num, split.latent_names)
+        seeds = self._stream_seeds(comm)
         self._swap_generator = torch.Generator().manual_seed(seeds[num])
 
-        self._explorers, self._z, self._ll = [], [], []
-        for k, beta in enumerate(betas):
-            stream = RandomStream(seeds[k])
-            if beta == 0.0:
-                explorer = PriorExplorer(stream, split)
-                z, ll = explorer.step(None)
-            else:
-                potential = TemperedPotential(split, beta)
-                try:
-                    kernel = make_kernel(self.explorer, potential, self.explorer_kwargs)
-                except TypeError as e:
-                    raise TypeError(
-                        f"explorer_kwargs {self.explorer_kwargs} were not accepted by explorer "
-                        f"{self.explorer!r}: {e}"
-                    ) from e
-                explorer = Explorer(kernel, stream)
-                if self._user_initial_params is not None:
-                    z = {name: v.detach().clone() for name, v in self._user_initial_params.items()}
-                else:
-                    with stream:
-                        z = split.initial_point()
-                ll = self._log_likelihood(z)
-                explorer.setup(z, warmup_steps)
-            self._explorers.append(explorer)
-            self._z.append(z)
-            self._ll.append(ll)
-        self._initial_params = dict(self._z[0])
+        local_ll = []
+        for k in self._rungs.rungs:
+            explorer, z, ll = self._make_rung(split, betas[k], RandomStream(seeds[k]))
+            self._rungs.add(explorer, z)
+            local_ll.append(ll)
+        self._check_same_model(comm)
+        self._ll = self._rungs.gather(local_ll)
+        self._cold = self._rungs.cold_state()
+        self._initial_params = dict(self._cold)
         self._index = IndexProcess(num)
         self._swap_stats = SwapStatistics(num - 1)
         self._record_ll, self._record_swaps = [], []
         # Wall-clock seconds in sample(): all of it, and inside the explorers' own moves.
         self.timings = {"explorers": 0.0, "total": 0.0}
 
+    def _stream_seeds(self, comm):
+        """
+        One base seed from the global generator (so pyro.set_rng_seed governs the run), the
+        same on every rank, then independent child seeds: one stream per rung, one for swaps.
+        """
+        base = torch.randint(0, 2**62, (1,), dtype=torch.int64)
+        base = int(comm.broadcast(base, src=0).item())
+        children = np.random.SeedSequence(base).generate_state(self.num_replicas + 1, np.uint64)
+        return [int(s) >> 1 for s in children]
+
+    def _make_rung(self, split, beta, stream):
+        if beta == 0.0:
+            explorer = PriorExplorer(stream, split)
+            z, ll = explorer.step(None)
+            return explorer, z, ll
+        potential = TemperedPotential(split, beta)
+        try:
+            kernel = make_kernel(self.explorer, potential, self.explorer_kwargs)
+        except TypeError as e:
+            raise TypeError(
+                f"explorer_kwargs {self.explorer_kwargs} were not accepted by explorer "
+                f"{self.explorer!r}: {e}"
+            ) from e
+        explorer = Explorer(kernel, stream)
+        if self._user_initial_params is not None:
+            z = {name: v.detach().clone() for name, v in self._user_initial_params.items()}
+        else:
+            with stream:
+                z = split.initial_point()
+        explorer.setup(z, self._warmup_steps)
+        return explorer, z, self._log_likelihood(z)
+
+    def _check_same_model(self, comm):
+        z = self._rungs.states[0]
+        mine = [(name, tuple(z[name].shape)) for name in self._split.latent_names]
+        views = comm.all_gather_object(mine)
+        for rank, view in enumerate(views):
+            if view != views[0]:
+                raise ValueError(
+                    f"ranks disagree on the model's latent sites: rank 0 has {views[0]}, rank "
+                    f"{rank} has {view}; every rank must run the same model on the same shapes"
+                )
+
     def sample(self, params):
         start = time.perf_counter()
-        lls = []
-        for k, explorer in enumerate(self._explorers):
-            self._z[k], ll = explorer.step(self._z[k])
-            lls.append(ll)
+        rungs = self._rungs
+        stepped = [explorer.step(z) for explorer, z in zip(rungs.explorers, rungs.states)]
         explored = time.perf_counter()
-        for k, ll in enumerate(lls):
-            self._ll[k] = self._log_likelihood(self._z[k]) if ll is None else ll
+        rungs.states = [z for z, _ in stepped]
+        local_ll = [self._log_likelihood(z) if ll is None else ll for z, ll in stepped]
+        self._ll = rungs.gather(local_ll)
         swaps = [math.nan] * (self.num_replicas - 1)
         if (self._t + 1) % self.swap_interval == 0:
             swaps = self._swap_round()
+        self._cold = rungs.cold_state()
         self._t += 1
         if self._t == self._warmup_steps:
             # Report swap statistics and round trips of the sampling phase only.
@@ -241,41 +270,39 @@ class ParallelTempering(MCMCKernel):
         end = time.perf_counter()
         self.timings["explorers"] += explored - start
         self.timings["total"] += end - start
-        return dict(self._z[0])
+        return dict(self._cold)
 
     def _log_likelihood(self, z):
         with torch.no_grad():
             return float(self._split.log_densities(z)[1])
 
     def _swap_round(self):
-        num, betas = self.num_replicas, self.betas
-        coin, uniforms = draw_round_uniforms(self._swap_generator, num)
-        outcome = [math.nan] * (num - 1)
-        for i in swap_pairs(self.swap_scheme, self._round, num, coin):
-            log_ratio = swap_log_ratio(betas[i], betas[i + 1], self._ll[i], self._ll[i + 1])
-            accepted, prob = accept_swap(log_ratio, uniforms[i])
-            self._swap_stats.record(i, accepted, prob)
-            outcome[i] = float(accepted)
+        origin, attempts = swap_round(
+            self.swap_scheme, self._round, self.betas, self._ll, self._swap_generator
+        )
+        outcome = [math.nan] * (self.num_replicas - 1)
+        for pair, accepted, prob in attempts:
+            self._swap_stats.record(pair, accepted, prob)
+            outcome[pair] = float(accepted)
             if accepted:
-                j = i + 1
-                self._z[i], self._z[j] = self._z[j], self._z[i]
-                self._ll[i], self._ll[j] = self._ll[j], self._ll[i]
-                self._explorers[i].replace_state()
-                self._explorers[j].replace_state()
-                self._index.swap(i)
+                self._index.swap(pair)
         self._index.observe()
         self._round += 1
+        self._ll = [self._ll[k] for k in origin]
+        if origin != sorted(origin):
+            self._rungs.permute(origin)
         return outcome
 
     def logging(self):
-        cold = self._explorers[0]
+        # The cold explorer lives on rank 0; other ranks log the (shared) swap statistics.
+        cold = self._rungs.explorers[0] if self._rungs.start == 0 else None
         out = dict(cold.kernel.logging() or {}) if hasattr(cold, "kernel") else {}
         out["swap acc."] = f"{self._swap_stats.mean_acceptance():.3f}"
         out["round trips"] = self._index.round_trips
         return out
 
     def diagnostics(self):
-        per_rung = [explorer.diagnostics() for explorer in self._explorers]
+        per_rung = self._rungs.diagnostics()
         num_pairs = self.num_replicas - 1
         return {
             "divergences": list(per_rung[0]["divergences"]),

@@ -90,3 +90,32 @@ def draw_round_uniforms(generator, num_temperatures, dtype=torch.float64):
     """
     draws = torch.rand(num_temperatures, generator=generator, dtype=dtype).tolist()
     return draws[0], draws[1:]
+
+
+def swap_round(scheme, round_index, betas, log_likelihoods, generator):
+    """
+    One swap round over the whole ladder, the same on every process that holds the same
+    ``generator`` state and log-likelihoods.
+
+    Pairs are applied one after another (they are disjoint for DEO and SEO; for the sequential
+    sweep a state can move several rungs), each with the current log-likelihoods.
+
+    :param str scheme: one of :data:`SWAP_SCHEMES`.
+    :param int round_index: how many swap rounds came before this one.
+    :param list betas: inverse temperatures, cold first.
+    :param list log_likelihoods: ll of the state at each rung.
+    :param torch.Generator generator: the shared swap stream.
+    :returns: ``(origin, attempts)``: after the round rung ``k`` holds the state that was at
+        rung ``origin[k]``; ``attempts`` lists ``(pair, accepted, probability)`` in order.
+    """
+    num = len(betas)
+    coin, uniforms = draw_round_uniforms(generator, num)
+    origin, lls, attempts = list(range(num)), list(log_likelihoods), []
+    for i in swap_pairs(scheme, round_index, num, coin):
+        accepted, prob = accept_swap(swap_log_ratio(betas[i], betas[i + 1], lls[i], lls[i + 1]),
+                                     uniforms[i])
+        attempts.append((i, accepted, prob))
+        if accepted:
+            origin[i], origin[i + 1] = origin[i + 1], origin[i]
+            lls[i], lls[i + 1] = lls[i + 1], lls[i]
+    return origin, attempts

@@ -196,6 +196,6 @@ def test_hmc_num_steps_stays_fixed_while_the_step_size_adapts(data):
     kernel = ParallelTempering(linear_model, num_replicas=3, explorer="hmc",
                                explorer_kwargs={"num_steps": 3})
     run(kernel, *data, num_samples=5, warmup_steps=30)
-    step_sizes = [explorer.kernel.step_size for explorer in kernel._explorers]
-    assert [explorer.kernel.num_steps for explorer in kernel._explorers] == [3, 3, 3]
+    step_sizes = [explorer.kernel.step_size for explorer in kernel._rungs.explorers]
+    assert [explorer.kernel.num_steps for explorer in kernel._rungs.explorers] == [3, 3, 3]
     assert len(set(step_sizes)) == 3  # adapted per rung

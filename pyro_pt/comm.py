@@ -1,0 +1,133 @@
+"""Communication between the processes that hold the rungs of one ladder.
+
+The kernel talks to other processes only through a :class:`Comm`, so one process and many share
+one code path: :class:`LocalComm` (one process, no copies) and :class:`TorchComm`
+(``torch.distributed``). Per swap round only the K log-likelihoods travel (one all-gather); a
+latent state crosses processes only when a swap across a block boundary is accepted
+(point-to-point), and the cold state is broadcast so every rank records the same chain.
+"""
+
+import torch
+
+
+def rung_blocks(num_rungs, world_size):
+    """
+    Contiguous blocks of rungs per rank, ``[(start, stop), ...]``: the first
+    ``num_rungs % world_size`` ranks hold one rung more.
+    """
+    if world_size > num_rungs:
+        raise ValueError(
+            f"ParallelTempering has {num_rungs} replicas but the process group has "
+            f"{world_size} ranks; every rank needs at least one replica: raise num_replicas "
+            f"to at least {world_size} or launch fewer processes"
+        )
+    base, extra = divmod(num_rungs, world_size)
+    blocks, start = [], 0
+    for rank in range(world_size):
+        stop = start + base + (1 if rank < extra else 0)
+        blocks.append((start, stop))
+        start = stop
+    return blocks
+
+
+class LocalComm:
+    """All rungs in this process: every operation is the identity."""
+
+    rank = 0
+    world_size = 1
+    device = torch.device("cpu")
+
+    def all_gather_floats(self, values, block_sizes):
+        return list(values)
+
+    def exchange(self, sends, receives):
+        """``sends``: [(dst_rank, tensor)], ``receives``: [(src_rank, tensor to fill)]."""
+        if sends or receives:
+            raise RuntimeError("LocalComm cannot exchange states between processes")
+
+    def broadcast(self, tensor, src):
+        return tensor
+
+    def all_gather_object(self, obj):
+        return [obj]
+
+
+class TorchComm:
+    """
+    Rungs spread over the ranks of a ``torch.distributed`` process group.
+
+    Tensors travel on ``device``: the rank's CUDA device with the ``nccl`` backend, the CPU
+    otherwise. Errors from the backend are re-raised naming the operation, so a lost rank
+    shows up as an error (after the process group's timeout at worst) rather than a hang.
+
+    :param process_group: the group, or None for the default (world) group.
+    """
+
+    def __init__(self, process_group=None):
+        import torch.distributed as dist
+
+        self._dist = dist
+        self.group = process_group
+        self.rank = dist.get_rank(process_group)
+        self.world_size = dist.get_world_size(process_group)
+        if dist.get_backend(process_group) == "nccl":
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            self.device = torch.device("cpu")
+
+    def _run(self, what, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (RuntimeError, ValueError) as error:
+            raise RuntimeError(
+                f"pyro_pt: {what} failed on rank {self.rank} of {self.world_size}; another rank "
+                f"has probably died or diverged (see its own error): {error}"
+            ) from error
+
+    def all_gather_floats(self, values, block_sizes):
+        """Every rank's list of floats (blocks of the given sizes), concatenated in rank order."""
+        width = max(block_sizes)
+        mine = torch.zeros(width, dtype=torch.float64, device=self.device)
+        mine[: len(values)] = torch.tensor(values, dtype=torch.float64)
+        gathered = [torch.empty_like(mine) for _ in range(self.world_size)]
+        self._run("all_gather of log-likelihoods", self._dist.all_gather, gathered, mine,
+                  group=self.group)
+        out = []
+        for rank, size in enumerate(block_sizes):
+            out.extend(gathered[rank][:size].tolist())
+        return out
+
+    def exchange(self, sends, receives):
+        ops = [self._dist.P2POp(self._dist.isend, t.to(self.device), group=self.group,
+                                group_peer=dst) for dst, t in sends]
+        buffers = [(t, torch.empty_like(t, device=self.device)) for _, t in receives]
+        ops += [self._dist.P2POp(self._dist.irecv, buf, group=self.group, group_peer=src)
+                for (src, _), (_, buf) in zip(receives, buffers)]
+        if not ops:
+            return
+        works = self._run("state exchange", self._dist.batch_isend_irecv, ops)
+        for work in works:
+            self._run("state exchange", work.wait)
+        for target, buf in buffers:
+            target.copy_(buf)
+
+    def broadcast(self, tensor, src):
+        buf = tensor.to(self.device)
+        self._run("broadcast of the cold state", self._dist.broadcast, buf, group=self.group,
+                  group_src=src)
+        return buf.to(tensor.device)
+
+    def all_gather_object(self, obj):
+        out = [None] * self.world_size
+        self._run("all_gather of diagnostics", self._dist.all_gather_object, out, obj,
+                  group=self.group)
+        return out
+
+
+def make_comm(process_group=None):
+    """TorchComm when a process group is given or torch.distributed is initialized."""
+    import torch.distributed as dist
+
+    if process_group is not None or (dist.is_available() and dist.is_initialized()):
+        return TorchComm(process_group)
+    return LocalComm()
