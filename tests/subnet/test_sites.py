@@ -46,3 +46,38 @@ def test_sites_scale_mask_and_prior_scale():
     guide.prior_scale, guide.selection = "subnet", ["w"]
     sub = guide.laplace_approximation(x, y1, y2, mask).precision
     assert torch.allclose(sub, (G + 2 / 3 * P)[:2, :2], rtol=1e-10)
+
+
+def glm_sites_model(x, y_pois, y_bern, y_cat, m):
+    a = pyro.sample("a", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    b = pyro.sample("b", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    C = pyro.sample("C", dist.Normal(0.0, 1.0).expand([3, 2]).to_event(2))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("pois", dist.Poisson((x @ a).exp()).mask(m), obs=y_pois)  # a masked distribution
+        pyro.sample("bern", dist.Bernoulli(probs=torch.sigmoid(x @ b)), obs=y_bern)  # probs, not logits
+        pyro.sample("cat", dist.Categorical(probs=torch.softmax(x @ C.T, -1)), obs=y_cat)
+
+
+def test_poisson_masked_distribution_and_probs_parametrizations():
+    g = torch.Generator().manual_seed(1)
+    n = 12
+    x = torch.randn(n, 2, generator=g)
+    data = (torch.poisson(torch.ones(n), generator=g), torch.bernoulli(torch.full((n,), 0.5), generator=g),
+            torch.randint(0, 3, (n,), generator=g), torch.arange(n) % 3 != 0)
+    guide = SubnetworkLaplace(glm_sites_model, subnetwork_size=1.0)
+    guide(x, *data)
+    with torch.no_grad():
+        guide.loc.copy_(0.5 * torch.randn(10, generator=g))
+    u = guide.loc.detach()
+    post = guide.laplace_approximation(x, *data)
+
+    # GLMs: J is x (Kronecker with the classes for C); Fisher rate, p(1-p), diag(p) - p p^T
+    m = data[3].double()
+    prec = torch.eye(10)
+    prec[:2, :2] += x.T @ (x * (m * (x @ u[:2]).exp())[:, None])
+    p = torch.sigmoid(x @ u[2:4])
+    prec[2:4, 2:4] += x.T @ (x * (p * (1 - p))[:, None])
+    q = torch.softmax(x @ u[4:].reshape(3, 2).T, -1)
+    F = torch.diag_embed(q) - q[:, :, None] * q[:, None, :]
+    prec[4:, 4:] += torch.einsum("nkl,ni,nj->kilj", F, x, x).reshape(6, 6)
+    assert torch.allclose(post.precision, prec, rtol=1e-10)
