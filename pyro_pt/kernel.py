@@ -1,6 +1,7 @@
 """ParallelTempering: a pyro.infer.MCMC kernel doing likelihood-tempered replica exchange."""
 
 import math
+import sys
 import time
 
 import numpy as np
@@ -16,6 +17,20 @@ from .replicas import RungBlock
 from .stats import IndexProcess, SwapStatistics
 from .swap import SWAP_SCHEMES, swap_round
 from .tempering import ModelSplit, TemperedPotential
+
+
+def _inside_multichain_mcmc():
+    """Whether this setup() runs under Pyro's MCMC with num_chains > 1 (its samplers' frames)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        name = type(owner).__name__
+        if name in ("_UnarySampler", "_MultiSampler") and getattr(owner, "num_chains", 1) > 1:
+            return True
+        if name == "_Worker":
+            return True
+        frame = frame.f_back
+    return False
 
 
 class ParallelTempering(MCMCKernel):
@@ -185,6 +200,14 @@ class ParallelTempering(MCMCKernel):
         self._round = 0
         num = self.num_replicas
         comm = make_comm(self.process_group)
+        if comm.world_size > 1 and _inside_multichain_mcmc():
+            raise ValueError(
+                "MCMC(num_chains > 1) cannot run a ParallelTempering kernel spread over a "
+                "process group: the chains would share (and deadlock) the ranks. Use "
+                "num_chains=1; for independent ensembles launch separate torchrun jobs with "
+                "different seeds, or split the world with torch.distributed.new_group and pass "
+                "each part as process_group="
+            )
         self._rungs = RungBlock(comm, num, split.latent_names)
         seeds = self._stream_seeds(comm)
         self._swap_generator = torch.Generator().manual_seed(seeds[num])

@@ -40,16 +40,45 @@ def run_linear(kernel_kwargs, num_samples=20, warmup_steps=10, seed=0):
     }
 
 
-def _worker(rank, world_size, port, out_dir, fn, args):
+def _worker(rank, world_size, port, out_dir, fn, args, timeout=60.0, catch=False):
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-        timeout=datetime.timedelta(seconds=60),
+        timeout=datetime.timedelta(seconds=timeout),
     )
+    path = os.path.join(out_dir, f"rank{rank}.pt")
     try:
-        torch.save(fn(*args), os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.save(fn(*args), path)
+    except Exception as error:
+        if not catch:
+            raise
+        torch.save({"error": type(error).__name__, "message": str(error)}, path)
     finally:
         dist.destroy_process_group()
+
+
+def spawn_catching(world_size, out_dir, fn, *args, timeout=10.0, wait=120.0):
+    """
+    Like :func:`spawn`, but every rank records its own exception instead of the first failure
+    killing the rest: for tests of how ranks fail. Returns each rank's result, error dict, or
+    None (the rank left nothing: it died).
+    """
+    context = mp.get_context("spawn")
+    port = free_port()
+    procs = [context.Process(target=_worker,
+                             args=(r, world_size, port, str(out_dir), fn, args, timeout, True))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(wait)
+        if p.is_alive():
+            p.kill()
+    results = []
+    for r in range(world_size):
+        path = os.path.join(out_dir, f"rank{r}.pt")
+        results.append(torch.load(path) if os.path.exists(path) else None)
+    return results
 
 
 def spawn(world_size, out_dir, fn, *args):
@@ -57,3 +86,43 @@ def spawn(world_size, out_dir, fn, *args):
     mp.spawn(_worker, args=(world_size, free_port(), str(out_dir), fn, args),
              nprocs=world_size, join=True)
     return [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(world_size)]
+
+
+def run_and_die(die_rank, die_at, num_samples=40):
+    """A run in which rank ``die_rank`` exits abruptly at iteration ``die_at``."""
+    def hook(kernel, params, stage, i):
+        if dist.get_rank() == die_rank and i == die_at:
+            os._exit(3)
+
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(linear_model, num_replicas=2, explorer="rwmh")
+    mcmc = MCMC(kernel, num_samples, 5, disable_progbar=True, hook_fn=hook)
+    mcmc.run(*linear_data())
+    return "finished"
+
+
+def run_kernel(kernel_kwargs, mcmc_kwargs=None, data=None):
+    """Set up and run a small ParallelTempering under MCMC; returns "finished"."""
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(linear_model, **kernel_kwargs)
+    mcmc = MCMC(kernel, 5, 2, disable_progbar=True, **(mcmc_kwargs or {}))
+    mcmc.run(*(data or linear_data()))
+    return "finished"
+
+
+def run_rank_dependent_data():
+    """Rank 1 has one more feature than rank 0: the models disagree on latent shapes."""
+    x, y = linear_data()
+    if dist.get_rank() == 1:
+        x = torch.cat([x, x[:, :1]], 1)
+
+    def model(x, y):
+        zeros = torch.zeros(x.shape[1], dtype=x.dtype)
+        w = pyro.sample("w", pyro.distributions.Normal(zeros, 1.0).to_event(1))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("y", pyro.distributions.Normal(w @ x.T, 1.0), obs=y)
+
+    pyro.set_rng_seed(0)
+    MCMC(ParallelTempering(model, num_replicas=2, explorer="rwmh"), 5, 2,
+         disable_progbar=True).run(x, y)
+    return "finished"

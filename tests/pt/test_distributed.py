@@ -1,9 +1,18 @@
 """Parallelism invariance: the same seed gives the same cold chain on any number of ranks."""
 
+import time
+
 import pytest
 import torch
 
-from .distributed import run_linear, spawn
+from .distributed import (
+    run_and_die,
+    run_kernel,
+    run_linear,
+    run_rank_dependent_data,
+    spawn,
+    spawn_catching,
+)
 
 SEQUENTIAL = {"num_replicas": 4, "max_temperature": 20.0, "explorer": "nuts",
               "explorer_kwargs": {"max_tree_depth": 2}, "swap_scheme": "sequential"}
@@ -35,3 +44,39 @@ def test_world_sizes_give_bitwise_identical_chains(world_size, kernel, boundary_
     for result in results:
         assert result["world_size"] == world_size
         assert_identical(result, reference)
+
+
+def errors(results):
+    return [r["message"] if isinstance(r, dict) else r for r in results]
+
+
+def test_more_ranks_than_replicas_is_an_error(tmp_path):
+    results = spawn_catching(3, tmp_path, run_kernel, {"num_replicas": 2, "explorer": "rwmh"})
+    for message in errors(results):
+        assert "2 replicas but the process group has 3 ranks" in message
+
+
+def test_multiple_chains_under_a_process_group_is_an_error(tmp_path):
+    results = spawn_catching(2, tmp_path, run_kernel, {"num_replicas": 2, "explorer": "rwmh"},
+                             {"num_chains": 2})
+    for message in errors(results):
+        assert "num_chains > 1" in message and "new_group" in message
+
+
+def test_ranks_with_different_models_fail_at_setup(tmp_path):
+    results = spawn_catching(2, tmp_path, run_rank_dependent_data)
+    for message in errors(results):
+        assert "ranks disagree on the model's latent sites" in message
+
+
+@pytest.mark.parametrize("dead_rank", [1, 0])
+def test_a_dead_rank_is_named_by_the_survivors(dead_rank, tmp_path):
+    start = time.perf_counter()
+    results = spawn_catching(2, tmp_path, run_and_die, dead_rank, 8, timeout=10.0)
+    assert results[dead_rank] is None  # it died without a word
+    message = results[1 - dead_rank]["message"]
+    if dead_rank == 0:  # rank 0 hosts the rendezvous store here
+        assert "its host (usually rank 0) is lost" in message
+    else:
+        assert "lost rank(s) [1]" in message
+    assert time.perf_counter() - start < 2 * 10.0 + 15  # twice the timeout, plus start-up
