@@ -139,24 +139,36 @@ def make_kernel(explorer, potential_fn, explorer_kwargs):
 
 class RandomStream:
     """
-    A private torch CPU random stream, swapped in for the global one while a rung works.
+    A private torch random stream, swapped in for the global one while a rung works.
 
-    Pyro's kernels draw momenta and acceptances from the global generator; giving each rung
+    Pyro's kernels draw momenta and acceptances from the global generators; giving each rung
     its own state keeps a seeded run reproducible whatever order or process the rungs run in.
+    On a CUDA device the device's generator is swapped too (the momenta are drawn there).
+
+    :param int seed: the rung's seed.
+    :param torch.device device: where the rung's tensors live (default CPU).
     """
 
-    def __init__(self, seed):
-        generator = torch.Generator().manual_seed(seed)
-        self.state = generator.get_state()
+    def __init__(self, seed, device=None):
+        self.state = torch.Generator().manual_seed(seed).get_state()
+        self.device = device if device is not None and device.type == "cuda" else None
+        if self.device is not None:
+            self.cuda_state = torch.Generator(device=self.device).manual_seed(seed).get_state()
 
     def __enter__(self):
         self._outer = torch.get_rng_state()
         torch.set_rng_state(self.state)
+        if self.device is not None:
+            self._outer_cuda = torch.cuda.get_rng_state(self.device)
+            torch.cuda.set_rng_state(self.cuda_state, self.device)
         return self
 
     def __exit__(self, *exc):
         self.state = torch.get_rng_state()
         torch.set_rng_state(self._outer)
+        if self.device is not None:
+            self.cuda_state = torch.cuda.get_rng_state(self.device)
+            torch.cuda.set_rng_state(self._outer_cuda, self.device)
         return False
 
 

@@ -214,7 +214,8 @@ class ParallelTempering(MCMCKernel):
 
         local_ll = []
         for k in self._rungs.rungs:
-            explorer, z, ll = self._make_rung(split, betas[k], RandomStream(seeds[k]))
+            stream = RandomStream(seeds[k], device=comm.device)
+            explorer, z, ll = self._make_rung(split, betas[k], stream)
             self._rungs.add(explorer, z)
             local_ll.append(ll)
         self._check_same_model(comm)
