@@ -137,10 +137,11 @@ class LatentModel:
             total = total + scale_and_mask(lp, site["scale"], site["mask"]).sum()
         return total
 
-    def specs(self, tr):
+    def specs(self, tr, wrt):
         """
-        One :class:`OutputSpec` per observed site of a trace whose latents require grad; the
-        active parameters are those that depend on them.
+        One :class:`OutputSpec` per observed site of a trace whose subnetwork variables are
+        ``wrt``; the active parameters are those that depend on ``wrt`` (not merely on a
+        ``pyro.param``, which would cost zero Fisher rows and lose the closed-form predictive).
         """
         out = {}
         for name in self.observed:
@@ -149,10 +150,15 @@ class LatentModel:
             active = []
             for n in OutputSpec.natural_names(base):
                 v = getattr(base, n)
-                if torch.is_tensor(v) and v.requires_grad:
+                if torch.is_tensor(v) and v.requires_grad and _depends_on(v, wrt):
                     active.append(n)
             out[name] = OutputSpec(fn, active, name=name, **self.spec_options).set_map(fn)
         return out
+
+
+def _depends_on(value, wrt):
+    (g,) = torch.autograd.grad(value.sum(), wrt, retain_graph=True, allow_unused=True)
+    return g is not None
 
 
 def _is_identity(t):
@@ -186,7 +192,7 @@ def fisher_rows(latent, u_hat, idx, batches, max_rows=None):
         delta = u_hat[idx].clone().requires_grad_(True)
         tr, _ = latent.trace(u_hat, args, kwargs, idx, delta)
         etas, cots = [], []
-        for name, spec in latent.specs(tr).items():
+        for name, spec in latent.specs(tr, delta).items():
             if spec.dim == 0:
                 continue
             site = tr.nodes[name]

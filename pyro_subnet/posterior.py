@@ -148,7 +148,7 @@ class SubnetworkLaplacePosterior(AutoContinuous):
             raise ValueError(f"the model did not run its observed sites {missing} with these arguments; "
                              "call predict with the arguments of the model (data may be None)")
         out = {}
-        for name, spec in self._latent.specs(tr).items():
+        for name, spec in self._latent.specs(tr, delta).items():
             fn = tr.nodes[name]["fn"]
             eta = spec.natural(fn) if spec.dim else None
             J = None

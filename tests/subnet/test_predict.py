@@ -121,3 +121,23 @@ def test_normal_linearized_vs_network_samples():
     se = lin.stddev / m**0.5
     assert ((nl.mean - lin.mean).abs() < 5 * se).all()
     assert ((nl.variance / lin.variance - 1).abs() < 5 * (2 / m) ** 0.5).all()
+
+
+def param_noise_model(x, y=None):
+    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    sigma = pyro.param("sigma", torch.tensor(0.5), constraint=dist.constraints.positive)
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(x @ w, sigma), obs=y)
+
+
+def test_normal_with_pyro_param_scale_stays_closed_form():
+    """A learnable (pyro.param) noise scale requires grad but does not depend on the subnetwork."""
+    x, y = torch.randn(10, 2), torch.randn(10)
+    guide = SubnetworkLaplace(param_noise_model, subnetwork_size=1.0)
+    guide(x, y)
+    post = guide.laplace_approximation(x, y)
+    prec = x.T @ x / 0.25 + torch.eye(2)
+    assert torch.allclose(post.precision, prec, rtol=1e-12)
+    pred = post.predict(x[:3])["obs"]
+    assert isinstance(pred, torch.distributions.Normal)
+    assert torch.allclose(pred.variance, (x[:3] @ torch.linalg.inv(prec) * x[:3]).sum(-1) + 0.25, rtol=1e-10)
