@@ -130,3 +130,21 @@ def test_calls_are_split_only_when_the_chunks_give_the_same_likelihood(model, sp
     assert len(chunks) == (5 if split else 1)
     ref = dense_precision(guide, model, x, y)
     assert torch.allclose(guide.laplace_approximation(x, y).precision, ref, rtol=1e-10, atol=1e-12)
+
+
+def local_latent_model(x, y=None):
+    w = pyro.sample("w", dist.Normal(0.0, 1.0))
+    with pyro.plate("data", x.shape[0]):
+        z = pyro.sample("z", dist.Normal(0.0, 2.0))  # one latent per data point: the call cannot be split
+        pyro.sample("obs", dist.Normal(w * x + z, SIGMA), obs=y)
+
+
+def test_local_latents_in_the_data_plate():
+    x, y = torch.randn(9), torch.randn(9)
+    guide = SubnetworkLaplace(local_latent_model, 1.0, chunk_size=2)
+    guide(x, y)
+    with torch.no_grad():
+        guide.loc.normal_()
+    J = torch.cat([x[:, None], torch.eye(9)], 1)
+    prec = J.T @ J / SIGMA**2 + torch.diag(torch.tensor([1.0] + [0.25] * 9))
+    assert torch.allclose(guide.laplace_approximation(x, y).precision, prec, rtol=1e-12)
