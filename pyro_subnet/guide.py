@@ -15,7 +15,7 @@ from torch import nn
 
 from . import batching, curvature, prior
 from . import selection as choose
-from .posterior import SubnetworkLaplacePosterior
+from .posterior import SubnetworkLaplacePosterior, normal_quantiles
 
 
 class SubnetworkLaplace(AutoContinuous):
@@ -91,7 +91,8 @@ class SubnetworkLaplace(AutoContinuous):
             raise ValueError(f'selection="{selection}" needs a subnetwork_size (a count or a fraction of D)')
         if variance not in choose.VARIANCES:
             raise ValueError(f"variance must be one of {choose.VARIANCES}, got {variance!r}")
-        if not (prior_scale == "subnet" or (isinstance(prior_scale, (int, float)) and prior_scale > 0)):
+        if not (prior_scale == "subnet" or (isinstance(prior_scale, (int, float)) and not isinstance(prior_scale, bool)
+                                            and prior_scale > 0)):
             raise ValueError(f'prior_scale must be a positive number or "subnet", got {prior_scale!r}')
         if not (isinstance(chunk_size, int) and chunk_size >= 1):
             raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
@@ -139,6 +140,10 @@ class SubnetworkLaplace(AutoContinuous):
 
     def _loc_scale(self, *args, **kwargs):
         return self.loc, torch.zeros_like(self.loc)
+
+    def quantiles(self, quantiles, *args, **kwargs):
+        """The MAP at every level (a point mass), per latent site in constrained space."""
+        return normal_quantiles(self, quantiles)
 
     def predict(self, *args, **kwargs):
         """Not available on the MAP guide: the predictive belongs to the posterior."""

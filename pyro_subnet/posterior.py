@@ -43,15 +43,15 @@ class SubnetworkNormal(TorchDistribution):
     support = constraints.real_vector
     has_rsample = True
 
-    def __init__(self, loc, idx, precision_tril, validate_args=None):
+    def __init__(self, loc, idx, precision_tril, batch_shape=torch.Size(), validate_args=None):
         self.loc, self.idx, self.precision_tril = loc, idx, precision_tril
-        super().__init__(torch.Size(), loc.shape[-1:], validate_args=validate_args)
+        super().__init__(torch.Size(batch_shape), loc.shape[-1:], validate_args=validate_args)
 
     def rsample(self, sample_shape=torch.Size()):
-        eps = torch.randn(tuple(sample_shape) + (len(self.idx), 1), dtype=self.loc.dtype, device=self.loc.device)
+        shape = self._extended_shape(sample_shape)
+        eps = torch.randn(shape[:-1] + (len(self.idx), 1), dtype=self.loc.dtype, device=self.loc.device)
         dz = torch.linalg.solve_triangular(self.precision_tril.mT, eps, upper=True).squeeze(-1)
-        z = self.loc.expand(tuple(sample_shape) + self.loc.shape)
-        return z.index_copy(-1, self.idx, self.loc[self.idx] + dz)
+        return self.loc.expand(shape).index_copy(-1, self.idx, self.loc[self.idx] + dz)
 
     def log_prob(self, value):
         r = (value[..., self.idx] - self.loc[self.idx]).unsqueeze(-1)
@@ -60,9 +60,8 @@ class SubnetworkNormal(TorchDistribution):
         return -0.5 * w.pow(2).sum(-1) + logdet - 0.5 * len(self.idx) * math.log(2 * math.pi)
 
     def expand(self, batch_shape, _instance=None):
-        if tuple(batch_shape) != ():
-            raise NotImplementedError("SubnetworkNormal has no batch dimensions")
-        return self
+        """Independent copies (``Predictive(..., parallel=True)`` draws in a plate)."""
+        return SubnetworkNormal(self.loc, self.idx, self.precision_tril, batch_shape)
 
 
 class SubnetworkLaplacePosterior(AutoContinuous):
@@ -124,19 +123,9 @@ class SubnetworkLaplacePosterior(AutoContinuous):
         scale[self.subnetwork_indices] = self.covariance.diagonal().sqrt()
         return self.loc, scale
 
-    @torch.no_grad()
     def quantiles(self, quantiles, *args, **kwargs):
         """Marginal posterior quantiles of each latent site (constrained space)."""
-        loc, scale = self._loc_scale()
-        q = torch.as_tensor(quantiles, dtype=loc.dtype)
-        if ((q <= 0) | (q >= 1)).any():
-            raise ValueError(f"quantiles must lie strictly between 0 and 1, got {quantiles}")
-        z = torch.distributions.Normal(0.0, 1.0).icdf(q).to(loc.dtype)
-        result = {}
-        for latent in loc + scale * z[:, None]:
-            for site, uv in self._unpack_latent(latent):
-                result.setdefault(site["name"], []).append(biject_to(site["fn"].support)(uv))
-        return {k: torch.stack(v) for k, v in result.items()}
+        return normal_quantiles(self, quantiles)
 
     def _jacobian(self, args, kwargs):
         """MAP natural parameters and their Jacobians w.r.t. the S coordinates, per site."""
@@ -215,3 +204,21 @@ class SubnetworkLaplacePosterior(AutoContinuous):
             dz = torch.linalg.solve_triangular(C.mT, eps, upper=True).squeeze(-1)
             out[name] = spec.mixture(eta + torch.einsum("nks,ms->mnk", J, dz))
         return out
+
+
+@torch.no_grad()
+def normal_quantiles(guide, quantiles):
+    """
+    Quantiles of each latent site of an :class:`AutoContinuous` guide whose marginals are
+    Normal in unconstrained space, ``guide._loc_scale()``, zero scales (point masses) allowed.
+    """
+    loc, scale = guide._loc_scale()
+    q = torch.as_tensor(quantiles, dtype=loc.dtype)
+    if ((q <= 0) | (q >= 1)).any():
+        raise ValueError(f"quantiles must lie strictly between 0 and 1, got {quantiles}")
+    z = torch.distributions.Normal(0.0, 1.0).icdf(q).to(loc.dtype)
+    result = {}
+    for latent in loc + scale * z[:, None]:
+        for site, uv in guide._unpack_latent(latent):
+            result.setdefault(site["name"], []).append(biject_to(site["fn"].support)(uv))
+    return {k: torch.stack(v) for k, v in result.items()}

@@ -3,6 +3,8 @@ log_prob is the multivariate normal density; plus median, quantiles and Predicti
 
 import math
 
+import pyro
+import pyro.distributions as dist
 import pytest
 import torch
 from pyro.infer import Predictive
@@ -68,3 +70,24 @@ def test_median_quantiles_and_predictive(fitted):
     fixed = torch.ones(10, dtype=torch.bool)
     fixed[in_w1] = False
     assert torch.equal(W1[:, fixed], post.loc[:10][fixed].expand(7, -1))
+
+
+def vector_model(x, y=None):
+    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal((w.unsqueeze(-2) * x).sum(-1), 0.5), obs=y)
+
+
+def test_parallel_predictive_and_map_guide_quantiles():
+    x, y = torch.randn(6, 2), torch.randn(6)
+    guide = SubnetworkLaplace(vector_model, subnetwork_size=1)
+    guide(x, y)
+    q = guide.quantiles([0.1, 0.9])  # the MAP guide is a point mass
+    assert torch.equal(q["w"][0], guide.median()["w"]) and torch.equal(q["w"][1], guide.median()["w"])
+    post = guide.laplace_approximation(x, y)
+    s = Predictive(vector_model, guide=post, num_samples=5000, parallel=True)(x)
+    w = s["w"].reshape(5000, 2)
+    i = int(post.subnetwork_indices)
+    assert torch.equal(w[:, 1 - i], post.loc[1 - i].expand(5000))
+    assert abs(w[:, i].var() / post.covariance[0, 0] - 1) < 5 * (2 / 5000) ** 0.5
+    assert s["obs"].shape == (5000, 6)
