@@ -152,8 +152,9 @@ def swag_variance(latent, u_hat, batches, lr=1e-3, num_steps=500, batch_fraction
             n_total += n
         if num_obs is None:
             num_obs = max(1, n_total * len(batches))
-        # each call stands for 1/len(batches) of the data set
-        loss = -(latent.log_prior(tr, logdet) + lik * len(batches)) / num_obs
+        # each call stands for 1/len(batches) of the data set, its factor terms too
+        lik = lik + latent.log_prior(tr, logdet, prior=False)
+        loss = -(latent.log_prior(tr, logdet, factors=False) + lik * len(batches)) / num_obs
         (g,) = torch.autograd.grad(loss, u)
         if not torch.isfinite(g).all():
             raise ValueError(
