@@ -52,14 +52,18 @@ def test_torchrun_two_ranks_match_one_process():
     assert "world size 2 (torchrun, backend gloo)" in two
     assert "world size 1 (one process" in one
     assert "latent dimension 4929" in two
-    # Each rank reports its own contiguous block of the 4-rung geometric ladder 1 ... 3.
+    # Each rank reports its own contiguous block of the 8-rung geometric ladder 1 ... 1.5.
     blocks = re.findall(r"^rank (\d) \(.*\) rungs (\d)\.\.(\d): temperatures (.*)$", two, re.M)
-    assert [b[:3] for b in blocks] == [("0", "0", "1"), ("1", "2", "3")]
+    assert [b[:3] for b in blocks] == [("0", "0", "3"), ("1", "4", "7")]
     temps = [float(t) for b in blocks for t in b[3].split(", ")]
-    assert temps == pytest.approx([3.0 ** (k / 3) for k in range(4)], rel=1e-2)
-    for key in ("swap acceptance per pair: 1<->1.44", "round trips: ", "x_test[4]",
+    assert temps == pytest.approx([1.5 ** (k / 7) for k in range(8)], rel=1e-2)
+    for key in ("swap acceptance per pair: 1<->1.06", "round trips: ", "x_test[4]",
                 "95% f [", "R-hat", "ESS", "cold log-likelihood", "cold-chain checksum"):
         assert key in two, key
+    # Swaps across the rank boundary (rungs 3 <-> 4) were accepted: states crossed processes.
+    swap_line = next(line for line in two.splitlines() if line.startswith("swap acceptance"))
+    rates = [float(r) for r in re.findall(r": (\d\.\d+)", swap_line)]
+    assert len(rates) == 7 and rates[3] > 0
     # Printed by rank 0 only.
     assert two.count("cold-chain checksum") == 1
 
