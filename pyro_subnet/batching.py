@@ -81,10 +81,11 @@ def split_is_exact(trace_fn, observed, call, parts, size, points):
     """
     Whether the chunks ``parts`` of ``call`` give each element of every observed site the log
     density that the whole call gives it, at each latent vector of ``points`` (to 1e-5 of the
-    largest). Used so that models whose data points interact are never split.
+    largest). Used so that models whose data points interact are never split, nor models with a
+    ``pyro.factor`` outside the data plate (each chunk would add it once more).
 
     :param callable trace_fn: ``(u, args, kwargs) -> trace`` of the model with latents at ``u``.
-    :param list observed: observed site names.
+    :param list observed: observed and factor site names.
     :param call: the whole ``(args, kwargs)``; ``parts``: its chunks along the data plate of ``size``.
     """
     for u in points:

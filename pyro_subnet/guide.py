@@ -203,7 +203,7 @@ class SubnetworkLaplace(AutoContinuous):
             sizes = batching.data_plate_sizes(trace_fn(u_hat, args, kwargs), self._observed)
             n = batching.splittable_size(args, kwargs, sizes)
             parts = None if n is None or n <= self.chunk_size else batching.split_call(args, kwargs, n, self.chunk_size)
-            if parts and batching.split_is_exact(trace_fn, self._observed, (args, kwargs), parts, n, points):
+            if parts and batching.split_is_exact(trace_fn, self._observed + self._factors, (args, kwargs), parts, n, points):
                 out.extend(parts)
             else:
                 out.append((args, kwargs))

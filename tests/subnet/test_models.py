@@ -148,3 +148,29 @@ def test_local_latents_in_the_data_plate():
     J = torch.cat([x[:, None], torch.eye(9)], 1)
     prec = J.T @ J / SIGMA**2 + torch.diag(torch.tensor([1.0] + [0.25] * 9))
     assert torch.allclose(guide.laplace_approximation(x, y).precision, prec, rtol=1e-12)
+
+
+def factor_model(x, y=None, local=False):
+    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(x @ w, SIGMA), obs=y)
+        if local:  # a per-data-point factor: chunks add up to the whole
+            pyro.factor("local", -(x @ w) ** 4 / 12)
+    if not local:  # a global factor: a chunk must not add it once more
+        pyro.factor("penalty", -2.0 * (w**4).sum())
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_factor_sites_counted_once(local):
+    x, y = torch.randn(10, 2), torch.randn(10)
+    guide = SubnetworkLaplace(factor_model, 1.0, chunk_size=3)
+    guide(x, y, local=local)
+    with torch.no_grad():
+        guide.loc.copy_(torch.tensor([0.5, -1.0]))
+    u = guide.loc.detach()
+    latent = curvature.LatentModel(guide, factor_model, guide._observed, guide._factors, {})
+    assert len(guide._chunks(latent, u, [((x, y), {"local": local})])) == (4 if local else 1)
+    f = x @ u
+    hess = (x.T @ (x * f[:, None] ** 2)) if local else torch.diag(24 * u**2)
+    exact = x.T @ x / SIGMA**2 + torch.eye(2) + hess
+    assert torch.allclose(guide.laplace_approximation(x, y, local=local).precision, exact, rtol=1e-12)
