@@ -165,7 +165,8 @@ class SubnetworkLaplace(AutoContinuous):
         r"""
         As :meth:`laplace_approximation`, for data given as a re-iterable of ``(args, kwargs)``
         minibatches that together make up the data set (their contributions add up; the model
-        should not rescale them by subsampling plates).
+        should not rescale them by subsampling plates). The prior is read from the first
+        minibatch; ``pyro.factor`` terms, as likelihood terms, add up over all of them.
         """
         batches = batching.as_batches(batches)
         if self.prototype_trace is None:
