@@ -190,9 +190,11 @@ class Explorer:
             self.kernel.setup(warmup_steps)
 
     def step(self, z):
-        """One local move from ``z``: the new state, and None (its ll is not known here)."""
+        """One local move from ``z``: the new state and its ll if the potential saw it."""
         with self.stream:
-            return self.kernel.sample(z), None
+            z = self.kernel.sample(z)
+        known = getattr(getattr(self.kernel, "potential_fn", None), "known_log_likelihood", None)
+        return z, known(z) if known is not None else None
 
     def replace_state(self):
         """Forget the cached state (and its potential and gradient) after a swap."""
