@@ -41,7 +41,6 @@ import hashlib
 import os
 import socket
 
-import numpy as np
 import torch
 import torch.distributed as tdist
 import torch.nn as nn
