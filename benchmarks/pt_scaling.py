@@ -173,7 +173,7 @@ def timed_run(args, temperatures, device):
         "sent_per_iter": per_iter("sent"),
         "received_per_iter": per_iter("received"),
         "explorers_per_iter": kernel.timings["explorers"] / (args.warmup + args.iters),
-        "calls_per_iter": model.calls / (args.warmup + args.iters) / len(kernel._rungs.states),
+        "calls_per_iter": model.calls / (args.warmup + args.iters) / len(kernel.local_temperatures),
         "accepted_swaps": int(swaps.nan_to_num(0).sum()),
         "num_latent": sum(v.numel() for v in init.values()),
     }

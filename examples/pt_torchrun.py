@@ -180,10 +180,6 @@ def main(argv=None):
 def run(args, rank, world_size, device):
     say = print if rank == 0 else (lambda *a, **k: None)
     pyro.set_rng_seed(args.seed)  # the same on every rank: the swap stream is shared
-    # A diverging leapfrog trajectory can reach NaN weights while the likelihood's parameters
-    # stay valid; with validation on, the prior's log_prob then raises instead of the point
-    # being rejected (pyro_pt.tempering.ModelSplit.log_densities guards only the model trace).
-    pyro.enable_validation(False)
     x, y, x_test, y_test = (t.to(device) for t in make_data(args.num_data, args.num_test))
     model = BayesianMLP(device=device)
     if args.explorer == "hmc":
@@ -206,7 +202,7 @@ def run(args, rank, world_size, device):
     mcmc.run(x, y)
 
     # Which rungs each rank holds, reported by the ranks themselves.
-    start, stop = kernel._rungs.blocks[rank]
+    start, stop = kernel.rung_blocks[rank]
     mine = (rank, socket.gethostname(), str(device), start, stop)
     views = [mine]
     if tdist.is_initialized():

@@ -8,6 +8,7 @@ latent state crosses processes only when a swap across a block boundary is accep
 """
 
 import datetime
+import os
 
 import torch
 
@@ -73,7 +74,11 @@ class TorchComm:
         self.rank = dist.get_rank(process_group)
         self.world_size = dist.get_world_size(process_group)
         if dist.get_backend(process_group) == "nccl":
-            self.device = torch.device("cuda", torch.cuda.current_device())
+            # torchrun's LOCAL_RANK names the GPU, whether or not the script set_device'd it.
+            local = os.environ.get("LOCAL_RANK")
+            index = int(local) if local is not None else torch.cuda.current_device()
+            self.device = torch.device("cuda", index)
+            torch.cuda.set_device(self.device)
         else:
             self.device = torch.device("cpu")
         # Heartbeats in the rendezvous store: after a failed collective, the ranks whose count

@@ -158,6 +158,16 @@ class ParallelTempering(MCMCKernel):
     def num_replicas(self):
         return len(self._temperatures)
 
+    @property
+    def rung_blocks(self):
+        """``[(start, stop), ...]``: the rungs each rank holds (after setup)."""
+        return list(self._rungs.blocks) if self._rungs else None
+
+    @property
+    def local_temperatures(self):
+        """The temperatures of the rungs this process runs (after setup)."""
+        return [self._temperatures[k] for k in self._rungs.rungs] if self._rungs else None
+
     # ----- MCMCKernel protocol -----
 
     @property

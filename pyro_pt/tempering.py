@@ -122,13 +122,14 @@ class ModelSplit:
         conditioned = poutine.condition(self.model, data=constrained)
         try:
             trace = poutine.trace(conditioned).get_trace(*self.model_args, **self.model_kwargs)
+            return self._split_trace(trace, z, constrained)
         except ValueError as error:
-            # With validation on, a NaN parameter raises; it is a rejected point, not a crash.
+            # With validation on, a NaN parameter or latent raises (in the model or in a
+            # log_prob); it is a rejected point, not a crash.
             if not _is_invalid_value_error(error):
                 raise
             nan = sum(v.sum() for v in z.values()) * math.nan  # keeps autograd connected
             return nan, nan
-        return self._split_trace(trace, z, constrained)
 
     def sample_prior(self):
         """

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -115,3 +117,17 @@ def test_bad_models_are_named():
     split = ModelSplit(improper, init_strategy=init_to_value(values={"mu": torch.tensor(0.0)}))
     with pytest.raises(ValueError, match="'mu' has an improper prior"):
         split.check_proper_prior()
+
+
+def test_nan_latent_with_validation_is_a_nan_density_not_an_error():
+    def model(y):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+        pyro.sample("y", dist.Normal(w[1], 1.0), obs=y)
+
+    split = ModelSplit(model, (torch.tensor(0.0),))
+    z = {"w": torch.tensor([math.nan, 0.0], requires_grad=True)}
+    with pyro.validation_enabled(True):
+        lp, ll = split.log_densities(z)
+    assert math.isnan(float(lp)) and math.isnan(float(ll))
+    (grad,) = torch.autograd.grad(lp, [z["w"]])  # still differentiable: HMC rejects, no crash
+    assert torch.isnan(grad).all()
