@@ -7,8 +7,8 @@ latent state crosses processes only when a swap across a block boundary is accep
 (point-to-point), and the cold state is broadcast so every rank records the same chain.
 """
 
-import datetime
 import os
+import time
 
 import torch
 
@@ -81,35 +81,30 @@ class TorchComm:
             torch.cuda.set_device(self.device)
         else:
             self.device = torch.device("cpu")
-        # Heartbeats in the rendezvous store: after a failed collective, the ranks whose count
-        # lags behind are the ones that stopped.
+        # After a failed collective, every surviving rank signs in at the rendezvous store;
+        # the ranks that never sign in are the lost ones. Nothing is written while all is well.
         try:
             self._store = dist.distributed_c10d._get_default_store()
         except (RuntimeError, AttributeError, ValueError):
             self._store = None
-        self._beats = 0
         ranks = "world" if process_group is None else dist.get_process_group_ranks(process_group)
-        self._key_prefix = f"pyro_pt/heartbeat/{ranks}/"
-        self.heartbeat()
+        self._key_prefix = f"pyro_pt/failed/{ranks}/"
 
-    def _key(self, rank):
-        return self._key_prefix + str(rank)
-
-    def heartbeat(self):
-        """Count one more collective reached by this rank (called before each all-gather)."""
-        self._beats += 1
-        if self._store is not None:
-            self._store.set(self._key(self.rank), str(self._beats))
-
-    def _lost_ranks(self):
+    def _lost_ranks(self, wait=5.0):
+        """Ranks that did not sign in within ``wait`` seconds; None if the store is gone."""
         if self._store is None:
             return None
         try:
-            self._store.set_timeout(datetime.timedelta(seconds=5))
-            beats = [int(self._store.get(self._key(r))) for r in range(self.world_size)]
+            self._store.set(self._key_prefix + str(self.rank), "1")
+            deadline = time.monotonic() + wait
+            while True:
+                missing = [r for r in range(self.world_size)
+                           if not self._store.check([self._key_prefix + str(r)])]
+                if not missing or time.monotonic() > deadline:
+                    return missing
+                time.sleep(0.05)
         except (RuntimeError, ValueError):
             return None  # the store itself is gone: its host died
-        return [r for r, b in enumerate(beats) if b < max(beats)]
 
     def _run(self, what, fn, *args, **kwargs):
         try:
@@ -117,11 +112,11 @@ class TorchComm:
         except (RuntimeError, ValueError) as error:
             lost = self._lost_ranks()
             if lost:
-                who = f"lost rank(s) {lost}: they stopped before this collective"
+                who = f"lost rank(s) {lost}: they stopped responding"
             elif lost is None:
                 who = "the rendezvous store is unreachable, so its host (usually rank 0) is lost"
             else:
-                who = "another rank has died or diverged"
+                who = "every rank is alive, so they have diverged (different models or calls?)"
             raise RuntimeError(
                 f"pyro_pt: {what} failed on rank {self.rank} of {self.world_size}; {who}. "
                 f"Backend error: {error}"
@@ -129,7 +124,6 @@ class TorchComm:
 
     def all_gather_floats(self, values, block_sizes):
         """Every rank's list of floats (blocks of the given sizes), concatenated in rank order."""
-        self.heartbeat()
         width = max(block_sizes)
         mine = torch.zeros(width, dtype=torch.float64, device=self.device)
         mine[: len(values)] = torch.tensor(values, dtype=torch.float64)
