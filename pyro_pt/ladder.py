@@ -5,6 +5,8 @@ Pure: no Pyro inference machinery. Temperatures are listed cold first, ``T_0 = 1
 
 import math
 
+from .stats import cumulative_barrier
+
 
 def geometric_ladder(num_replicas, max_temperature):
     r"""
@@ -68,3 +70,35 @@ def validate_temperatures(temperatures):
 def inverse_temperatures(temperatures):
     """beta = 1 / T for each rung; ``inf`` maps to exactly 0."""
     return [0.0 if math.isinf(t) else 1.0 / t for t in temperatures]
+
+
+def equal_barrier_betas(betas, rejection_rates):
+    r"""
+    A new ladder with the same end points whose rungs sit at equal increments of the estimated
+    cumulative barrier :math:`\Lambda(\beta)` (Syed et al. 2021, Sec. 5.1), so that every
+    adjacent pair is expected to reject equally often.
+
+    :math:`\Lambda` is known at the current rungs (the running sum of the pairs' rejection
+    rates) and interpolated linearly in between: monotone, as the barrier is. Pairs that never
+    reject contribute nothing; if no pair rejects the ladder is returned unchanged.
+
+    :param list betas: current inverse temperatures, cold (1.0) first, decreasing.
+    :param list rejection_rates: rejection rate of each adjacent pair.
+    :returns: list of K betas, ``[betas[0], ..., betas[-1]]``, decreasing.
+    """
+    cumulative = cumulative_barrier(rejection_rates)
+    total = cumulative[-1]
+    num = len(betas)
+    if total <= 0.0 or num < 3:
+        return list(betas)
+    new = [betas[0]]
+    segment = 0
+    for k in range(1, num - 1):
+        target = total * k / (num - 1)
+        while cumulative[segment + 1] < target:
+            segment += 1
+        lo, hi = cumulative[segment], cumulative[segment + 1]
+        frac = (target - lo) / (hi - lo)
+        new.append(betas[segment] + frac * (betas[segment + 1] - betas[segment]))
+    new.append(betas[-1])
+    return new

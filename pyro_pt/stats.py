@@ -6,6 +6,8 @@ takes; tests feed them synthetic decisions (e.g. a constant acceptance probabili
 
 import math
 
+import torch
+
 
 class IndexProcess:
     """
@@ -86,3 +88,48 @@ class SwapStatistics:
     def mean_acceptance(self):
         rates = [a for a in self.acceptance() if not math.isnan(a)]
         return sum(rates) / len(rates) if rates else math.nan
+
+
+def cumulative_barrier(rejection_rates):
+    r"""
+    The cumulative communication barrier at each rung, :math:`\Lambda(\beta_k) = \sum_{i<k} r_i`
+    (Syed et al. 2021, Thm. 2: the rejection rate of a pair approximates the barrier between
+    its two betas). Rungs are listed cold first, so the barrier grows towards the hot end;
+    the last entry is the global barrier :math:`\Lambda`.
+
+    :param list rejection_rates: ``r_i`` of each adjacent pair, cold first.
+    :returns: list of K cumulative barriers, starting at 0.
+    """
+    out = [0.0]
+    for r in rejection_rates:
+        out.append(out[-1] + min(max(float(r), 0.0), 1.0))
+    return out
+
+
+def stepping_stone(betas, log_likelihoods):
+    r"""
+    Stepping-stone estimate of :math:`\log Z(\beta_0) - \log Z(\beta_{K-1})` along the ladder,
+    :math:`Z(\beta) = \int p(z) L(z)^\beta dz`, averaging the forward estimator (draws of the
+    hotter rung of each pair) and the reverse one (draws of the colder rung):
+
+    .. math::
+
+        \log\frac{Z(\beta_i)}{Z(\beta_{i+1})} \approx
+        \log \overline{e^{\Delta_i\, ll}}^{\,(i+1)} \quad\text{or}\quad
+        -\log \overline{e^{-\Delta_i\, ll}}^{\,(i)}, \qquad \Delta_i = \beta_i - \beta_{i+1}.
+
+    With :math:`\beta_{K-1} = 0` and a proper prior, :math:`Z(0) = 1` and the estimate is the
+    model evidence :math:`\log p(y)`.
+
+    :param list betas: inverse temperatures, cold first, decreasing.
+    :param torch.Tensor log_likelihoods: ``(num_draws, K)``: ll of each rung's state per draw.
+    :returns: ``(estimate, forward, reverse)`` as floats.
+    """
+    ll = torch.as_tensor(log_likelihoods, dtype=torch.float64)
+    n = ll.shape[0]
+    forward = reverse = 0.0
+    for i in range(len(betas) - 1):
+        delta = betas[i] - betas[i + 1]
+        forward += float(torch.logsumexp(delta * ll[:, i + 1], 0) - math.log(n))
+        reverse -= float(torch.logsumexp(-delta * ll[:, i], 0) - math.log(n))
+    return 0.5 * (forward + reverse), forward, reverse
