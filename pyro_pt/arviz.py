@@ -15,8 +15,9 @@ def to_inference_data(mcmc, **kwargs):
     - ``tempered_log_likelihood`` (chain, draw, temperature): ll of the state at each rung;
     - ``swap_accepted`` (chain, draw, swap_pair): 1 accepted, 0 refused, NaN not attempted;
 
-    with the temperatures (and ``beta``) as coordinates, and per-chain swap acceptance and
-    round trips as attributes. It round-trips through netCDF.
+    with the temperatures (and ``beta``) as coordinates, and per-chain swap acceptance, round
+    trips, global barrier, recommended replicas and stepping-stone ``log_Z`` (with
+    ``log_Z_meaning``) as attributes. It round-trips through netCDF.
 
     :param mcmc: a :class:`~pyro.infer.MCMC` that has run a ``ParallelTempering`` kernel.
     :param kwargs: passed to :func:`arviz.from_pyro` (``coords``, ``dims``, ...).
@@ -61,6 +62,10 @@ def to_inference_data(mcmc, **kwargs):
     stats.attrs["round_trips"] = np.asarray(
         [diagnostics["round_trips"][c] for c in chains], dtype=np.int64
     )
+    for key, dtype in (("barrier", np.float64), ("log_Z", np.float64),
+                       ("recommended_replicas", np.int64)):
+        stats.attrs[key] = np.asarray([diagnostics[key][c] for c in chains], dtype=dtype)
+    stats.attrs["log_Z_meaning"] = diagnostics["log_Z_meaning"][chains[0]]
     stats.attrs["tempering"] = "likelihood-only (pyro_pt.ParallelTempering)"
     idata.sample_stats = stats
     return idata

@@ -180,9 +180,15 @@ class Explorer:
     :param RandomStream stream: the rung's random stream.
     """
 
-    def __init__(self, kernel, stream):
+    def __init__(self, kernel, stream, potential=None):
         self.kernel = kernel
         self.stream = stream
+        self.potential = potential
+
+    def set_beta(self, beta):
+        """Move the rung to a new inverse temperature (ladder adaptation, during warmup)."""
+        self.potential.beta = beta
+        self.replace_state()  # the cached potential and gradient were for the old beta
 
     def setup(self, z, warmup_steps):
         with self.stream:
@@ -233,6 +239,10 @@ class PriorExplorer:
 
     def replace_state(self):
         pass
+
+    def set_beta(self, beta):
+        if beta != 0.0:
+            raise ValueError("the prior rung stays at beta = 0")
 
     def diagnostics(self):
         return {"divergences": [], "acceptance rate": 1.0}

@@ -12,9 +12,15 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from .comm import make_comm
 from .explorers import EXPLORERS, Explorer, PriorExplorer, RandomStream, make_kernel
-from .ladder import geometric_ladder, inverse_temperatures, validate_temperatures
+from .ladder import (
+    adaptation_round_ends,
+    equal_barrier_betas,
+    geometric_ladder,
+    inverse_temperatures,
+    validate_temperatures,
+)
 from .replicas import RungBlock
-from .stats import IndexProcess, SwapStatistics
+from .stats import IndexProcess, SwapStatistics, ladder_statistics
 from .swap import SWAP_SCHEMES, swap_round
 from .tempering import ModelSplit, TemperedPotential
 
@@ -73,7 +79,10 @@ class ParallelTempering(MCMCKernel):
     :param str swap_scheme: ``"deo"`` (deterministic even-odd, non-reversible, default),
         ``"seo"`` (stochastic even-odd) or ``"sequential"`` (every pair, cold to hot).
     :param int swap_interval: scans between swap rounds (default 1).
-    :param bool adapt_temperatures: must be ``False`` for now (ladder adaptation is planned).
+    :param bool adapt_temperatures: re-place the rungs during warmup, after rounds of doubling
+        length, at equal increments of the estimated communication barrier (Syed et al.
+        2021); the cold rung and the hottest stay fixed, and the ladder is frozen within each
+        round and for the whole sampling phase. The ladder given is the starting point.
     :param callable init_strategy: per-site initialization, as for Pyro's NUTS; every rung
         starts from its own draw (default :func:`~pyro.infer.autoguide.init_to_uniform`).
     :param dict transforms: optional site -> transform to unconstrained space.
@@ -123,11 +132,8 @@ class ParallelTempering(MCMCKernel):
             raise TypeError(f"swap_interval must be a positive int, got {swap_interval!r}")
         if swap_interval < 1:
             raise ValueError(f"swap_interval must be at least 1, got {swap_interval}")
-        if adapt_temperatures:
-            raise NotImplementedError(
-                "adapt_temperatures=True is not implemented yet; pass adapt_temperatures=False "
-                "and a ladder (num_replicas/max_temperature or temperatures)"
-            )
+        self.adapt_temperatures = bool(adapt_temperatures)
+        self._initial_temperatures = list(self._temperatures)
         self.model = model
         self.explorer = explorer
         self.explorer_kwargs = dict(explorer_kwargs or {})
@@ -208,6 +214,9 @@ class ParallelTempering(MCMCKernel):
         self._warmup_steps = warmup_steps
         self._t = 0
         self._round = 0
+        self._temperatures = list(self._initial_temperatures)
+        self._round_ends = set(adaptation_round_ends(warmup_steps)) if self.adapt_temperatures else set()
+        self.adaptation_history = []
         num = self.num_replicas
         comm = make_comm(self.process_group)
         if comm.world_size > 1 and _inside_multichain_mcmc():
@@ -234,7 +243,9 @@ class ParallelTempering(MCMCKernel):
         self._initial_params = dict(self._cold)
         self._index = IndexProcess(num)
         self._swap_stats = SwapStatistics(num - 1)
+        self._round_stats = SwapStatistics(num - 1)
         self._record_ll, self._record_swaps = [], []
+        self._sampling_rounds = 0
         # Wall-clock seconds in sample(): all of it, and inside the explorers' own moves.
         self.timings = {"explorers": 0.0, "total": 0.0}
 
@@ -261,7 +272,7 @@ class ParallelTempering(MCMCKernel):
                 f"explorer_kwargs {self.explorer_kwargs} were not accepted by explorer "
                 f"{self.explorer!r}: {e}"
             ) from e
-        explorer = Explorer(kernel, stream)
+        explorer = Explorer(kernel, stream, potential)
         if self._user_initial_params is not None:
             z = {name: v.detach().clone() for name, v in self._user_initial_params.items()}
         else:
@@ -294,6 +305,8 @@ class ParallelTempering(MCMCKernel):
             swaps = self._swap_round()
         self._cold = rungs.cold_state()
         self._t += 1
+        if self._t in self._round_ends:
+            self._adapt_ladder()
         if self._t == self._warmup_steps:
             # Report swap statistics and round trips of the sampling phase only.
             self._swap_stats.reset()
@@ -301,6 +314,7 @@ class ParallelTempering(MCMCKernel):
         if self._t > self._warmup_steps:
             self._record_ll.append(list(self._ll))
             self._record_swaps.append(swaps)
+            self._sampling_rounds += (self._t % self.swap_interval) == 0
         end = time.perf_counter()
         self.timings["explorers"] += explored - start
         self.timings["total"] += end - start
@@ -317,6 +331,7 @@ class ParallelTempering(MCMCKernel):
         outcome = [math.nan] * (self.num_replicas - 1)
         for pair, accepted, prob in attempts:
             self._swap_stats.record(pair, accepted, prob)
+            self._round_stats.record(pair, accepted, prob)
             outcome[pair] = float(accepted)
             if accepted:
                 self._index.swap(pair)
@@ -326,6 +341,19 @@ class ParallelTempering(MCMCKernel):
         if origin != sorted(origin):
             self._rungs.permute(origin)
         return outcome
+
+    def _adapt_ladder(self):
+        """End of a warmup round: equalize the pairs' rejection rates (identically on all ranks)."""
+        rejections = [1.0 - a if not math.isnan(a) else 1.0 for a in self._round_stats.acceptance()]
+        betas = equal_barrier_betas(self.betas, rejections)
+        self.adaptation_history.append(
+            {"scans": self._t, "temperatures": self.temperatures, "rejection_rates": rejections,
+             "barrier": sum(rejections)}
+        )
+        self._temperatures = [math.inf if b == 0.0 else 1.0 / b for b in betas]
+        for k, explorer in zip(self._rungs.rungs, self._rungs.explorers):
+            explorer.set_beta(betas[k])
+        self._round_stats.reset()
 
     def logging(self):
         # The cold explorer lives on rank 0; other ranks log the (shared) swap statistics.
@@ -338,7 +366,13 @@ class ParallelTempering(MCMCKernel):
     def diagnostics(self):
         per_rung = self._rungs.diagnostics()
         num_pairs = self.num_replicas - 1
+        record_ll = torch.tensor(self._record_ll, dtype=torch.float64).reshape(
+            len(self._record_ll), self.num_replicas
+        )
+        summary = ladder_statistics(self.betas, self._swap_stats.acceptance(),
+                                    self._index.round_trips, self._sampling_rounds, record_ll)
         return {
+            **summary,
             "divergences": list(per_rung[0]["divergences"]),
             "acceptance rate": per_rung[0]["acceptance rate"],
             "temperatures": self.temperatures,
@@ -347,9 +381,7 @@ class ParallelTempering(MCMCKernel):
             "swap_acceptance": self._swap_stats.acceptance(),
             "round_trips": self._index.round_trips,
             "tempering_record": {
-                "log_likelihood": torch.tensor(self._record_ll, dtype=torch.float64).reshape(
-                    len(self._record_ll), self.num_replicas
-                ),
+                "log_likelihood": record_ll,
                 "swap_accepted": torch.tensor(self._record_swaps, dtype=torch.float64).reshape(
                     len(self._record_swaps), num_pairs
                 ),

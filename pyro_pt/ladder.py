@@ -102,3 +102,17 @@ def equal_barrier_betas(betas, rejection_rates):
         new.append(betas[segment] + frac * (betas[segment + 1] - betas[segment]))
     new.append(betas[-1])
     return new
+
+
+def adaptation_round_ends(warmup_steps, first_round=4):
+    """
+    The scans after which round-based warmup re-places the ladder: rounds of doubling length
+    (``first_round``, twice that, ...) that end strictly before the warmup does, so the
+    explorers still have warmup left to settle on the final ladder.
+    """
+    ends, end, length = [], 0, first_round
+    while end + length < warmup_steps:
+        end += length
+        ends.append(end)
+        length *= 2
+    return ends

@@ -133,3 +133,44 @@ def stepping_stone(betas, log_likelihoods):
         forward += float(torch.logsumexp(delta * ll[:, i + 1], 0) - math.log(n))
         reverse -= float(torch.logsumexp(-delta * ll[:, i], 0) - math.log(n))
     return 0.5 * (forward + reverse), forward, reverse
+
+
+def ladder_statistics(betas, acceptance, round_trips, num_rounds, log_likelihoods):
+    """
+    Summary of a tempered run's sampling phase: rejection rates, the global barrier and the
+    replicas it calls for (about 2 Lambda, Syed et al. 2021), observed against theoretical
+    round-trip rates, and the stepping-stone log Z.
+
+    :param list betas: the (final) inverse temperatures, cold first.
+    :param list acceptance: mean swap acceptance probability per pair (NaN: never attempted).
+    :param int round_trips: round trips in the sampling phase.
+    :param int num_rounds: swap rounds in the sampling phase.
+    :param torch.Tensor log_likelihoods: ``(num_draws, K)`` record of ll per rung.
+    :returns: dict of floats (JSON-friendly).
+    """
+    rejections = [1.0 - a for a in acceptance]
+    known = [r for r in rejections if not math.isnan(r)]
+    barrier = sum(known)
+    out = {
+        "rejection_rates": rejections,
+        "barrier": barrier,
+        "local_barrier": [
+            (0.5 * (b0 + b1), r / (b0 - b1))
+            for b0, b1, r in zip(betas, betas[1:], rejections)
+        ],
+        "recommended_replicas": max(2, math.ceil(2 * barrier)),
+        "round_trip_rate": round_trips / num_rounds if num_rounds else math.nan,
+        "theoretical_round_trip_rate": theoretical_round_trip_rate(known)
+        if len(known) == len(rejections) and known else math.nan,
+    }
+    ll = torch.as_tensor(log_likelihoods, dtype=torch.float64)
+    if ll.shape[0] > 0 and len(betas) > 1:
+        estimate, forward, reverse = stepping_stone(betas, ll)
+        out.update(log_Z=estimate, log_Z_forward=forward, log_Z_reverse=reverse)
+    else:
+        out.update(log_Z=math.nan, log_Z_forward=math.nan, log_Z_reverse=math.nan)
+    out["log_Z_meaning"] = (
+        "log evidence log p(y) (the hottest rung is the prior)" if betas[-1] == 0.0
+        else f"log Z(beta=1) - log Z(beta={betas[-1]:.4g}), relative to the hottest rung"
+    )
+    return out

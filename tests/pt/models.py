@@ -80,3 +80,24 @@ def constrained_model(y):
     with pyro.plate("data", y.shape[0]):
         pyro.sample("y", dist.Normal(loc, scale), obs=y)
     pyro.factor("penalty", -((frac - 0.3) ** 2))
+
+
+# ----- a 10-dimensional conjugate Gaussian with analytic evidence -----
+
+
+def gaussian_data(num_points=20, dim=10, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return 0.5 + torch.randn(num_points, dim, generator=generator, dtype=torch.float64)
+
+
+def gaussian_model(y):
+    z = pyro.sample("z", dist.Normal(torch.zeros(y.shape[1], dtype=y.dtype), 1.0).to_event(1))
+    with pyro.plate("data", y.shape[0]):
+        pyro.sample("y", dist.Normal(z, 1.0).to_event(1), obs=y)
+
+
+def gaussian_log_evidence(y):
+    """log p(y) of ``gaussian_model``: per dimension, y[:, j] ~ N(0, I + 1 1^T)."""
+    n = y.shape[0]
+    cov = torch.eye(n, dtype=y.dtype) + 1.0
+    return float(dist.MultivariateNormal(torch.zeros(n, dtype=y.dtype), cov).log_prob(y.T).sum())

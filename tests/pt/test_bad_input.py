@@ -28,7 +28,6 @@ from .models import linear_data, linear_model
         ({"swap_interval": 0}, ValueError, "swap_interval"),
         ({"swap_interval": 1.5}, TypeError, "swap_interval"),
         ({"explorer_kwargs": [1]}, TypeError, "explorer_kwargs"),
-        ({"adapt_temperatures": True}, NotImplementedError, "adapt_temperatures"),
     ],
 )
 def test_constructor_rejects_bad_arguments(kwargs, error, match):

@@ -124,6 +124,8 @@ def test_arviz_from_pyro_and_to_inference_data_round_trip(tmp_path, data):
     idata.to_netcdf(str(path))
     loaded = az.from_netcdf(str(path))
     assert loaded.sample_stats["swap_accepted"].shape == (2, 30, 2)
+    assert loaded.sample_stats.attrs["log_Z"].shape == (2,)
+    assert "relative to the hottest rung" in loaded.sample_stats.attrs["log_Z_meaning"]
     assert list(loaded.sample_stats.temperature.values) == pytest.approx([1.0, 2.0, 4.0])
     az.summary(loaded)
 
