@@ -37,6 +37,7 @@ def run_linear(kernel_kwargs, num_samples=20, warmup_steps=10, seed=0):
         "local_acceptance": diag["local_acceptance"]["chain 0"],
         "round_trips": diag["round_trips"]["chain 0"],
         "world_size": kernel._rungs.comm.world_size,
+        "temperatures": kernel.temperatures,
     }
 
 

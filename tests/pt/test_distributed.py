@@ -20,19 +20,24 @@ SEQUENTIAL = {"num_replicas": 4, "max_temperature": 20.0, "explorer": "nuts",
 DEO_PRIOR_RUNG = {"num_replicas": 5, "max_temperature": float("inf"), "explorer": "hmc",
                   "explorer_kwargs": {"num_steps": 2}}
 
+# Ladder adaptation after the first warmup round (scan 4): every rank must adapt identically.
+DEO_ADAPTED = {"num_replicas": 4, "max_temperature": 20.0, "explorer": "rwmh",
+               "adapt_temperatures": True}
+
 
 def assert_identical(a, b):
     assert torch.equal(a["w"], b["w"])
     assert torch.equal(a["swap_accepted"].nan_to_num(-1), b["swap_accepted"].nan_to_num(-1))
     assert torch.equal(a["log_likelihood"], b["log_likelihood"])
-    for key in ("swap_acceptance", "local_acceptance", "round_trips"):
+    for key in ("swap_acceptance", "local_acceptance", "round_trips", "temperatures"):
         assert a[key] == b[key], key
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "world_size, kernel, boundary_pairs",
-    [(2, SEQUENTIAL, [1]), (4, SEQUENTIAL, [0, 1, 2]), (2, DEO_PRIOR_RUNG, [2])],
+    [(2, SEQUENTIAL, [1]), (4, SEQUENTIAL, [0, 1, 2]), (2, DEO_PRIOR_RUNG, [2]),
+     (2, DEO_ADAPTED, [1])],
 )
 def test_world_sizes_give_bitwise_identical_chains(world_size, kernel, boundary_pairs, tmp_path):
     torch.set_num_threads(1)
