@@ -116,25 +116,39 @@ def make_kernel(explorer, potential_fn, explorer_kwargs):
     """The MCMC kernel of one rung for ``explorer`` (a name in :data:`EXPLORERS` or a callable)."""
     kwargs = dict(explorer_kwargs or {})
     if callable(explorer):
-        kernel = explorer(potential_fn, **kwargs)
-        if not isinstance(kernel, MCMCKernel):
-            raise TypeError(
-                "explorer callable must return a pyro.infer.mcmc.mcmc_kernel.MCMCKernel built "
-                f"from the potential_fn it is given, got {type(kernel).__name__}"
-            )
-        return kernel
-    if explorer == "nuts":
-        return NUTS(potential_fn=potential_fn, **kwargs)
-    if explorer == "hmc":
-        if kwargs.get("num_steps") is not None:
-            return FixedStepsHMC(potential_fn, **kwargs)
-        return HMC(potential_fn=potential_fn, **kwargs)
-    if explorer == "rwmh":
-        return RandomWalkMetropolis(potential_fn, **kwargs)
-    raise ValueError(
-        f"explorer must be one of {EXPLORERS} or a callable potential_fn -> MCMCKernel, "
-        f"got {explorer!r}"
-    )
+        build = explorer
+    elif explorer == "nuts":
+        build = lambda fn, **kw: NUTS(potential_fn=fn, **kw)  # noqa: E731
+    elif explorer == "hmc" and kwargs.get("num_steps") is not None:
+        build = FixedStepsHMC
+    elif explorer == "hmc":
+        build = lambda fn, **kw: HMC(potential_fn=fn, **kw)  # noqa: E731
+    elif explorer == "rwmh":
+        build = RandomWalkMetropolis
+    else:
+        raise ValueError(
+            f"explorer must be one of {EXPLORERS} or a callable potential_fn -> MCMCKernel, "
+            f"got {explorer!r}"
+        )
+    try:
+        kernel = build(potential_fn, **kwargs)
+    except TypeError as e:
+        raise TypeError(
+            f"explorer_kwargs {kwargs} were not accepted by explorer {explorer!r}: {e}"
+        ) from e
+    if not isinstance(kernel, MCMCKernel):
+        raise TypeError(
+            "explorer callable must return a pyro.infer.mcmc.mcmc_kernel.MCMCKernel built "
+            f"from the potential_fn it is given, got {type(kernel).__name__}"
+        )
+    if not callable(getattr(kernel, "clear_cache", None)):
+        raise TypeError(
+            f"explorer kernel {type(kernel).__name__} has no clear_cache(): ParallelTempering "
+            "must invalidate a rung's cached state when a swap replaces it; add a "
+            "clear_cache() method (Pyro's HMC and NUTS have one)"
+        )
+    return kernel
+
 
 
 class RandomStream:
@@ -204,13 +218,7 @@ class Explorer:
 
     def replace_state(self):
         """Forget the cached state (and its potential and gradient) after a swap."""
-        clear = getattr(self.kernel, "clear_cache", None)
-        if clear is None:
-            raise TypeError(
-                f"explorer kernel {type(self.kernel).__name__} has no clear_cache(); a kernel "
-                "that caches its state must let ParallelTempering invalidate it on swaps"
-            )
-        clear()
+        self.kernel.clear_cache()  # make_kernel checked that it exists
 
     def diagnostics(self):
         return self.kernel.diagnostics()

@@ -132,7 +132,9 @@ class ParallelTempering(MCMCKernel):
             raise TypeError(f"swap_interval must be a positive int, got {swap_interval!r}")
         if swap_interval < 1:
             raise ValueError(f"swap_interval must be at least 1, got {swap_interval}")
-        self.adapt_temperatures = bool(adapt_temperatures)
+        if not isinstance(adapt_temperatures, bool):
+            raise TypeError(f"adapt_temperatures must be True or False, got {adapt_temperatures!r}")
+        self.adapt_temperatures = adapt_temperatures
         self._initial_temperatures = list(self._temperatures)
         self.model = model
         self.explorer = explorer
@@ -215,7 +217,8 @@ class ParallelTempering(MCMCKernel):
         self._t = 0
         self._round = 0
         self._temperatures = list(self._initial_temperatures)
-        self._round_ends = set(adaptation_round_ends(warmup_steps)) if self.adapt_temperatures else set()
+        adapting = self.adapt_temperatures
+        self._round_ends = set(adaptation_round_ends(warmup_steps)) if adapting else set()
         self.adaptation_history = []
         num = self.num_replicas
         comm = make_comm(self.process_group)
@@ -265,13 +268,7 @@ class ParallelTempering(MCMCKernel):
             z, ll = explorer.step(None)
             return explorer, z, ll
         potential = TemperedPotential(split, beta)
-        try:
-            kernel = make_kernel(self.explorer, potential, self.explorer_kwargs)
-        except TypeError as e:
-            raise TypeError(
-                f"explorer_kwargs {self.explorer_kwargs} were not accepted by explorer "
-                f"{self.explorer!r}: {e}"
-            ) from e
+        kernel = make_kernel(self.explorer, potential, self.explorer_kwargs)
         explorer = Explorer(kernel, stream, potential)
         if self._user_initial_params is not None:
             z = {name: v.detach().clone() for name, v in self._user_initial_params.items()}

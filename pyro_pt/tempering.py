@@ -58,7 +58,8 @@ class ModelSplit:
     """
 
     def __init__(
-        self, model, model_args=(), model_kwargs=None, transforms=None, init_strategy=init_to_uniform
+        self, model, model_args=(), model_kwargs=None, transforms=None,
+        init_strategy=init_to_uniform,
     ):
         self.model = model
         self.model_args = tuple(model_args)
@@ -175,10 +176,11 @@ class ModelSplit:
                 grads = torch.autograd.grad(total, list(z.values()))
                 if all(torch.isfinite(g).all() for g in grads):
                     return {name: value.detach() for name, value in z.items()}
+        strategy = getattr(self.init_strategy, "__name__", self.init_strategy)
         raise ValueError(
             f"found no initial point with a finite log density in {max_tries} tries of "
-            f"init_strategy={getattr(self.init_strategy, '__name__', self.init_strategy)}; check the model's "
-            "supports or pass initial_params / another init_strategy"
+            f"init_strategy={strategy}; check the model's supports or pass initial_params / "
+            "another init_strategy"
         )
 
 

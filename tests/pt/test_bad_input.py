@@ -28,6 +28,7 @@ from .models import linear_data, linear_model
         ({"swap_interval": 0}, ValueError, "swap_interval"),
         ({"swap_interval": 1.5}, TypeError, "swap_interval"),
         ({"explorer_kwargs": [1]}, TypeError, "explorer_kwargs"),
+        ({"adapt_temperatures": "yes"}, TypeError, "adapt_temperatures"),
     ],
 )
 def test_constructor_rejects_bad_arguments(kwargs, error, match):
@@ -116,3 +117,14 @@ def test_nan_swap_ratio_is_refused():
     assert torch.isfinite(record["log_likelihood"][:, :-1]).all()
     assert (mcmc.get_samples()["theta"] <= 1.0).all()
     assert mcmc.diagnostics()["swap_acceptance"]["chain 0"][-1] > 0  # other swaps happen
+
+
+def test_callable_explorer_without_clear_cache_fails_at_setup():
+    from pyro_pt.explorers import RandomWalkMetropolis
+
+    class NoCache(RandomWalkMetropolis):
+        clear_cache = None
+
+    kernel = ParallelTempering(linear_model, num_replicas=2, explorer=NoCache)
+    with pytest.raises(TypeError, match="^explorer kernel NoCache has no clear_cache"):
+        setup(kernel, *linear_data())
