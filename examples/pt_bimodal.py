@@ -20,11 +20,14 @@ Run::
 
     python examples/pt_bimodal.py                    # default run, under a minute on 2 cores
     python examples/pt_bimodal.py --quick            # a few seconds, for tests
-    python examples/pt_bimodal.py --plot bimodal.png # also save the cold chain's histogram
+    python examples/pt_bimodal.py --plot bimodal.png # also save the cold chain's histogram,
+                                                     # and the tempering plot beside it
+                                                     # (bimodal_tempering.png)
 """
 
 import argparse
 import math
+import os
 import sys
 import time
 
@@ -36,7 +39,7 @@ import pyro
 import pyro.distributions as dist
 from pyro.infer import MCMC, NUTS
 
-from pyro_pt import ParallelTempering
+from pyro_pt import ParallelTempering, plot_tempering
 
 NUM_DATA = 10
 NOISE = 1.0  # error of the precise instrument, which measures theta^2
@@ -162,6 +165,24 @@ def save_plot(path, pt_samples, nuts_samples, data):
     print(f"plot written to {path}")
 
 
+def tempering_plot_path(path):
+    """``bimodal.png`` -> ``bimodal_tempering.png``, beside the histogram."""
+    root, ext = os.path.splitext(path)
+    return f"{root}_tempering{ext or '.png'}"
+
+
+def save_tempering_plot(path, kernel):
+    try:
+        fig = plot_tempering(kernel, path=path)
+    except ImportError as error:
+        print(f"{error}; no tempering plot written to {path}")
+        return
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    print(f"tempering plot (swap acceptance, communication barrier) written to {path}")
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num-samples", type=int, default=2500, help="draws kept (default 2500)")
@@ -174,7 +195,8 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="a tiny run (100 draws, 50 warmup) that takes a few seconds")
     parser.add_argument("--plot", metavar="PATH", default=None,
-                        help="save the cold chain's histogram against the true density (PNG)")
+                        help="save the cold chain's histogram against the true density (PNG), "
+                        "and the tempering plot (swap acceptance, barrier) as PATH_tempering.png")
     parser.add_argument("--progress", action="store_true", help="show Pyro's progress bars")
     args = parser.parse_args(argv)
     if args.quick:
@@ -233,6 +255,7 @@ def main(argv=None):
           f"NUTS stayed in the mode it started in: {'yes' if nuts_stuck else 'no'}")
     if args.plot:
         save_plot(args.plot, pt_samples, nuts_samples, data)
+        save_tempering_plot(tempering_plot_path(args.plot), kernel)
     return {
         "truth": truth,
         "pt_weights": pt_weights,

@@ -32,7 +32,8 @@ or in one process, without torchrun::
     python examples/pt_torchrun.py
 
 ``--quick`` is a tiny run (seconds) for the test suite. The number of replicas must be at least
-the number of processes.
+the number of processes. ``--plot PATH`` saves the tempering plot (swap acceptance and
+communication barrier per pair, :func:`~pyro_pt.plot_tempering`) from rank 0.
 """
 
 import argparse
@@ -52,7 +53,7 @@ from pyro.infer.autoguide.initialization import init_to_uniform
 from pyro.nn import PyroModule, PyroSample
 from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 
-from pyro_pt import ParallelTempering
+from pyro_pt import ParallelTempering, plot_tempering
 
 WIDTHS = (10, 64, 64, 1)
 NOISE = 0.1
@@ -163,6 +164,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     parser.add_argument("--quick", action="store_true", help="tiny run for tests (seconds)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plot", metavar="PATH", default=None,
+                        help="save the tempering plot (PNG), from rank 0")
     args = parser.parse_args(argv)
     if args.quick:
         args.num_samples, args.warmup, args.num_steps, args.num_data = 20, 10, 3, 100
@@ -243,7 +246,22 @@ def run(args, rank, world_size, device):
         f"{format_diag(float(rhat[0]), float(ess[0]), bool(constant[0]), n)}")
     digest, total = checksum(samples)
     say(f"cold-chain checksum: sha256 {digest} sum {total:.10e}")
+    if args.plot:
+        save_tempering_plot(kernel, args.plot if rank == 0 else None, say)
     return samples
+
+
+def save_tempering_plot(kernel, path, say):
+    # The kernel's diagnostics gather over the ranks, so every rank draws; rank 0 saves.
+    try:
+        fig = plot_tempering(kernel, path=path)
+    except ImportError as error:
+        say(f"{error}; no tempering plot written")
+        return
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    say(f"tempering plot written to {path}")
 
 
 if __name__ == "__main__":

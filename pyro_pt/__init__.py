@@ -2,5 +2,6 @@
 
 from .arviz import to_inference_data
 from .kernel import ParallelTempering
+from .plot import plot_tempering
 
-__all__ = ["ParallelTempering", "to_inference_data"]
+__all__ = ["ParallelTempering", "plot_tempering", "to_inference_data"]

@@ -1,0 +1,209 @@
+"""A picture of a tempering run: swap acceptance per pair and the local communication barrier."""
+
+import math
+
+import numpy as np
+
+from .stats import cumulative_barrier
+
+# Rule of thumb of the seed tutorial: a pair accepting under 10% of its swaps is a bottleneck,
+# one accepting over 80% spends a replica that a sparser ladder would not need.
+BOTTLENECK, WASTE = 0.1, 0.8
+NOT_RUN = "plot_tempering needs a run: call MCMC(ParallelTempering(...), ...).run(...) first"
+
+
+def _from_diagnostics(diag, history=()):
+    """The kernel's diagnostics of one chain -> what the figure draws."""
+    temperatures = np.asarray(diag["temperatures"], dtype=np.float64)
+    if len(temperatures) < 2:
+        raise ValueError("plot_tempering needs a ladder of at least two temperatures: "
+                         f"this run had {list(temperatures)} and no swaps")
+    return {"betas": np.where(np.isinf(temperatures), 0.0, 1.0 / temperatures),
+            "temperatures": temperatures,
+            "acceptance": np.asarray(diag["swap_acceptance"], dtype=np.float64),
+            "barrier": float(diag["barrier"]),
+            "recommended": int(diag["recommended_replicas"]),
+            "history": list(history)}
+
+
+def _from_mcmc(mcmc):
+    if mcmc.num_chains == 1:
+        kernel = mcmc.kernel
+        if kernel.rung_blocks is None:
+            raise ValueError(NOT_RUN)
+        return _from_diagnostics(kernel.diagnostics(), kernel.adaptation_history)
+    # Several chains share one kernel object, which keeps the last chain's state (or none, when
+    # the chains ran in worker processes); MCMC keeps each chain's diagnostics.
+    try:
+        diag = mcmc.diagnostics()
+    except AttributeError as error:  # Pyro's MCMC before run() has no samples to diagnose
+        raise ValueError(NOT_RUN) from error
+    keys = ("temperatures", "swap_acceptance", "barrier", "recommended_replicas")
+    return _from_diagnostics({key: diag[key]["chain 0"] for key in keys})
+
+
+def _from_inference_data(idata):
+    stats = idata.sample_stats
+    num_pairs = stats.sizes["swap_pair"]
+    return _from_diagnostics({
+        "temperatures": stats["temperature"].values,
+        # Flattened over chains, (chains * pairs,): chain 0's come first.
+        "swap_acceptance": np.asarray(stats.attrs["swap_acceptance"])[:num_pairs],
+        "barrier": np.asarray(stats.attrs["barrier"]).ravel()[0],
+        "recommended_replicas": np.asarray(stats.attrs["recommended_replicas"]).ravel()[0],
+    })
+
+
+def _tempering_data(source):
+    import arviz as az
+    from pyro.infer import MCMC
+
+    from .kernel import ParallelTempering
+
+    if isinstance(source, MCMC):
+        if not isinstance(source.kernel, ParallelTempering):
+            raise TypeError("plot_tempering expects an MCMC run with a ParallelTempering kernel, "
+                            f"got one with {type(source.kernel).__name__}")
+        return _from_mcmc(source)
+    if isinstance(source, ParallelTempering):
+        if source.rung_blocks is None:
+            raise ValueError(NOT_RUN)
+        return _from_diagnostics(source.diagnostics(), source.adaptation_history)
+    if isinstance(source, az.InferenceData) and "sample_stats" in source.groups() \
+            and "swap_acceptance" in source.sample_stats.attrs:
+        return _from_inference_data(source)
+    raise TypeError(
+        "plot_tempering expects a ParallelTempering kernel that has run, a pyro.infer.MCMC "
+        "with one, or the InferenceData of pyro_pt.to_inference_data(mcmc); "
+        f"got {type(source).__name__}"
+    )
+
+
+def _temperature_label(t):
+    if math.isinf(t):
+        return "∞"
+    return f"{t:.2f}" if t < 10 else f"{t:.3g}"
+
+
+def plot_tempering(source, axes=None, path=None):
+    r"""
+    Plot how well the replicas of a parallel tempering run communicate.
+
+    Left: the swap acceptance of each adjacent pair of temperatures, with the mean and the rule
+    of thumb's band (under 0.1 a bottleneck, over 0.8 a wasted replica). Right: the local
+    communication barrier estimated from the rejection rates :math:`r_i = 1 - a_i` (Syed et
+    al. 2021, Thm. 2), piecewise constant between the rungs,
+
+    .. math:: \lambda\left(\tfrac{\beta_i + \beta_{i+1}}{2}\right) \approx
+              \frac{r_i}{\beta_i - \beta_{i+1}}, \qquad \Lambda = \sum_i r_i,
+
+    with the cumulative barrier :math:`\Lambda(\beta)` (from the hottest rung up) on a twin
+    axis and the global barrier :math:`\Lambda` with the replicas it calls for,
+    :math:`\lceil 2\Lambda \rceil`, in the title. Where the kernel adapted its ladder in warmup
+    (``adapt_temperatures=True``), a third panel under the barrier shows the rungs of every
+    round. Of several chains (an MCMC or InferenceData), chain 0 is plotted: each chain adapts
+    its own ladder, and the InferenceData's temperature coordinates are chain 0's. A kernel
+    spread over ``torch.distributed`` ranks gathers its diagnostics from all of them: call
+    this on every rank, with ``path`` on one.
+
+    **References**
+
+    [1] Syed, Bouchard-Côté, Deligiannidis, Doucet (2021), "Non-reversible parallel tempering:
+    a scalable highly parallel MCMC scheme", JRSS B.
+
+    :param source: a :class:`~pyro_pt.ParallelTempering` kernel after a run, a
+        :class:`~pyro.infer.MCMC` that ran one, or :func:`~pyro_pt.to_inference_data` of it.
+    :param axes: optional matplotlib axes to draw into: two (acceptance, barrier), or three
+        to include the ladder adaptation. By default a new figure.
+    :param str path: optional file to save the figure to (PNG).
+    :returns: the ``matplotlib.figure.Figure``.
+
+    Example::
+
+        mcmc = MCMC(ParallelTempering(model, adapt_temperatures=True), 1000, 1000)
+        mcmc.run(x, y)
+        plot_tempering(mcmc, path="tempering.png")
+    """
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("plot_tempering needs matplotlib: pip install pyro-pt[plot] "
+                          "(or pip install matplotlib)") from None
+    data = _tempering_data(source)
+    betas, temps, acc = data["betas"], data["temperatures"], data["acceptance"]
+    history = data["history"]
+    if axes is None:
+        if history:
+            fig = plt.figure(figsize=(11, 6.5), layout="constrained")
+            grid = fig.add_gridspec(2, 2, height_ratios=(1.6, 1))
+            axes = [fig.add_subplot(grid[:, 0]), fig.add_subplot(grid[0, 1])]
+            axes.append(fig.add_subplot(grid[1, 1], sharex=axes[1]))
+        else:
+            fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+    if len(axes) not in (2, 3):
+        raise ValueError(f"axes must be two or three matplotlib axes, got {len(axes)}")
+    fig = axes[0].figure
+
+    ax = axes[0]
+    pairs = np.arange(len(acc))
+    ax.bar(pairs, acc, color="tab:blue", alpha=0.8)
+    ax.axhline(BOTTLENECK, color="tab:red", ls="--", lw=1, label=f"< {BOTTLENECK}: bottleneck")
+    ax.axhline(WASTE, color="tab:orange", ls="--", lw=1, label=f"> {WASTE}: wasted replica")
+    if np.isfinite(acc).any():
+        ax.axhline(np.nanmean(acc), color="k", lw=1, label=f"mean {np.nanmean(acc):.2f}")
+    ax.set_xticks(pairs, [f"{_temperature_label(a)}–{_temperature_label(b)}"
+                          for a, b in zip(temps, temps[1:])],
+                  rotation=30 if len(acc) > 5 else 0, ha="right" if len(acc) > 5 else "center")
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("adjacent pair (temperatures)")
+    ax.set_ylabel("swap acceptance")
+    ax.set_title("Swap acceptance per adjacent pair", pad=18)
+    # Above the axes, where no bar can hide under it (a bottleneck bar is the one that matters).
+    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
+
+    ax = axes[1]
+    rejections = 1.0 - acc
+    local = rejections / (betas[:-1] - betas[1:])
+    # stairs() wants increasing edges: the ladder runs from hot (small beta) to cold.
+    ax.stairs(local[::-1], betas[::-1], color="tab:green", lw=1.5, baseline=None)
+    ax.plot(0.5 * (betas[:-1] + betas[1:]), local, "o", color="tab:green",
+            label=r"$\lambda$ at pair midpoints", gid="local_barrier")
+    for beta in betas:
+        ax.axvline(beta, color="0.85", lw=0.8, zorder=0)
+    # Zoom on the ladder (a ladder of small temperatures is a thin slice of [0, 1]); the
+    # margin keeps rungs at beta = 0 and 1 off the spines.
+    margin = 0.03 * (betas[0] - betas[-1])
+    ax.set_xlim(betas[-1] - margin, betas[0] + margin)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(r"$\beta = 1/T$")
+    ax.set_ylabel(r"local barrier $\lambda(\beta)$")
+    ax.set_title(rf"Global barrier $\Lambda$ = {data['barrier']:.2f}: "
+                 rf"about {data['recommended']} replicas ($\lceil 2\Lambda \rceil$)", pad=18)
+    # From the hottest rung up, so that Lambda(beta) grows with beta and ends at Lambda.
+    known = np.nan_to_num(rejections, nan=0.0)[::-1]
+    twin = ax.twinx()
+    twin.plot(betas[::-1], cumulative_barrier(known), "--", color="tab:purple", lw=1,
+              label=r"cumulative $\Lambda(\beta)$")
+    twin.set_ylim(bottom=0)
+    twin.set_ylabel(r"cumulative $\Lambda(\beta)$", color="tab:purple")
+    handles = [h for a in (ax, twin) for h in a.get_legend_handles_labels()[0]]
+    ax.legend(handles=handles, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+              ncol=2, frameon=False)
+
+    if len(axes) == 3 and history:
+        ax = axes[2]
+        ladders = [entry["temperatures"] for entry in history] + [list(temps)]
+        labels = [f"round {i + 1} ({entry['scans']} scans), Λ≈{entry['barrier']:.2f}"
+                  for i, entry in enumerate(history)] + ["sampling"]
+        for row, ladder in enumerate(ladders):
+            ladder_betas = [0.0 if math.isinf(t) else 1.0 / t for t in ladder]
+            ax.plot(ladder_betas, [row] * len(ladder), "|-", color="tab:blue", ms=10, lw=0.5)
+        ax.set_yticks(range(len(ladders)), labels, fontsize=7)
+        ax.set_ylim(len(ladders) - 0.5, -0.5)  # first round on top
+        ax.set_xlabel(r"$\beta = 1/T$")
+        ax.set_title("Ladder adaptation in warmup (rungs per round)", fontsize=10)
+    elif len(axes) == 3:
+        axes[2].set_axis_off()  # a fixed ladder: nothing to show
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig

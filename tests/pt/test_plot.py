@@ -1,0 +1,151 @@
+"""plot_tempering draws the run's own numbers: swap acceptance, local and global barrier."""
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+import arviz as az  # noqa: E402
+import pyro  # noqa: E402
+from pyro.infer import MCMC, NUTS  # noqa: E402
+
+from pyro_pt import ParallelTempering, plot_tempering, to_inference_data  # noqa: E402
+
+from .models import bimodal_model, linear_data, linear_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def adapted_run():
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(bimodal_model, num_replicas=6, max_temperature=math.inf,
+                               explorer="rwmh", adapt_temperatures=True)
+    mcmc = MCMC(kernel, num_samples=300, warmup_steps=200, disable_progbar=True)
+    mcmc.run()
+    return kernel, mcmc
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def expected_local_barrier(temperatures, acceptance):
+    """lambda at each pair's midpoint, r_i / (beta_i - beta_{i+1}), from the ladder itself."""
+    betas = [0.0 if math.isinf(t) else 1.0 / t for t in temperatures]
+    mids = [0.5 * (a + b) for a, b in zip(betas, betas[1:])]
+    return mids, [(1.0 - acc) / (a - b) for acc, a, b in zip(acceptance, betas, betas[1:])]
+
+
+def plotted(fig):
+    """(bar heights, lambda midpoints, lambda values, barrier title, cumulative curve)."""
+    bars = fig.axes[0].containers[0]
+    (points,) = [line for ax in fig.axes for line in ax.lines if line.get_gid() == "local_barrier"]
+    barrier_ax = points.axes
+    (cumulative,) = [line for ax in fig.axes for line in ax.lines
+                     if line.get_label() == r"cumulative $\Lambda(\beta)$"]
+    return ([bar.get_height() for bar in bars], list(points.get_xdata()),
+            list(points.get_ydata()), barrier_ax.get_title(), list(cumulative.get_ydata()))
+
+
+def check_against(fig, temperatures, acceptance, barrier, recommended):
+    heights, mids, lambdas, title, cumulative = plotted(fig)
+    assert heights == pytest.approx(acceptance, rel=1e-12, nan_ok=True)
+    want_mids, want_lambdas = expected_local_barrier(temperatures, acceptance)
+    assert mids == pytest.approx(want_mids, rel=1e-12)
+    assert lambdas == pytest.approx(want_lambdas, rel=1e-12)
+    shown = float(re.search(r"= ([0-9.]+)", title).group(1))
+    assert shown == pytest.approx(barrier, abs=0.005)
+    assert f"about {recommended} replicas" in title
+    # The cumulative barrier runs from the hottest rung (0) up to the global barrier.
+    assert cumulative[0] == 0.0 and cumulative[-1] == pytest.approx(barrier, rel=1e-12)
+
+
+def test_kernel_input(adapted_run):
+    kernel, _ = adapted_run
+    diag = kernel.diagnostics()
+    fig = plot_tempering(kernel)
+    check_against(fig, kernel.temperatures, diag["swap_acceptance"], diag["barrier"],
+                  diag["recommended_replicas"])
+    # Lambda is the sum of the rejection rates; lambda agrees with the kernel's local_barrier.
+    assert diag["barrier"] == pytest.approx(sum(1 - a for a in diag["swap_acceptance"]))
+    _, _, lambdas, _, _ = plotted(fig)
+    assert lambdas == pytest.approx([lam for _, lam in diag["local_barrier"]], rel=1e-12)
+    # Adapted ladder: a third panel with one row of rungs per warmup round, plus the final one.
+    (history_ax,) = [ax for ax in fig.axes if "adaptation" in ax.get_title()]
+    rows = history_ax.lines
+    assert len(rows) == len(kernel.adaptation_history) + 1 >= 2
+    assert list(rows[-1].get_xdata()) == pytest.approx(kernel.betas)
+    assert list(rows[0].get_xdata()) == pytest.approx(
+        [0.0 if math.isinf(t) else 1 / t for t in kernel.adaptation_history[0]["temperatures"]])
+
+
+def test_mcmc_and_inference_data_inputs(adapted_run, tmp_path):
+    kernel, mcmc = adapted_run
+    diag = kernel.diagnostics()
+    expected = plotted(plot_tempering(kernel))
+    assert plotted(plot_tempering(mcmc)) == expected
+
+    idata = to_inference_data(mcmc)
+    stats = idata.sample_stats
+    path = tmp_path / "tempering.png"
+    fig = plot_tempering(idata, path=str(path))
+    check_against(fig, list(stats["temperature"].values), list(stats.attrs["swap_acceptance"]),
+                  float(stats.attrs["barrier"][0]), int(stats.attrs["recommended_replicas"][0]))
+    # The same run through ArviZ draws the same picture as through the kernel.
+    assert plotted(fig)[0] == pytest.approx(diag["swap_acceptance"], rel=1e-12)
+    assert plotted(fig)[1:4] == expected[1:4]
+    # Nothing in InferenceData records the adaptation: two panels and a twin axis only.
+    assert not [ax for ax in fig.axes if "adaptation" in ax.get_title()]
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.filterwarnings("ignore:num_chains=2 is more than available_cpu")
+def test_several_chains_plot_chain_zero():
+    x, y = linear_data()
+    pyro.set_rng_seed(1)
+    kernel = ParallelTempering(linear_model, num_replicas=4, max_temperature=20.0,
+                               explorer="rwmh", adapt_temperatures=True)
+    mcmc = MCMC(kernel, num_samples=80, warmup_steps=40, num_chains=2, disable_progbar=True)
+    mcmc.run(x, y)
+    diag = {key: value["chain 0"] for key, value in mcmc.diagnostics().items()
+            if isinstance(value, dict) and "chain 0" in value}
+    # Each chain adapts its own ladder: chain 0's numbers go with chain 0's temperatures.
+    assert diag["swap_acceptance"] != mcmc.diagnostics()["swap_acceptance"]["chain 1"]
+    for source in (mcmc, to_inference_data(mcmc)):
+        check_against(plot_tempering(source), diag["temperatures"], diag["swap_acceptance"],
+                      diag["barrier"], diag["recommended_replicas"])
+    with pytest.raises(ValueError, match="run"):
+        plot_tempering(MCMC(ParallelTempering(linear_model, num_replicas=3), 5, num_chains=2))
+
+
+def test_user_axes(adapted_run):
+    kernel, _ = adapted_run
+    fig, axes = plt.subplots(1, 2)
+    assert plot_tempering(kernel, axes=axes) is fig
+    assert axes[0].containers and any(line.get_gid() == "local_barrier" for line in axes[1].lines)
+    with pytest.raises(ValueError, match="two or three"):
+        plot_tempering(kernel, axes=[axes[0]])
+
+
+def test_bad_input():
+    with pytest.raises(TypeError, match="ParallelTempering"):
+        plot_tempering(object())
+    x, y = linear_data()
+    with pytest.raises(TypeError, match="NUTS"):
+        plot_tempering(MCMC(NUTS(linear_model), num_samples=2))
+    with pytest.raises(TypeError, match="to_inference_data"):
+        plot_tempering(az.from_dict(posterior={"a": np.zeros((1, 5))}))
+    with pytest.raises(ValueError, match="run"):
+        plot_tempering(ParallelTempering(linear_model, num_replicas=3))
+    pyro.set_rng_seed(0)
+    lone = ParallelTempering(linear_model, temperatures=[1.0], explorer="rwmh")
+    MCMC(lone, num_samples=3, warmup_steps=2, disable_progbar=True).run(x, y)
+    with pytest.raises(ValueError, match="at least two temperatures"):
+        plot_tempering(lone)
