@@ -5,7 +5,7 @@ import xarray as xr
 
 
 def to_inference_data(mcmc, **kwargs):
-    """
+    r"""
     ArviZ ``InferenceData`` of a :class:`~pyro.infer.MCMC` run of
     :class:`~pyro_pt.ParallelTempering`.
 
@@ -14,10 +14,16 @@ def to_inference_data(mcmc, **kwargs):
 
     - ``tempered_log_likelihood`` (chain, draw, temperature): ll of the state at each rung;
     - ``swap_accepted`` (chain, draw, swap_pair): 1 accepted, 0 refused, NaN not attempted;
+    - ``ladder_temperature`` and ``ladder_beta`` (chain, temperature): each chain's final
+      ladder (with ``adapt_temperatures`` every chain adapts its own);
+    - ``local_barrier`` (chain, swap_pair): the local communication barrier
+      :math:`\lambda(\beta) \approx r_i / (\beta_i - \beta_{i+1})` at the pair's mid-point
+      ``local_barrier_beta``;
 
-    with the temperatures (and ``beta``) as coordinates, and per-chain swap acceptance, round
-    trips, global barrier, recommended replicas and stepping-stone ``log_Z`` (with
-    ``log_Z_meaning``) as attributes. It round-trips through netCDF.
+    with chain 0's temperatures (and ``beta``) as coordinates, and per-chain swap acceptance,
+    round trips, the observed and theoretical round-trip rates, global barrier, recommended
+    replicas and stepping-stone ``log_Z`` (with ``log_Z_meaning``) as attributes. It
+    round-trips through netCDF.
 
     :param mcmc: a :class:`~pyro.infer.MCMC` that has run a ``ParallelTempering`` kernel.
     :param kwargs: passed to :func:`arviz.from_pyro` (``coords``, ``dims``, ...).
@@ -48,10 +54,19 @@ def to_inference_data(mcmc, **kwargs):
         "pair_cold_temperature": ("swap_pair", temperatures[:-1]),
         "pair_hot_temperature": ("swap_pair", temperatures[1:]),
     }
+    # Each chain adapts its own ladder: the coordinates are chain 0's, the variables per chain.
+    ladders = np.asarray([diagnostics["temperatures"][c] for c in chains], dtype=np.float64)
+    local = np.asarray([diagnostics["local_barrier"][c] for c in chains], dtype=np.float64)
+    local = local.reshape(len(chains), len(pair), 2)
     record = xr.Dataset(
         {
             "tempered_log_likelihood": (("chain", "draw", "temperature"), log_lik),
             "swap_accepted": (("chain", "draw", "swap_pair"), swaps),
+            "ladder_temperature": (("chain", "temperature"), ladders),
+            "ladder_beta": (("chain", "temperature"),
+                            np.where(np.isinf(ladders), 0.0, 1.0 / ladders)),
+            "local_barrier_beta": (("chain", "swap_pair"), local[..., 0]),
+            "local_barrier": (("chain", "swap_pair"), local[..., 1]),
         },
         coords=coords,
     )
@@ -63,7 +78,8 @@ def to_inference_data(mcmc, **kwargs):
         [diagnostics["round_trips"][c] for c in chains], dtype=np.int64
     )
     for key, dtype in (("barrier", np.float64), ("log_Z", np.float64),
-                       ("recommended_replicas", np.int64)):
+                       ("recommended_replicas", np.int64), ("round_trip_rate", np.float64),
+                       ("theoretical_round_trip_rate", np.float64)):
         stats.attrs[key] = np.asarray([diagnostics[key][c] for c in chains], dtype=dtype)
     stats.attrs["log_Z_meaning"] = diagnostics["log_Z_meaning"][chains[0]]
     stats.attrs["tempering"] = "likelihood-only (pyro_pt.ParallelTempering)"

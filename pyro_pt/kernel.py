@@ -12,17 +12,17 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from .comm import make_comm
 from .explorers import EXPLORERS, Explorer, PriorExplorer, RandomStream, make_kernel
-from .ladder import (
-    adaptation_round_ends,
-    equal_barrier_betas,
-    geometric_ladder,
-    inverse_temperatures,
-    validate_temperatures,
-)
+from .ladder import geometric_ladder, inverse_temperatures, validate_temperatures
 from .replicas import RungBlock
+from .rounds import TemperingRounds
 from .stats import IndexProcess, SwapStatistics, ladder_statistics
 from .swap import SWAP_SCHEMES, swap_round
 from .tempering import ModelSplit, TemperedPotential
+
+
+def _moved(before, after):
+    """Whether an explorer step changed the state (for RWMH and HMC: it was accepted)."""
+    return any(not torch.equal(before[name], after[name]) for name in before)
 
 
 def _inside_multichain_mcmc():
@@ -83,6 +83,9 @@ class ParallelTempering(MCMCKernel):
         length, at equal increments of the estimated communication barrier (Syed et al.
         2021); the cold rung and the hottest stay fixed, and the ladder is frozen within each
         round and for the whole sampling phase. The ladder given is the starting point.
+        Default True; False keeps the given ladder as it is. Either way each warmup round
+        and the sampling phase get a row in :attr:`report`, printed above Pyro's progress
+        bar when it is shown.
     :param callable init_strategy: per-site initialization, as for Pyro's NUTS; every rung
         starts from its own draw (default :func:`~pyro.infer.autoguide.init_to_uniform`).
     :param dict transforms: optional site -> transform to unconstrained space.
@@ -108,7 +111,7 @@ class ParallelTempering(MCMCKernel):
         explorer_kwargs=None,
         swap_scheme="deo",
         swap_interval=1,
-        adapt_temperatures=False,
+        adapt_temperatures=True,
         init_strategy=init_to_uniform,
         transforms=None,
         process_group=None,
@@ -217,9 +220,6 @@ class ParallelTempering(MCMCKernel):
         self._t = 0
         self._round = 0
         self._temperatures = list(self._initial_temperatures)
-        adapting = self.adapt_temperatures
-        self._round_ends = set(adaptation_round_ends(warmup_steps)) if adapting else set()
-        self.adaptation_history = []
         num = self.num_replicas
         comm = make_comm(self.process_group)
         if comm.world_size > 1 and _inside_multichain_mcmc():
@@ -246,7 +246,7 @@ class ParallelTempering(MCMCKernel):
         self._initial_params = dict(self._cold)
         self._index = IndexProcess(num)
         self._swap_stats = SwapStatistics(num - 1)
-        self._round_stats = SwapStatistics(num - 1)
+        self._rounds = TemperingRounds(warmup_steps, self.adapt_temperatures, num, comm)
         self._record_ll, self._record_swaps = [], []
         self._sampling_rounds = 0
         # Wall-clock seconds in sample(): all of it, and inside the explorers' own moves.
@@ -294,16 +294,19 @@ class ParallelTempering(MCMCKernel):
         rungs = self._rungs
         stepped = [explorer.step(z) for explorer, z in zip(rungs.explorers, rungs.states)]
         explored = time.perf_counter()
+        cold_moved = _moved(rungs.states[0], stepped[0][0]) if rungs.start == 0 else None
         rungs.states = [z for z, _ in stepped]
         local_ll = [self._log_likelihood(z) if ll is None else ll for z, ll in stepped]
         self._ll = rungs.gather(local_ll)
-        swaps = [math.nan] * (self.num_replicas - 1)
+        swaps, attempts = [math.nan] * (self.num_replicas - 1), []
         if (self._t + 1) % self.swap_interval == 0:
-            swaps = self._swap_round()
+            swaps, attempts = self._swap_round()
         self._cold = rungs.cold_state()
         self._t += 1
-        if self._t in self._round_ends:
-            self._adapt_ladder()
+        new_betas = self._rounds.record(self._t, self.betas, self._ll, attempts, cold_moved,
+                                        self._index.round_trips)
+        if new_betas is not None:
+            self._set_betas(new_betas)
         if self._t == self._warmup_steps:
             # Report swap statistics and round trips of the sampling phase only.
             self._swap_stats.reset()
@@ -328,7 +331,6 @@ class ParallelTempering(MCMCKernel):
         outcome = [math.nan] * (self.num_replicas - 1)
         for pair, accepted, prob in attempts:
             self._swap_stats.record(pair, accepted, prob)
-            self._round_stats.record(pair, accepted, prob)
             outcome[pair] = float(accepted)
             if accepted:
                 self._index.swap(pair)
@@ -337,20 +339,34 @@ class ParallelTempering(MCMCKernel):
         self._ll = [self._ll[k] for k in origin]
         if origin != sorted(origin):
             self._rungs.permute(origin)
-        return outcome
+        return outcome, attempts
 
-    def _adapt_ladder(self):
-        """End of a warmup round: equalize the pairs' rejection rates (identically on all ranks)."""
-        rejections = [1.0 - a if not math.isnan(a) else 1.0 for a in self._round_stats.acceptance()]
-        betas = equal_barrier_betas(self.betas, rejections)
-        self.adaptation_history.append(
-            {"scans": self._t, "temperatures": self.temperatures, "rejection_rates": rejections,
-             "barrier": sum(rejections)}
-        )
+    def _set_betas(self, betas):
+        """Move the rungs to a new ladder (end of a warmup round; identical on all ranks)."""
         self._temperatures = [math.inf if b == 0.0 else 1.0 / b for b in betas]
         for k, explorer in zip(self._rungs.rungs, self._rungs.explorers):
             explorer.set_beta(betas[k])
-        self._round_stats.reset()
+
+    @property
+    def adaptation_history(self):
+        """Per adaptation round: its scans, the ladder it ran and the rejection rates seen."""
+        return list(self._rounds.history) if self._rungs else []
+
+    @property
+    def report(self):
+        """
+        The per-round report as a pandas DataFrame: round, phase, scans, barrier (Lambda),
+        log_Z (stepping stone on that round's ladder), min and mean swap acceptance, the cold
+        rung's local acceptance (the share of scans its explorer moved), round trips and
+        seconds. Warmup rows cover one round each; sampling rows are cumulative.
+        """
+        if not self._rungs:
+            raise RuntimeError("report is available after MCMC.run has set the kernel up")
+        return self._rounds.data_frame()
+
+    def cleanup(self):
+        if self._rungs:
+            self._rounds.finish(self._t, self.betas, self._index.round_trips)
 
     def logging(self):
         # The cold explorer lives on rank 0; other ranks log the (shared) swap statistics.

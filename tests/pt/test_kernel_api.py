@@ -31,7 +31,7 @@ def data():
 def test_shapes_constrained_values_and_diagnostics():
     y = torch.tensor([0.3, 1.2, 0.8, 2.0])
     kernel = ParallelTempering(constrained_model, num_replicas=3, max_temperature=9.0,
-                               explorer="rwmh")
+                               explorer="rwmh", adapt_temperatures=False)
     mcmc = run(kernel, y)
     samples = mcmc.get_samples()
     assert set(samples) == {"loc", "scale", "frac"}
@@ -105,7 +105,7 @@ def test_initial_params_and_save_params(data):
 
 def test_arviz_from_pyro_and_to_inference_data_round_trip(tmp_path, data):
     kernel = ParallelTempering(linear_model, num_replicas=3, max_temperature=4.0,
-                               explorer="rwmh")
+                               explorer="rwmh", adapt_temperatures=False)
     mcmc = run(kernel, *data, num_chains=2)
     plain = az.from_pyro(mcmc)
     assert {"posterior", "log_likelihood", "sample_stats", "observed_data"} <= set(plain.groups())
@@ -128,6 +128,27 @@ def test_arviz_from_pyro_and_to_inference_data_round_trip(tmp_path, data):
     assert "relative to the hottest rung" in loaded.sample_stats.attrs["log_Z_meaning"]
     assert list(loaded.sample_stats.temperature.values) == pytest.approx([1.0, 2.0, 4.0])
     az.summary(loaded)
+
+
+def test_inference_data_keeps_each_chains_adapted_ladder(data):
+    kernel = ParallelTempering(linear_model, num_replicas=4, max_temperature=30.0,
+                               explorer="rwmh")
+    mcmc = run(kernel, *data, num_chains=2, warmup_steps=30)
+    diag = mcmc.diagnostics()
+    stats = to_inference_data(mcmc).sample_stats
+    ladders = [diag["temperatures"][f"chain {c}"] for c in (0, 1)]
+    assert ladders[0] != ladders[1]  # each chain adapted its own ladder
+    assert stats["ladder_temperature"].values.tolist() == ladders
+    assert list(stats.temperature.values) == ladders[0]
+    for c in (0, 1):
+        acceptance = diag["swap_acceptance"][f"chain {c}"]
+        betas = stats["ladder_beta"].values[c]
+        lam = [(1 - a) / (b0 - b1) for a, b0, b1 in zip(acceptance, betas, betas[1:])]
+        assert stats["local_barrier"].values[c] == pytest.approx(lam, rel=1e-12)
+        mid = [(b0 + b1) / 2 for b0, b1 in zip(betas, betas[1:])]
+        assert stats["local_barrier_beta"].values[c] == pytest.approx(mid, rel=1e-12)
+        assert stats.attrs["theoretical_round_trip_rate"][c] == pytest.approx(
+            diag["theoretical_round_trip_rate"][f"chain {c}"])
 
 
 def test_prior_rung_temperatures_survive_netcdf(tmp_path, data):
@@ -181,7 +202,7 @@ def test_callable_explorer_gets_the_tempered_potential(data):
         return HMC(potential_fn=potential_fn, num_steps=num_steps)
 
     kernel = ParallelTempering(linear_model, temperatures=[1.0, 2.0, 5.0], explorer=explorer,
-                               explorer_kwargs={"num_steps": 2})
+                               explorer_kwargs={"num_steps": 2}, adapt_temperatures=False)
     run(kernel, *data, num_samples=5, warmup_steps=5)
     assert [p.beta for p in built] == pytest.approx([1.0, 0.5, 0.2])
 

@@ -52,12 +52,14 @@ def test_torchrun_two_ranks_match_one_process():
     assert "world size 2 (torchrun, backend gloo)" in two
     assert "world size 1 (one process" in one
     assert "latent dimension 4929" in two
-    # Each rank reports its own contiguous block of the 8-rung geometric ladder 1 ... 1.5.
+    # Each rank reports its own contiguous block of the 8-rung ladder from 1 to 1.5, adapted
+    # in warmup (the ends stay where they were).
     blocks = re.findall(r"^rank (\d) \(.*\) rungs (\d)\.\.(\d): temperatures (.*)$", two, re.M)
     assert [b[:3] for b in blocks] == [("0", "0", "3"), ("1", "4", "7")]
     temps = [float(t) for b in blocks for t in b[3].split(", ")]
-    assert temps == pytest.approx([1.5 ** (k / 7) for k in range(8)], rel=1e-2)
-    for key in ("swap acceptance per pair: 1<->1.06", "round trips: ", "x_test[4]",
+    assert temps[0] == 1.0 and temps[-1] == pytest.approx(1.5, rel=1e-3)
+    assert all(a < b for a, b in zip(temps, temps[1:]))
+    for key in ("swap acceptance per pair: 1<->", "round trips: ", "x_test[4]",
                 "95% f [", "R-hat", "ESS", "cold log-likelihood", "cold-chain checksum"):
         assert key in two, key
     # Swaps across the rank boundary (rungs 3 <-> 4) were accepted: states crossed processes.

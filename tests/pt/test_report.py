@@ -1,0 +1,96 @@
+"""The per-round report: its schedule, its numbers against independent computations, its display."""
+
+import math
+import re
+
+import pytest
+import torch
+
+import pyro
+from pyro.infer import MCMC
+
+from pyro_pt import ParallelTempering
+from pyro_pt.stats import stepping_stone
+
+from .models import linear_data, linear_model
+
+
+def run(warmup=40, samples=100, progress=False, adapt=True):
+    pyro.set_rng_seed(3)
+    kernel = ParallelTempering(linear_model, num_replicas=4, max_temperature=30.0,
+                               explorer="rwmh", adapt_temperatures=adapt)
+    ll_per_scan = []
+    mcmc = MCMC(kernel, samples, warmup, disable_progbar=not progress,
+                hook_fn=lambda k, params, stage, i: ll_per_scan.append(list(k._ll)))
+    mcmc.run(*linear_data())
+    return kernel, mcmc, torch.tensor(ll_per_scan, dtype=torch.float64)
+
+
+def test_report_rows_follow_the_rounds_and_match_the_diagnostics():
+    kernel, mcmc, ll = run()
+    report = kernel.report
+    assert list(report.columns) == ["round", "phase", "scans", "barrier", "log_Z",
+                                    "min_swap_acc", "mean_swap_acc", "cold_local_acc",
+                                    "round_trips", "seconds"]
+    # Warmup rounds end after 4, 12, 28 scans, the last warmup row closes the warmup at 40;
+    # sampling rows are cumulative at 16, 32, 64 sampling scans and at the end.
+    assert list(report.phase) == ["warmup"] * 4 + ["sampling"] * 4
+    assert list(report.scans) == [4, 8, 16, 12, 16, 32, 64, 100]
+    assert list(report["round"]) == list(range(1, 9))
+
+    # The closing row is the sampling phase as diagnostics() sees it.
+    diag = mcmc.diagnostics()
+    final = report.iloc[-1]
+    acceptance = diag["swap_acceptance"]["chain 0"]
+    assert final.barrier == pytest.approx(diag["barrier"]["chain 0"], rel=1e-12)
+    assert final.log_Z == pytest.approx(diag["log_Z"]["chain 0"], rel=1e-12)
+    assert final.mean_swap_acc == pytest.approx(sum(acceptance) / len(acceptance), rel=1e-12)
+    assert final.min_swap_acc == pytest.approx(min(acceptance), rel=1e-12)
+    assert final.round_trips == diag["round_trips"]["chain 0"]
+    # "Moved" counted by the kernel equals the random walk's own acceptance count.
+    assert final.cold_local_acc == pytest.approx(diag["acceptance rate"]["chain 0"], rel=1e-12)
+
+    # Warmup rows: the barrier the adaptation used, and the stepping stone of the round's
+    # own scans on the ladder that round ran.
+    history = kernel.adaptation_history
+    assert [h["scans"] for h in history] == [4, 12, 28]
+    starts = [0, 4, 12]
+    for row, h, start in zip(report.itertuples(), history, starts):
+        assert row.barrier == pytest.approx(h["barrier"], rel=1e-12)
+        betas = [0.0 if math.isinf(t) else 1.0 / t for t in h["temperatures"]]
+        expected = stepping_stone(betas, ll[start: h["scans"]])[0]
+        assert row.log_Z == pytest.approx(expected, rel=1e-12)
+    # The sampling rows' log Z uses the sampling draws on the final ladder.
+    row = report.iloc[5]  # 32 sampling scans
+    assert row.log_Z == pytest.approx(stepping_stone(kernel.betas, ll[40:72])[0], rel=1e-12)
+
+
+def test_fixed_ladder_still_reports_its_rounds():
+    kernel, _, _ = run(adapt=False)
+    assert kernel.adaptation_history == []
+    assert list(kernel.report.scans) == [4, 8, 16, 12, 16, 32, 64, 100]
+    assert kernel.temperatures == pytest.approx([30.0 ** (k / 3) for k in range(4)])
+
+
+def test_report_prints_whole_lines_above_the_progress_bar(monkeypatch, capsys):
+    monkeypatch.delenv("CI", raising=False)  # Pyro hides its bar when CI is set
+    kernel, _, _ = run(warmup=20, samples=20, progress=True)
+    err = capsys.readouterr().err
+    lines = [line.strip() for line in re.split(r"[\r\n]", err)]
+    assert sum(line.startswith("round") and "log Z" in line for line in lines) == 1
+    rows = [line for line in lines if re.match(r"^\d+ +(warmup|sampling) ", line)]
+    assert len(rows) == len(kernel.report)
+    for line, row in zip(rows, kernel.report.itertuples()):
+        fields = line.split()
+        assert int(fields[0]) == row.round and fields[1] == row.phase
+        assert int(fields[2]) == row.scans and int(fields[8]) == row.round_trips
+
+
+def test_no_report_lines_without_a_progress_bar(capsys):
+    run(warmup=20, samples=20, progress=False)
+    assert "log Z" not in capsys.readouterr().err
+
+
+def test_report_before_run_is_an_error():
+    with pytest.raises(RuntimeError, match="after MCMC.run"):
+        ParallelTempering(linear_model).report
