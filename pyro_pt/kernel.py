@@ -249,6 +249,7 @@ class ParallelTempering(MCMCKernel):
         self._rounds = TemperingRounds(warmup_steps, self.adapt_temperatures, num, comm)
         self._record_ll, self._record_swaps = [], []
         self._sampling_rounds = 0
+        self._per_rung_cache = None
         # Wall-clock seconds in sample(): all of it, and inside the explorers' own moves.
         self.timings = {"explorers": 0.0, "total": 0.0}
 
@@ -377,7 +378,11 @@ class ParallelTempering(MCMCKernel):
         return out
 
     def diagnostics(self):
-        per_rung = self._rungs.diagnostics()
+        # Gathering the rungs' diagnostics is a collective; after the run's own call (on every
+        # rank, by MCMC) a later call on one rank alone, e.g. for a plot, reuses it.
+        if self._per_rung_cache is None or self._per_rung_cache[0] != self._t:
+            self._per_rung_cache = (self._t, self._rungs.diagnostics())
+        per_rung = self._per_rung_cache[1]
         num_pairs = self.num_replicas - 1
         record_ll = torch.tensor(self._record_ll, dtype=torch.float64).reshape(
             len(self._record_ll), self.num_replicas

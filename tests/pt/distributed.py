@@ -29,6 +29,9 @@ def run_linear(kernel_kwargs, num_samples=20, warmup_steps=10, seed=0):
     mcmc = MCMC(kernel, num_samples, warmup_steps, disable_progbar=True)
     mcmc.run(*linear_data())
     diag = mcmc.diagnostics()
+    if kernel._rungs.comm.rank == 0:
+        # After the run, one rank alone may ask the kernel (e.g. to plot): no collective.
+        assert kernel.diagnostics()["swap_acceptance"] == diag["swap_acceptance"]["chain 0"]
     return {
         "w": mcmc.get_samples()["w"],
         "swap_accepted": diag["tempering_record"]["chain 0"]["swap_accepted"],
