@@ -1,0 +1,209 @@
+"""Tempered potentials and gradients of many replicas in one call.
+
+Replicas are independent, so the batched graph is ``torch.func.vmap`` of the single-point graph
+of :mod:`pyro_pt.capture`, captured once per batch size. A run must give the same samples
+whatever the number of processes (DESIGN §2), so a replica's numbers may not depend on how many
+or which other replicas share its call: the vmapped graphs are used only if a point gives
+bitwise the same numbers at any position, in any company and in each batch size used (checked
+on first use of every size); otherwise replicas are evaluated one at a time.
+"""
+
+import math
+
+import torch
+from .capture import Uncapturable, compile_vmapped, mismatch
+
+# A batch of one can take other kernels than a batch of two (a matrix product instead of a
+# batched one), so one replica is evaluated as two copies of itself.
+_MIN_BATCH = 2
+
+
+def combine(lp, ll, grad_lp, grad_ll, betas):
+    """``-(lp + beta ll)`` and ``-(d lp + beta d ll)``, elementwise, without fused multiply-adds
+    (whose use can depend on the vector length)."""
+    potential = -(lp + betas * ll)
+    grad = -(grad_lp + betas.unsqueeze(-1) * grad_ll)
+    return potential, grad
+
+
+def _run(graph, batch):
+    with torch.no_grad(), torch.jit.optimized_execution(False):
+        return graph(batch.contiguous())
+
+
+class BatchedEvaluator:
+    """
+    ``(potential [R], grad [R, D], ll [R])`` of ``R`` flat points at inverse temperatures ``beta``.
+
+    :param FunctionalSplit fast: the single-point evaluator.
+    :param str mode: ``"auto"``, ``"vmap"`` or ``"loop"`` (see :class:`FunctionalSplit`).
+    :param int max_batch: most replicas in one vmapped call; more are split into chunks.
+    """
+
+    def __init__(self, fast, mode="auto", max_batch=8):
+        if int(max_batch) < _MIN_BATCH:
+            raise ValueError(f"max_batch must be at least {_MIN_BATCH}, got {max_batch!r}")
+        self.fast = fast
+        self.mode = mode
+        self.max_batch = int(max_batch)
+        self._path = "loop" if mode == "loop" else None
+        self.reason = "batched='loop'" if mode == "loop" else ""
+        self.bitwise = True  # False only in mode "vmap" when batches differ within rtol
+        self._graphs = {}  # (size, dtype, device, validate) -> (graph, size passed its check)
+        self._references = {}
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_graphs"], state["_references"] = {}, {}
+        return state
+
+    @property
+    def path(self):
+        """``"vmap"`` or ``"loop"`` (decided on first use)."""
+        if self._path is None:
+            point = self.fast.check_points()[0]
+            self._decide(point.dtype, point.device)
+        return self._path
+
+    def __call__(self, z_flat, betas):
+        z_flat = z_flat.detach()
+        if z_flat.dim() != 2 or z_flat.shape[1] != self.fast.dim:
+            raise ValueError(
+                f"z_flat must have shape [R, {self.fast.dim}] (R replicas, the flat latent), "
+                f"got {tuple(z_flat.shape)}"
+            )
+        betas = torch.as_tensor(betas, dtype=z_flat.dtype, device=z_flat.device).detach()
+        if betas.shape != z_flat.shape[:1]:
+            raise ValueError(f"betas must have shape [{z_flat.shape[0]}], got {tuple(betas.shape)}")
+        if self._path is None:
+            self._decide(z_flat.dtype, z_flat.device)
+        out = None
+        if self._path == "vmap":
+            try:
+                out = self._vmapped(z_flat)
+            except Uncapturable as error:  # only if validation was switched after the check
+                self._path, self.reason = "loop", str(error)
+        if out is None:
+            out = self._looped(z_flat)
+        lp, ll, grad_lp, grad_ll = out
+        potential, grad = combine(lp, ll, grad_lp, grad_ll, betas)
+        bad = ~(torch.isfinite(lp) & torch.isfinite(ll))
+        for r in bad.nonzero().flatten().tolist():
+            # the traced path's NaN / -inf semantics, replica by replica
+            lp_r, ll[r], grad_lp_r, grad_ll_r = self.fast.traced_reference(z_flat[r])
+            potential[r], grad[r] = combine(lp_r, ll[r], grad_lp_r, grad_ll_r, betas[r])
+        return potential, grad, ll
+
+    # ----- evaluation -----
+
+    def _looped(self, z_flat):
+        rows = []
+        for point in z_flat:
+            out = self.fast.evaluate(point, grads=True)
+            if out is None:  # traced path: answered row by row in __call__
+                nan = torch.full_like(point, math.nan)
+                out = (nan[0], nan[0], nan, nan)
+            rows.append(out)
+        return tuple(torch.stack(column) for column in zip(*rows))
+
+    def _vmapped(self, z_flat):
+        outs = []
+        for start in range(0, z_flat.shape[0], self.max_batch):
+            chunk = z_flat[start:start + self.max_batch]
+            if chunk.shape[0] < _MIN_BATCH:
+                chunk = chunk.expand(_MIN_BATCH, -1)
+            graph, passed = self._graph(chunk.shape[0], chunk.dtype, chunk.device)
+            if passed:
+                outs.append(_run(graph, chunk))
+                continue
+            # a size that failed its check: pieces of the checked sizes 2 and 3
+            n = chunk.shape[0]
+            sizes = [3] * (n % 2) + [2] * ((n - 3 * (n % 2)) // 2)
+            for piece in chunk.split(sizes):
+                outs.append(_run(self._graph(piece.shape[0], piece.dtype, piece.device)[0], piece))
+        return tuple(torch.cat(column)[: z_flat.shape[0]] for column in zip(*outs))
+
+    # ----- capture and checks -----
+
+    def _graph(self, size, dtype, device):
+        """``(graph, passed)`` for batches of ``size``; a new size is checked against the
+        batches of two."""
+        key = (size,) + self.fast.graph_key(dtype, device)
+        if key not in self._graphs:
+            points = self.fast.check_points(dtype, device)
+            example = torch.stack(points[:1] * size)
+            graph = compile_vmapped(self.fast.fx_graph(dtype, device), example)
+            self._graphs[key] = (graph, True)
+            if size != _MIN_BATCH:
+                passed = self._check_size(graph, size, dtype, device)
+                self._graphs[key] = (graph, passed)
+        return self._graphs[key]
+
+    def _reference(self, dtype, device):
+        """
+        Each check point's numbers in a batch of two; raises Uncapturable unless they agree
+        with single evaluations within the tolerance and are bitwise the same in either slot
+        next to another point (within the tolerance in mode "vmap").
+        """
+        key = self.fast.graph_key(dtype, device)
+        if key not in self._references:
+            points = self.fast.check_points(dtype, device)
+            graph = self._graph(_MIN_BATCH, dtype, device)[0]
+            n = len(points)
+            runs = [_run(graph, torch.stack([points[i], points[(i + 1) % n]])) for i in range(n)]
+            rtol = self.fast.tolerance(dtype)
+            references = []
+            for i in range(n):
+                first = tuple(t[0] for t in runs[i])
+                second = tuple(t[1] for t in runs[(i - 1) % n])
+                single = self.fast.evaluate(points[i], grads=True)
+                for value, other, ref in zip(first, second, single):
+                    problem = mismatch(value, ref, rtol)
+                    if problem is not None:
+                        raise Uncapturable(f"vmap disagrees with single evaluations: {problem}")
+                    if not torch.equal(value, other):
+                        if self.mode != "vmap" or mismatch(value, other, rtol) is not None:
+                            raise Uncapturable("vmapped results depend on the batch position")
+                        self.bitwise = False
+                references.append(first)
+            self._references[key] = references
+        return self._references[key]
+
+    def _check_size(self, graph, size, dtype, device):
+        """Whether each point, in a batch of ``size`` filled with the others, gives bitwise
+        its reference numbers (or, in mode "vmap", agrees within the tolerance)."""
+        reference = self._reference(dtype, device)
+        points = self.fast.check_points(dtype, device)
+        order = [i % len(points) for i in range(size)]
+        out = _run(graph, torch.stack([points[i] for i in order]))
+        rtol = self.fast.tolerance(dtype)
+        for slot, i in enumerate(order):
+            for value, ref in zip(out, reference[i]):
+                if torch.equal(value[slot], ref):
+                    continue
+                if self.mode == "vmap" and mismatch(value[slot], ref, rtol) is None:
+                    self.bitwise = False
+                    continue
+                return False
+        return True
+
+    def _decide(self, dtype, device):
+        """vmap if its batches of two agree with single evaluations, are batch-invariant, and
+        batches of three match them; else a loop of single evaluations."""
+        self._path = "loop"
+        if self.fast.path != "functional":
+            self.reason = f"the single-point path is traced ({self.fast.reason})"
+            return
+        try:
+            self._reference(dtype, device)
+            if not self._graph(3, dtype, device)[1]:
+                raise Uncapturable("vmapped results depend on the batch size (3 vs 2)")
+        except Uncapturable as error:
+            self.reason = str(error)
+        except Exception as error:  # e.g. an operation without a batching rule
+            self.reason = f"vmap failed: {type(error).__name__}: {error}"
+        else:
+            self._path = "vmap"
+            return
+        self._graphs.clear()
+        self._references.clear()
