@@ -212,6 +212,39 @@ def _integer_indexing(node):
     )
 
 
+def _fold_constants(gm):
+    """
+    Compute once what does not depend on the latent values: the constants the model makes at
+    every call (a prior's ``torch.tensor(0.)``, its expansion, the validation checks of it).
+    """
+    graph = gm.graph
+    for node in graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op == "call_function" and schema is not None and schema.is_mutable:
+            graph.eliminate_dead_code()
+            gm.recompile()
+            return  # an in-place operation could change a folded constant between calls
+    values = {}
+    for node in graph.nodes:
+        if node.op == "get_attr":
+            values[node] = getattr(gm, node.target)
+        elif node.op == "call_function" and all(i in values for i in node.all_input_nodes):
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), values.__getitem__)
+            with torch.no_grad():
+                values[node] = node.target(*args, **kwargs)
+    for i, node in enumerate(list(graph.nodes)):
+        if node.op != "call_function" or node not in values or not torch.is_tensor(values[node]):
+            continue
+        if all(user in values for user in node.users):
+            continue  # used only by other constants (or not at all)
+        name = f"_folded_{i}"
+        gm.register_buffer(name, values[node].detach())
+        with graph.inserting_before(node):
+            node.replace_all_uses_with(graph.get_attr(name))
+    graph.eliminate_dead_code()
+    gm.recompile()
+
+
 def capture(fn, *example):
     """
     The aten graph of ``fn`` at ``example`` as a ``GraphModule``, or :class:`Uncapturable`.
@@ -228,8 +261,7 @@ def capture(fn, *example):
         for tag, why in _REFUSED_TAGS.items():
             if tag in tags and not _integer_indexing(node):
                 raise Uncapturable(f"the model {why} ({node.target})")
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
+    _fold_constants(gm)
     for name, value in list(vars(gm).items()):
         if torch.is_tensor(value) and value.requires_grad:
             # e.g. nn.Parameters of a PyroModule: constants here, only z is differentiated.
