@@ -73,6 +73,10 @@ class DualAveraging:
     with :math:`x = \log\epsilon` the step used during warmup and :math:`\exp \bar x` the one
     kept afterwards; :math:`\mu = \log(10\,\epsilon_0)` at each restart.
 
+    The state is R Python floats per quantity, updated slot by slot: torch's CPU kernels may
+    round ``pow`` differently in long and short vectors, which would make a slot's step size
+    depend on how many slots share the batch.
+
     **References**
 
     [1] Hoffman, Gelman (2014), "The No-U-Turn Sampler", JMLR 15, Algorithm 5 (section 3.2.1).
@@ -80,44 +84,44 @@ class DualAveraging:
     [2] Stan Reference Manual, step-size adaptation: :math:`\gamma = 0.05, t_0 = 10,
     \kappa = 0.75`.
 
-    :param torch.Tensor log_step_size: initial :math:`\log\epsilon`, shape ``[R]``.
+    :param list log_step_size: initial :math:`\log\epsilon` of each slot.
     :param float target_accept_prob: :math:`\delta`.
     """
 
     def __init__(self, log_step_size, target_accept_prob=0.8, gamma=0.05, t0=10.0, kappa=0.75):
         self.target = target_accept_prob
         self.gamma, self.t0, self.kappa = gamma, t0, kappa
-        # float64 whatever the model's dtype: these are R numbers, and log-steps accumulate.
-        self.log_step_size = log_step_size.to(torch.float64).clone()
-        self.t = torch.zeros_like(self.log_step_size)
-        self.h_bar = torch.zeros_like(self.log_step_size)
-        self.x_bar = torch.zeros_like(self.log_step_size)
-        self.mu = self.log_step_size + math.log(10.0)
+        self.log_step_size = [float(x) for x in log_step_size]
+        num_slots = len(self.log_step_size)
+        self.t = [0] * num_slots
+        self.h_bar = [0.0] * num_slots
+        self.x_bar = [0.0] * num_slots
+        self.mu = [x + math.log(10.0) for x in self.log_step_size]
 
-    def restart(self, log_step_size, mask):
-        """Restart the slots in ``mask`` from ``log_step_size`` (after a metric or beta change)."""
-        log_step_size = log_step_size.to(self.log_step_size)
-        self.log_step_size = torch.where(mask, log_step_size, self.log_step_size)
-        self.mu = torch.where(mask, log_step_size + math.log(10.0), self.mu)
-        zero = torch.zeros_like(self.t)
-        self.t = torch.where(mask, zero, self.t)
-        self.h_bar = torch.where(mask, zero, self.h_bar)
-        self.x_bar = torch.where(mask, zero, self.x_bar)
+    def restart(self, log_step_size, slots):
+        """Restart ``slots`` from ``log_step_size`` (one value per slot; after a metric or beta
+        change)."""
+        for r in slots:
+            self.log_step_size[r] = float(log_step_size[r])
+            self.mu[r] = self.log_step_size[r] + math.log(10.0)
+            self.t[r], self.h_bar[r], self.x_bar[r] = 0, 0.0, 0.0
 
     def update(self, accept_prob):
-        """One iteration for every slot; returns the new warmup :math:`\\log\\epsilon` ``[R]``."""
-        self.t = self.t + 1
-        eta = 1.0 / (self.t + self.t0)
-        self.h_bar = (1 - eta) * self.h_bar + eta * (self.target - accept_prob.to(self.t))
-        self.log_step_size = self.mu - self.t.sqrt() / self.gamma * self.h_bar
-        weight = self.t.pow(-self.kappa)
-        self.x_bar = weight * self.log_step_size + (1 - weight) * self.x_bar
-        return self.log_step_size
+        r"""One iteration of every slot (``accept_prob``: one float per slot); returns the new
+        warmup :math:`\log\epsilon` of each slot."""
+        for r, alpha in enumerate(accept_prob):
+            t = self.t[r] = self.t[r] + 1
+            eta = 1.0 / (t + self.t0)
+            self.h_bar[r] = (1.0 - eta) * self.h_bar[r] + eta * (self.target - alpha)
+            self.log_step_size[r] = self.mu[r] - math.sqrt(t) / self.gamma * self.h_bar[r]
+            weight = t ** -self.kappa
+            self.x_bar[r] = weight * self.log_step_size[r] + (1.0 - weight) * self.x_bar[r]
+        return list(self.log_step_size)
 
     def final_log_step_size(self):
-        """:math:`\\bar x`, the log step size to sample with after warmup ``[R]``."""
+        r""":math:`\bar x` of each slot, the log step size to sample with after warmup."""
         # A slot restarted at the very end of warmup has no average yet: keep its step.
-        return torch.where(self.t > 0, self.x_bar, self.log_step_size)
+        return [xb if t > 0 else x for xb, t, x in zip(self.x_bar, self.t, self.log_step_size)]
 
 
 class WelfordDiagonal:
@@ -162,3 +166,36 @@ class WelfordDiagonal:
         n = self.n
         sample_var = self.m2 / (n - 1)
         return (n / (n + 5.0)) * sample_var + 1e-3 * (5.0 / (n + 5.0))
+
+
+def find_reasonable_step_sizes(step_size, mask, accepts_well, max_rounds=100):
+    r"""
+    The initial step-size heuristic of Hoffman & Gelman (Algorithm 4), as Stan and Pyro run it
+    at the start of warmup and after each metric update, for the slots in ``mask``: double (or
+    halve) the step size until the acceptance probability of one leapfrog step crosses 0.8.
+    The slots are searched together, one ``accepts_well`` call per round, and each leaves the
+    search on its own criterion, so its result does not depend on the other slots.
+
+    **References**
+
+    [1] Hoffman, Gelman (2014), "The No-U-Turn Sampler", JMLR 15, Algorithm 4.
+
+    :param torch.Tensor step_size: current step sizes ``[R]``.
+    :param torch.Tensor mask: bool ``[R]``, the slots to search.
+    :param callable accepts_well: ``(step_size [R], active [R] bool) -> bool [R]``: whether one
+        leapfrog step from a fresh momentum has acceptance probability above 0.8 (only
+        ``active`` slots need an answer, and only they may draw random numbers).
+    :param int max_rounds: most doublings or halvings.
+    :returns: the new step sizes ``[R]`` (unchanged outside ``mask``).
+    """
+    active = mask.clone()
+    increase = accepts_well(step_size, active)
+    factor = torch.where(increase, 2.0, 0.5).to(step_size)
+    for _ in range(max_rounds):
+        step_size = torch.where(active, step_size * factor, step_size)
+        # Stan raises outside (0, 1e7); here such a slot just keeps its last step size.
+        active = active & (step_size < 1e7) & (step_size > 1e-12)
+        if not bool(active.any()):
+            break
+        active = active & (accepts_well(step_size, active) == increase)
+    return step_size

@@ -4,17 +4,23 @@ Fixed-step HMC for all the rungs one process holds, advanced together.
 A *slot* is a rung: it owns a step size, a diagonal inverse mass matrix, an inverse
 temperature and a random stream. States are rows of one ``[R, D]`` tensor and move between
 slots on swaps; every leapfrog step of every slot is one batched call of the potential. All
-arithmetic here is elementwise or a per-row reduction whose order depends on neither the
-number of rows nor the thread count, so a slot's draws depend only on its seed, its state and
-its beta -- not on which other slots share its batch or its process (provided the potential
-itself is row-wise batch invariant).
+tensor arithmetic here is basic elementwise operations (correctly rounded whatever the vector
+length) or a per-row reduction whose order depends on neither the number of rows nor the thread
+count, and the per-slot scalars (acceptance, step sizes) are Python floats. So a slot's draws
+depend only on its seed, its state and its beta -- not on which other slots share its batch or
+its process -- provided the potential itself is row-wise batch invariant.
 """
 
 import math
 
 import torch
 
-from .adaptation_hmc import DualAveraging, WelfordDiagonal, warmup_windows
+from .adaptation_hmc import (
+    DualAveraging,
+    WelfordDiagonal,
+    find_reasonable_step_sizes,
+    warmup_windows,
+)
 
 # torch's CPU sum splits a single long row over threads (a "two-pass" reduction once the
 # tensor has 32768 elements) but reduces each row of a multi-row tensor serially, so a plain
@@ -41,9 +47,11 @@ def _not_finite(potential, grad):
 def acceptance_probability(energy_change):
     r"""
     The Metropolis acceptance probability :math:`\min(1, e^{-\Delta H})` of a proposal whose
-    Hamiltonian exceeds the current one by ``energy_change``; ``+inf`` gives 0.
+    Hamiltonian exceeds the current one by ``energy_change`` (a float); NaN gives 0.
     """
-    return torch.exp(-energy_change).clamp(max=1.0)
+    if math.isnan(energy_change):
+        return 0.0
+    return 1.0 if energy_change <= 0.0 else math.exp(-energy_change)
 
 
 class BatchedHMC:
@@ -158,14 +166,14 @@ class BatchedHMC:
             raise ValueError(f"step_size must be positive, got {self._init_step_size!r}")
         self._step_size = step_size
         self._inv_mass = torch.ones(num_slots, dim, dtype=self._dtype, device=self._device)
-        self._momentum_scale = self._inv_mass.rsqrt()
+        self._momentum_scale = 1.0 / self._inv_mass.sqrt()
         self._warmup_steps = int(warmup_steps)
         self._t = 0
         windows = warmup_windows(self._warmup_steps, *self._buffers)
         self._windows = windows if self.adapt_mass_matrix else []
         self._welford = WelfordDiagonal(num_slots, dim, self._dtype, self._device)
-        self._accepted_count = torch.zeros(num_slots, dtype=torch.int64, device=self._device)
-        self._accept_prob_sum = torch.zeros(num_slots, dtype=torch.float64, device=self._device)
+        self._accepted_count = [0] * num_slots
+        self._accept_prob_sum = [0.0] * num_slots
         self._accept_prob_n = 0
         self._divergences = [[] for _ in range(num_slots)]
         self._warmup_divergences = [0] * num_slots
@@ -185,10 +193,10 @@ class BatchedHMC:
                 "density is positive and finite")
         self._z, self._potential, self._grad, self._ll = z, potential, grad, ll
         self._stale = torch.zeros(num_slots, dtype=torch.bool, device=self._device)
-        self._pending_restart = torch.zeros_like(self._stale)
+        self._pending_restart = set()
         if self.adapt_step_size and self._warmup_steps > 0:
-            self._find_step_sizes(torch.ones_like(self._stale))
-            self._dual = DualAveraging(self._step_size.log(), self.target_accept_prob)
+            self._find_step_sizes(range(num_slots))
+            self._dual = DualAveraging(self._log_step_sizes(), self.target_accept_prob)
         return ll.clone()
 
     def _per_slot(self, value, name, num_slots):
@@ -211,7 +219,7 @@ class BatchedHMC:
         self._betas = betas
         self._stale |= changed
         if self.adapt_step_size and self._t < self._warmup_steps:
-            self._pending_restart |= changed
+            self._pending_restart.update(changed.nonzero().flatten().tolist())
 
     def replace_states(self, slots):
         """
@@ -233,41 +241,43 @@ class BatchedHMC:
         """
         self._refresh(z_flat.detach())
         in_warmup = self._t < self._warmup_steps
-        if bool(self._pending_restart.any()):
+        if self._pending_restart:
             if in_warmup:
-                self._find_step_sizes(self._pending_restart)
-                self._dual.restart(self._step_size.log(), self._pending_restart)
-            self._pending_restart = torch.zeros_like(self._pending_restart)
+                slots = sorted(self._pending_restart)
+                self._find_step_sizes(slots)
+                self._dual.restart(self._log_step_sizes(), slots)
+            self._pending_restart = set()
 
-        slots = range(len(self._generators))
-        steps, noise, uniform = self._draw(slots, uniform=True)
+        steps, noise, uniform = self._draw(range(self.num_slots), uniform=True)
         z0, u0 = self._z, self._potential
         p0 = noise * self._momentum_scale
         z, p, potential, grad, ll, bad = self._leapfrog(p0, self._step_size, steps)
         delta = potential + self._kinetic(p) - (u0 + self._kinetic(p0))
-        bad = bad | torch.isnan(delta)
-        delta = torch.where(bad, torch.full_like(delta, math.inf), delta)
-        accept_prob = acceptance_probability(delta)
-        accepted = uniform < accept_prob
-        divergent = delta > self.max_delta_energy
-
+        delta = torch.where(bad, torch.full_like(delta, math.nan), delta)
+        # Per-slot scalars in Python: one transfer, and exp rounded alike for any R.
+        deltas = delta.tolist()
+        accept_prob = [acceptance_probability(d) for d in deltas]
+        accepted_list = [u < a for u, a in zip(uniform.tolist(), accept_prob)]
+        accepted = torch.tensor(accepted_list, device=self._device)
         keep = accepted[:, None]
         self._z = torch.where(keep, z, z0)
         self._potential = torch.where(accepted, potential, u0)
         self._grad = torch.where(keep, grad, self._grad)
         self._ll = torch.where(accepted, ll, self._ll)
+
         self._t += 1
-        self._accept_prob_sum += accept_prob.to(torch.float64)
         self._accept_prob_n += 1
-        divergent_slots = divergent.nonzero().flatten().tolist()
+        for r, (d, a) in enumerate(zip(deltas, accept_prob)):
+            self._accept_prob_sum[r] += a
+            divergent = not d <= self.max_delta_energy  # NaN (a failed trajectory) included
+            if in_warmup:
+                self._warmup_divergences[r] += divergent
+            else:
+                self._accepted_count[r] += accepted_list[r]
+                if divergent:
+                    self._divergences[r].append(self._t - self._warmup_steps - 1)
         if in_warmup:
-            for r in divergent_slots:
-                self._warmup_divergences[r] += 1
             self._adapt(accept_prob)
-        else:
-            self._accepted_count += accepted
-            for r in divergent_slots:
-                self._divergences[r].append(self._t - self._warmup_steps - 1)
         return self._z.clone(), self._ll.clone(), accepted
 
     def _evaluate(self, z):
@@ -353,53 +363,47 @@ class BatchedHMC:
 
     def _adapt(self, accept_prob):
         if self.adapt_step_size:
-            self._step_size = self._dual.update(accept_prob).exp().to(self._dtype)
+            self._set_step_sizes(self._dual.update(accept_prob))
         t = self._t  # iterations completed; the one just done had index t - 1
         for start, end in self._windows:
             if start <= t - 1 < end:
                 self._welford.update(self._z)
             if t == end:
                 self._inv_mass = self._welford.variance()
-                self._momentum_scale = self._inv_mass.rsqrt()
+                self._momentum_scale = 1.0 / self._inv_mass.sqrt()
                 self._welford.reset()
                 if self.adapt_step_size:
-                    every = torch.ones_like(self._stale)
+                    every = range(self.num_slots)
                     self._find_step_sizes(every)
-                    self._dual.restart(self._step_size.log(), every)
+                    self._dual.restart(self._log_step_sizes(), every)
         if t == self._warmup_steps:
             if self.adapt_step_size:
-                self._step_size = self._dual.final_log_step_size().exp().to(self._dtype)
+                self._set_step_sizes(self._dual.final_log_step_size())
             # Progress-bar acceptance covers the sampling phase only.
-            self._accept_prob_sum.zero_()
+            self._accept_prob_sum = [0.0] * self.num_slots
             self._accept_prob_n = 0
 
-    def _find_step_sizes(self, mask, max_rounds=100):
-        """
-        Hoffman & Gelman's Algorithm 4 for the slots in ``mask``: double (or halve) the step
-        size until the one-step acceptance probability crosses 0.8. Each round is one batched
-        call; only slots still searching draw momenta.
-        """
-        log_target = math.log(0.8)
-        step_size = self._step_size.clone()
+    def _log_step_sizes(self):
+        return [math.log(e) for e in self._step_size.tolist()]
 
-        def accepts_well(active):
+    def _set_step_sizes(self, log_step_sizes):
+        self._step_size = torch.tensor([math.exp(x) for x in log_step_sizes],
+                                       dtype=self._dtype, device=self._device)
+
+    def _find_step_sizes(self, slots):
+        """Re-initialize the step sizes of ``slots`` from the cached states (Algorithm 4)."""
+        log_target = math.log(0.8)
+
+        def accepts_well(step_size, active):
             _, noise, _ = self._draw(active.nonzero().flatten().tolist(), uniform=False)
             p0 = noise * self._momentum_scale
             _, p, potential, _, _, bad = self._leapfrog(p0, step_size, None, num_steps=1)
             log_ratio = self._potential + self._kinetic(p0) - (potential + self._kinetic(p))
             return ~bad & (log_ratio > log_target)
 
-        active = mask.clone()
-        increase = accepts_well(active)
-        factor = torch.where(increase, 2.0, 0.5).to(self._dtype)
-        for _ in range(max_rounds):
-            step_size = torch.where(active, step_size * factor, step_size)
-            # Stan gives up outside (0, 1e7); here such a slot just keeps its last step.
-            active = active & (step_size < 1e7) & (step_size > 1e-12)
-            if not bool(active.any()):
-                break
-            active = active & (accepts_well(active) == increase)
-        self._step_size = step_size
+        mask = torch.zeros_like(self._stale)
+        mask[list(slots)] = True
+        self._step_size = find_reasonable_step_sizes(self._step_size, mask, accepts_well)
 
     # ----- reporting -----
 
@@ -428,7 +432,7 @@ class BatchedHMC:
         the sampling phase), ``step size`` and ``mean inverse mass``.
         """
         n = self._t - self._warmup_steps
-        accepted = self._accepted_count.tolist()
+        accepted = self._accepted_count
         step_size = self._step_size.tolist()
         mean_inv_mass = self._inv_mass.mean(-1).tolist()
         return [
@@ -445,5 +449,5 @@ class BatchedHMC:
     def logging(self, slot=0):
         """Progress-bar fields of one slot: its step size and mean acceptance probability."""
         n = self._accept_prob_n
-        prob = float(self._accept_prob_sum[slot]) / n if n else math.nan
+        prob = self._accept_prob_sum[slot] / n if n else math.nan
         return {"step size": f"{float(self._step_size[slot]):.2e}", "acc. prob": f"{prob:.3f}"}
