@@ -200,16 +200,28 @@ def densities_and_grads(split, layout):
     return fn
 
 
-def _integer_indexing(node):
-    """``x[i]`` with integer index tensors: tagged as of dynamic shape because a boolean mask
-    index would be, but its shape is the index's."""
-    if node.target is not torch.ops.aten.index.Tensor:
-        return False
-    indices = node.args[1]
-    return all(
-        index is None or index.meta["val"].dtype not in (torch.bool, torch.uint8)
-        for index in indices
-    )
+def _check_operations(graph):
+    """
+    Refuse random operations, and operations whose output shape or Python value depends on
+    the latent values (a boolean mask index made from z; a constant mask, e.g. a triangular
+    one, keeps its shape).
+    """
+    variable = set()
+    for node in graph.nodes:
+        if node.op == "placeholder" or any(i in variable for i in node.all_input_nodes):
+            variable.add(node)
+        tags = getattr(node.target, "tags", ()) if node.op == "call_function" else ()
+        for tag, why in _REFUSED_TAGS.items():
+            if tag not in tags:
+                continue
+            if tag is not torch.Tag.nondeterministic_seeded:
+                shaping = node.all_input_nodes
+                if node.target is torch.ops.aten.index.Tensor:  # only mask indices shape it
+                    shaping = [i for i in node.args[1] if i is not None
+                               and i.meta["val"].dtype in (torch.bool, torch.uint8)]
+                if not any(i in variable for i in shaping):
+                    continue
+            raise Uncapturable(f"the model {why} ({node.target})")
 
 
 def _fold_constants(gm):
@@ -256,11 +268,7 @@ def capture(fn, *example):
         raise
     except Exception as error:  # make_fx refuses data-dependent control flow by raising
         raise Uncapturable(f"capture failed: {type(error).__name__}: {error}") from error
-    for node in gm.graph.nodes:
-        tags = getattr(node.target, "tags", ()) if node.op == "call_function" else ()
-        for tag, why in _REFUSED_TAGS.items():
-            if tag in tags and not _integer_indexing(node):
-                raise Uncapturable(f"the model {why} ({node.target})")
+    _check_operations(gm.graph)
     _fold_constants(gm)
     for name, value in list(vars(gm).items()):
         if torch.is_tensor(value) and value.requires_grad:

@@ -94,6 +94,12 @@ class FunctionalSplit:
                     for name, value in z0.items()
                 })
         names = split.latent_names
+        for point in points:
+            if not isinstance(point, dict) or set(point) != set(names):
+                raise ValueError(
+                    f"points must be dicts with exactly the latent sites {names} (unconstrained "
+                    f"values), got {sorted(point) if isinstance(point, dict) else point!r}"
+                )
         self.layout = FlatLayout(names, [points[0][name].shape for name in names])
         self._points = [self.layout.flatten({n: p[n].detach() for n in names}) for p in points]
         self._graphs = {}
@@ -140,6 +146,8 @@ class FunctionalSplit:
         values = [z[name] for name in self.layout.names]
         needs_grad = torch.is_grad_enabled() and any(v.requires_grad for v in values)
         flat = torch.cat([v.detach().reshape(-1) for v in values])
+        if flat.shape[0] != self.layout.dim:  # not the captured shapes: Pyro decides
+            return self.split.log_densities(z)
         out = self.evaluate(flat, grads=needs_grad)
         if out is None or not bool(torch.isfinite(out[0]) & torch.isfinite(out[1])):
             return self.split.log_densities(z)
@@ -204,14 +212,16 @@ class FunctionalSplit:
             lp, ll = self.split.log_densities(z)
             grads = []
             for term in (lp, ll):
-                if torch.is_tensor(term) and term.requires_grad and torch.isfinite(term):
+                if not torch.isfinite(torch.as_tensor(term)):
+                    grads.append(torch.full_like(flat, math.nan))
+                elif torch.is_tensor(term) and term.requires_grad:
                     parts = torch.autograd.grad(term, list(z.values()), retain_graph=True,
                                                 allow_unused=True)
                     parts = [torch.zeros_like(v) if g is None else g
                              for g, v in zip(parts, z.values())]
                     grads.append(self.flatten(dict(zip(z, parts))))
-                else:
-                    grads.append(torch.full_like(flat, math.nan))
+                else:  # a term that does not depend on z
+                    grads.append(torch.zeros_like(flat))
         lp, ll = (torch.as_tensor(t, dtype=flat.dtype).detach() for t in (lp, ll))
         return lp, ll, grads[0], grads[1]
 
@@ -252,10 +262,15 @@ class FunctionalSplit:
         rtol = self.tolerance(dtype)
         labels = ("lp", "ll", "gradient of lp", "gradient of ll")
         for i, point in enumerate(points):
-            with torch.random.fork_rng():
-                reference = self.traced_reference(point)
-            with torch.no_grad(), torch.jit.optimized_execution(False):
-                out = compiled(point)
+            try:
+                with torch.random.fork_rng():
+                    reference = self.traced_reference(point)
+                with torch.no_grad(), torch.jit.optimized_execution(False):
+                    out = compiled(point)
+            except Exception as error:
+                raise Uncapturable(
+                    f"evaluation failed at check point {i}: {type(error).__name__}: {error}"
+                ) from error
             finite = bool(torch.isfinite(reference[0]) & torch.isfinite(reference[1]))
             for label, value, ref in zip(labels, out, reference if finite else reference[:2]):
                 problem = mismatch(value, ref, rtol)
