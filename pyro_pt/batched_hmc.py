@@ -41,7 +41,9 @@ def row_sum(x):
 
 
 def _not_finite(potential, grad):
-    return ~torch.isfinite(potential) | ~torch.isfinite(grad).all(-1)
+    # One pass over the gradient: a NaN or inf entry makes its row's sum non-finite (a sum
+    # that overflows from finite entries counts too; such a trajectory is lost anyway).
+    return ~torch.isfinite(potential + row_sum(grad))
 
 
 def acceptance_probability(energy_change):
@@ -332,21 +334,26 @@ class BatchedHMC:
         """
         z0 = self._z
         eps = step_size[:, None]
+        half_eps = 0.5 * eps
         scaled_eps = eps * self._inv_mass
         z, potential, grad, ll = z0, self._potential, self._grad, self._ll
-        p = p0 - 0.5 * eps * grad
+        scratch = grad * half_eps
+        p = p0 - scratch  # our own tensor from here on: updated in place
         bad = torch.zeros_like(self._stale)
+        any_bad = False
         n_max = num_steps or (self.num_steps if steps is None else int(steps.max()))
         for i in range(1, n_max + 1):
-            # A failed row restarts from its (finite) initial point, so the batched potential
-            # never sees NaN states; its results are discarded at the end anyway.
-            z_new = torch.where(bad[:, None], z0, z + scaled_eps * p)
+            z_new = z + torch.mul(scaled_eps, p, out=scratch)
+            if any_bad:
+                # A failed row restarts from its (finite) initial point, so the batched
+                # potential never sees NaN states; its results are discarded at the end.
+                z_new = torch.where(bad[:, None], z0, z_new)
             u_new, g_new, ll_new = self._evaluate(z_new)
+            failed = _not_finite(u_new, g_new)
             if steps is None:
                 z, potential, grad, ll = z_new, u_new, g_new, ll_new
-                bad = bad | _not_finite(u_new, g_new)
-                half = 0.5 if i == n_max else 1.0
-                p = p - half * eps * grad
+                bad = bad | failed
+                p.sub_(torch.mul(grad, half_eps if i == n_max else eps, out=scratch))
             else:
                 live = i <= steps
                 live_col = live[:, None]
@@ -354,9 +361,10 @@ class BatchedHMC:
                 potential = torch.where(live, u_new, potential)
                 grad = torch.where(live_col, g_new, grad)
                 ll = torch.where(live, ll_new, ll)
-                bad = bad | (live & _not_finite(u_new, g_new))
-                half = torch.where(i == steps, 0.5, 1.0).to(self._dtype)[:, None]
-                p = torch.where(live_col, p - half * eps * grad, p)
+                bad = bad | (live & failed)
+                kick = torch.where((i == steps)[:, None], half_eps, eps)
+                p = torch.where(live_col, p - grad * kick, p)
+            any_bad = bool(bad.any())
         return z, p, potential, grad, ll, bad
 
     # ----- warmup -----
