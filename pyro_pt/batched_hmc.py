@@ -289,8 +289,10 @@ class BatchedHMC:
 
     def _refresh(self, z):
         """Recompute the cached potential where the state or beta changed since the last step."""
-        if z.shape != self._z.shape:
-            raise ValueError(f"z_flat must have shape {list(self._z.shape)}, got {list(z.shape)}")
+        if z.shape != self._z.shape or z.dtype != self._dtype or z.device != self._device:
+            raise ValueError(
+                f"z_flat must be a {self._dtype} tensor of shape {list(self._z.shape)} on "
+                f"{self._device} (as given to setup), got {z.dtype} {list(z.shape)} on {z.device}")
         stale = self._stale | (z != self._z).any(-1)
         if bool(stale.any()):
             potential, grad, ll = self._evaluate(z)

@@ -324,6 +324,10 @@ def test_bad_input_is_named():
         BatchedHMC(target).setup(torch.zeros(2, 3, dtype=F64), [1.0, 0.5], [1], 10)
     with pytest.raises(ValueError, match="num_steps"):
         BatchedHMC(target, num_steps=0)
+    hmc = BatchedHMC(target)
+    hmc.setup(torch.zeros(2, 3, dtype=F64), [1.0, 0.5], [1, 2], 10)
+    with pytest.raises(ValueError, match="as given to setup"):
+        hmc.step(torch.zeros(2, 3))
 
 
 def test_stan_windows_and_regularized_variance():
