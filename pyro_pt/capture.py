@@ -190,7 +190,8 @@ def densities_and_grads(split, layout):
 
     def ll_fn(flat):
         _, ll, valid = _flagged(split, layout, flat)
-        return ll, valid
+        # torch.func's aux output must hold tensors: no flags (validation off) is "all valid".
+        return ll, (valid if valid is not None else torch.ones((), dtype=torch.bool))
 
     def fn(flat):
         grad_lp, lp = grad_and_value(lp_fn)(flat)
