@@ -1,7 +1,7 @@
-"""Speed of the tempered potential and its gradient on the seed BNN (10 -> 64 -> 64 -> 1, 500 points).
+"""Speed of the tempered potential and its gradient on the seed BNN (10 -> 64 -> 64 -> 1).
 
-Section (a), one torch thread, float32, medians over interleaved rounds, each timing the full
-``-(lp + beta * ll)`` and its gradient with respect to all 4929 latents:
+Section (a), 500 points, float32, one torch thread (``--threads``), medians over interleaved
+rounds, each timing ``-(lp + beta * ll)`` and its gradient with respect to all 4929 latents:
 
 - floor: the same log density written by hand in plain torch, gradient by autograd;
 - traced: ``ModelSplit.log_densities`` (``poutine.condition`` + ``poutine.trace`` +
@@ -9,7 +9,8 @@ Section (a), one torch thread, float32, medians over interleaved rounds, each ti
 - fast: ``FunctionalSplit.log_densities`` as ``TemperedPotential`` calls it, gradient by autograd
   (the gradients come precomputed from the captured graph);
 - fast, raw: the captured graph itself, ``FunctionalSplit.evaluate`` plus the combination;
-- batched: ``batched_potential_and_grad`` with K = 1 and K = 8 replicas per call.
+- batched: ``batched_potential_and_grad`` with K = 1 and K = 8 replicas per call, vmapped
+  (``batched="vmap"``) and looped (``batched="loop"``, what ``"auto"`` picks on one CPU thread).
 
 ``--options`` adds the other strategies that were measured to choose the fast path: the minimal
 substituting messenger without a Trace (eager, autograd), ``torch.func.grad_and_value`` of it,
@@ -141,7 +142,8 @@ def time_rounds(fns, rounds, calls, warmup=3):
 
 
 def section_a(args):
-    print("(a) tempered potential + gradient on the seed BNN, float32, one thread")
+    print(f"(a) tempered potential + gradient on the seed BNN, float32, "
+          f"{torch.get_num_threads()} torch thread(s)")
     x, y = make_data()
     split = ModelSplit(CountingModel(), (x, y))
     z = initial_params()
@@ -150,14 +152,17 @@ def section_a(args):
     setup = time.perf_counter() - start
     print(f"FunctionalSplit: path={fast.path} engine={fast.engine} setup {setup:.2f} s "
           f"{fast.reason}")
+    looped = FunctionalSplit(split, batched="loop")
+    vmapped = FunctionalSplit(split, batched="vmap")
     flat = fast.flatten(z)
     gen = torch.Generator().manual_seed(0)
     batch = flat + 0.01 * torch.randn(8, flat.numel(), generator=gen)
     betas = torch.linspace(1.0, 0.02, 8)
+    print(f"batched='auto' picks {fast.batched_path} ({fast.batched_reason})")
     start = time.perf_counter()
-    batched_path = fast.batched_path  # decided (and checked) on first use
-    print(f"batched path: {batched_path} {fast.batched_reason} (check "
-          f"{time.perf_counter() - start:.2f} s)")
+    batched_path = vmapped.batched_path  # decided (and checked) on first use
+    why = f" ({vmapped.batched_reason})" if vmapped.batched_reason else ""
+    print(f"batched='vmap': {batched_path}{why}, checked in {time.perf_counter() - start:.2f} s")
 
     def raw():
         lp, ll, grad_lp, grad_ll = fast.evaluate(flat)
@@ -169,8 +174,10 @@ def section_a(args):
         "traced (ModelSplit)": lambda: traced(z),
         "fast (FunctionalSplit)": lambda: functional(z),
         "fast, raw graph": raw,
-        "batched K=1": lambda: fast.batched_potential_and_grad(batch[:1], betas[:1]),
-        "batched K=8": lambda: fast.batched_potential_and_grad(batch, betas),
+        "batched K=1, vmap": lambda: vmapped.batched_potential_and_grad(batch[:1], betas[:1]),
+        "batched K=8, vmap": lambda: vmapped.batched_potential_and_grad(batch, betas),
+        "batched K=1, loop": lambda: looped.batched_potential_and_grad(batch[:1], betas[:1]),
+        "batched K=8, loop": lambda: looped.batched_potential_and_grad(batch, betas),
     }
     if args.options:
         fns.update(option_fns(split, fast, z, args.compile))
@@ -185,9 +192,10 @@ def section_a(args):
     print(f"\nfast / floor: {medians['fast (FunctionalSplit)'] / floor:.2f} (target <= 1.5); "
           f"traced / floor: {medians['traced (ModelSplit)'] / floor:.2f}; "
           f"traced / fast: {medians['traced (ModelSplit)'] / medians['fast (FunctionalSplit)']:.2f}")
-    k1, k8 = medians["batched K=1"], medians["batched K=8"]
-    print(f"batched K=8 / K=1 per call: {k8 / k1:.2f} ({k8 / 8:.3f} ms per replica; "
-          f"K=1 / fast: {k1 / medians['fast (FunctionalSplit)']:.2f})")
+    for mode in ("vmap", "loop"):
+        k1, k8 = medians[f"batched K=1, {mode}"], medians[f"batched K=8, {mode}"]
+        print(f"batched ({mode}) K=8 / K=1 per call: {k8 / k1:.2f} ({k8 / 8:.3f} ms per "
+              f"replica; K=1 / fast, raw graph: {k1 / medians['fast, raw graph']:.2f})")
 
 
 def main(argv=None):
@@ -198,13 +206,14 @@ def main(argv=None):
                         help="also time the strategies not chosen")
     parser.add_argument("--compile", action="store_true",
                         help="with --options, also torch.compile (slow to compile)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--quick", action="store_true", help="a smoke test: 2 rounds of 3 calls")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.calls = 2, 3
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, pyro {pyro.__version__}, Python {platform.python_version()}, "
-          f"{torch.get_num_threads()} torch thread, {os.cpu_count()} CPUs, {platform.machine()}")
+          f"{os.cpu_count()} CPUs, {platform.machine()}")
     section_a(args)
 
 

@@ -71,8 +71,11 @@ class FunctionalSplit:
     :param list points: optional check points (dicts of unconstrained values); default the
         split's initial point and two perturbations of it.
     :param float rtol: relative tolerance of the checks (default 1e-6 in float64, 1e-4 below).
-    :param str batched: ``"auto"`` (vmap if its results are bitwise independent of the batch
-        composition, else a loop), ``"vmap"`` (vmap if it agrees within ``rtol``) or ``"loop"``.
+    :param str batched: how :meth:`batched_potential_and_grad` evaluates replicas:
+        ``"vmap"`` (one vmapped graph per call, used only if a replica's numbers are checked
+        to be bitwise the same whatever its batch, else a loop), ``"loop"`` (one graph call
+        per replica) or ``"auto"`` (``"loop"`` on a single CPU thread, where batched kernels
+        were measured slower, else ``"vmap"``).
     :param int max_batch: most replicas evaluated in one vmapped call.
     """
 

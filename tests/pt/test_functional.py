@@ -163,7 +163,7 @@ def splits():
     built = {}
     for name, (model, args) in cases().items():
         split = ModelSplit(model, args)
-        built[name] = split, FunctionalSplit(split)
+        built[name] = split, FunctionalSplit(split, batched="vmap")
     return built
 
 
@@ -298,9 +298,13 @@ def test_batched_matches_single_evaluations_and_betas_temper_only_ll(splits, nam
             assert_close(potential[r], -(lp_hand + betas[r] * ll_hand))
 
 
-@pytest.mark.parametrize("name", ["bnn", "constrained"])
-def test_replica_results_are_bitwise_independent_of_the_batch(splits, name):
+@pytest.mark.parametrize("name, batched", [("bnn", "vmap"), ("constrained", "vmap"),
+                                           ("constrained", "loop")])
+def test_replica_results_are_bitwise_independent_of_the_batch(splits, name, batched):
     split, fast = splits[name]
+    if batched == "loop":
+        fast = FunctionalSplit(split, batched="loop")
+    assert fast.batched_path == batched, fast.batched_reason
     zs = points(split, 6, seed=7, scale=0.3)
     z_flat = torch.stack([fast.flatten(z) for z in zs])
     betas = torch.tensor([1.0, 0.7, 0.5, 0.3, 0.2, 0.1])
@@ -323,3 +327,15 @@ def test_bad_batched_arguments(splits):
         fast.batched_potential_and_grad(torch.zeros(2, fast.dim), torch.ones(3))
     with pytest.raises(ValueError, match="batched"):
         FunctionalSplit(splits["constrained"][0], batched="gpu")
+    with pytest.raises(ValueError, match="points"):
+        FunctionalSplit(splits["constrained"][0], points=[{"loc": torch.tensor(0.0)}])
+
+
+def test_auto_batching_loops_on_one_cpu_thread(splits):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        fast = FunctionalSplit(splits["linear"][0])
+        assert fast.batched_path == "loop" and "one CPU thread" in fast.batched_reason
+    finally:
+        torch.set_num_threads(threads)
