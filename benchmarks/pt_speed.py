@@ -158,7 +158,8 @@ def section_a(args):
     gen = torch.Generator().manual_seed(0)
     batch = flat + 0.01 * torch.randn(8, flat.numel(), generator=gen)
     betas = torch.linspace(1.0, 0.02, 8)
-    print(f"batched='auto' picks {fast.batched_path} ({fast.batched_reason})")
+    print(f"batched='auto' picks {fast.batched_path}"
+          + (f" ({fast.batched_reason})" if fast.batched_reason else ""))
     start = time.perf_counter()
     batched_path = vmapped.batched_path  # decided (and checked) on first use
     why = f" ({vmapped.batched_reason})" if vmapped.batched_reason else ""
@@ -183,7 +184,7 @@ def section_a(args):
         fns.update(option_fns(split, fast, z, args.compile))
     check = {n: fns[n]()[0] for n in ("floor (plain torch)", "traced (ModelSplit)",
                                        "fast (FunctionalSplit)")}
-    print("potentials agree:", {n: round(float(v), 3) for n, v in check.items()})
+    print("potentials agree:", {n: round(float(v.detach()), 3) for n, v in check.items()})
     medians, _ = time_rounds(fns, args.rounds, args.calls)
     floor = medians["floor (plain torch)"]
     print(f"\n{'':28s}{'ms/call':>10s}{'/ floor':>10s}")
