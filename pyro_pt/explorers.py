@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from pyro.infer.mcmc import HMC, NUTS
+from pyro.infer.mcmc import NUTS
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 EXPLORERS = ("nuts", "hmc", "rwmh")
@@ -93,36 +93,16 @@ class RandomWalkMetropolis(MCMCKernel):
         return {"divergences": [], "acceptance rate": self._accept_cnt / n if n > 0 else math.nan}
 
 
-class FixedStepsHMC(HMC):
-    """
-    Pyro's HMC with a fixed number of leapfrog steps.
-
-    Pyro's HMC turns ``num_steps`` into a fixed trajectory length, so the number of steps grows
-    as step-size adaptation shrinks the step: on a rung whose proposals often fall where the
-    density is NaN or zero, the step size collapses and one iteration takes millions of
-    steps. Here ``num_steps`` stays what the user asked for; the step size still adapts.
-    """
-
-    def __init__(self, potential_fn, num_steps, **kwargs):
-        super().__init__(potential_fn=potential_fn, num_steps=num_steps, **kwargs)
-        self._fixed_num_steps = int(num_steps)
-
-    @property
-    def num_steps(self):
-        return self._fixed_num_steps
-
-
 def make_kernel(explorer, potential_fn, explorer_kwargs):
-    """The MCMC kernel of one rung for ``explorer`` (a name in :data:`EXPLORERS` or a callable)."""
+    """
+    The Pyro MCMC kernel of one rung for ``explorer``: ``"nuts"``, ``"rwmh"`` or a callable
+    (``"hmc"`` rungs are batched, see :mod:`pyro_pt.batched_explorer`).
+    """
     kwargs = dict(explorer_kwargs or {})
     if callable(explorer):
         build = explorer
     elif explorer == "nuts":
         build = lambda fn, **kw: NUTS(potential_fn=fn, **kw)  # noqa: E731
-    elif explorer == "hmc" and kwargs.get("num_steps") is not None:
-        build = FixedStepsHMC
-    elif explorer == "hmc":
-        build = lambda fn, **kw: HMC(potential_fn=fn, **kw)  # noqa: E731
     elif explorer == "rwmh":
         build = RandomWalkMetropolis
     else:
@@ -223,6 +203,9 @@ class Explorer:
     def diagnostics(self):
         return self.kernel.diagnostics()
 
+    def logging(self):
+        return self.kernel.logging()
+
 
 class PriorExplorer:
     """
@@ -254,3 +237,6 @@ class PriorExplorer:
 
     def diagnostics(self):
         return {"divergences": [], "acceptance rate": 1.0}
+
+    def logging(self):
+        return {}

@@ -11,13 +11,15 @@ from pyro.infer.autoguide.initialization import init_to_uniform
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from .comm import make_comm
-from .explorers import EXPLORERS, Explorer, PriorExplorer, RandomStream, make_kernel
+from .batched_explorer import check_hmc_options, step_rungs
+from .explorers import EXPLORERS
 from .ladder import geometric_ladder, inverse_temperatures, validate_temperatures
 from .replicas import RungBlock
 from .rounds import TemperingRounds
 from .stats import IndexProcess, SwapStatistics, ladder_statistics
 from .swap import SWAP_SCHEMES, swap_round
-from .tempering import ModelSplit, TemperedPotential
+from .rung_setup import build_rungs
+from .tempering import ModelSplit
 
 
 def _moved(before, after):
@@ -71,11 +73,15 @@ class ParallelTempering(MCMCKernel):
         sampled exactly.
     :param list temperatures: an explicit ladder instead, cold first: ``[1.0, ...]``
         increasing; the last may be ``inf``.
-    :param explorer: the local kernel of each rung: ``"nuts"`` (default), ``"hmc"``, ``"rwmh"``
-        (random-walk Metropolis with a scale adapted in warmup), or a callable
-        ``potential_fn -> MCMCKernel``.
-    :param dict explorer_kwargs: keyword arguments for every rung's explorer
-        (e.g. ``{"max_tree_depth": 6}`` for NUTS).
+    :param explorer: the local kernel of each rung: ``"nuts"`` (Pyro's NUTS on every rung,
+        default), ``"hmc"`` (HMC with a fixed number of leapfrog steps, per-rung step size and
+        diagonal mass matrix adapted in warmup; all the rungs of a process advance together,
+        one batched evaluation of a captured graph of the model per leapfrog step, see
+        :attr:`explorer_info`), ``"rwmh"`` (random-walk Metropolis with a scale adapted in
+        warmup), or a callable ``potential_fn -> MCMCKernel``.
+    :param dict explorer_kwargs: keyword arguments for every rung's explorer (e.g.
+        ``{"max_tree_depth": 6}`` for NUTS; ``num_steps`` (default 10), ``step_size``,
+        ``target_accept_prob``, ``adapt_step_size``, ``adapt_mass_matrix`` for ``"hmc"``).
     :param str swap_scheme: ``"deo"`` (deterministic even-odd, non-reversible, default),
         ``"seo"`` (stochastic even-odd) or ``"sequential"`` (every pair, cold to hot).
     :param int swap_interval: scans between swap rounds (default 1).
@@ -129,6 +135,8 @@ class ParallelTempering(MCMCKernel):
             )
         if explorer_kwargs is not None and not isinstance(explorer_kwargs, dict):
             raise TypeError(f"explorer_kwargs must be a dict, got {explorer_kwargs!r}")
+        if explorer == "hmc":
+            check_hmc_options(explorer_kwargs or {})
         if swap_scheme not in SWAP_SCHEMES:
             raise ValueError(f"swap_scheme must be one of {SWAP_SCHEMES}, got {swap_scheme!r}")
         if isinstance(swap_interval, bool) or not isinstance(swap_interval, int):
@@ -234,12 +242,11 @@ class ParallelTempering(MCMCKernel):
         seeds = self._stream_seeds(comm)
         self._swap_generator = torch.Generator().manual_seed(seeds[num])
 
-        local_ll = []
-        for k in self._rungs.rungs:
-            stream = RandomStream(seeds[k], device=comm.device)
-            explorer, z, ll = self._make_rung(split, betas[k], stream)
+        explorers, states, local_ll, self.explorer_info = build_rungs(
+            split, self._rungs.rungs, betas, seeds, comm.device, self.explorer,
+            self.explorer_kwargs, warmup_steps, self._user_initial_params)
+        for explorer, z in zip(explorers, states):
             self._rungs.add(explorer, z)
-            local_ll.append(ll)
         self._check_same_model(comm)
         self._ll = self._rungs.gather(local_ll)
         self._cold = self._rungs.cold_state()
@@ -263,22 +270,6 @@ class ParallelTempering(MCMCKernel):
         children = np.random.SeedSequence(base).generate_state(self.num_replicas + 1, np.uint64)
         return [int(s) >> 1 for s in children]
 
-    def _make_rung(self, split, beta, stream):
-        if beta == 0.0:
-            explorer = PriorExplorer(stream, split)
-            z, ll = explorer.step(None)
-            return explorer, z, ll
-        potential = TemperedPotential(split, beta)
-        kernel = make_kernel(self.explorer, potential, self.explorer_kwargs)
-        explorer = Explorer(kernel, stream, potential)
-        if self._user_initial_params is not None:
-            z = {name: v.detach().clone() for name, v in self._user_initial_params.items()}
-        else:
-            with stream:
-                z = split.initial_point()
-        explorer.setup(z, self._warmup_steps)
-        return explorer, z, self._log_likelihood(z)
-
     def _check_same_model(self, comm):
         z = self._rungs.states[0]
         mine = [(name, tuple(z[name].shape)) for name in self._split.latent_names]
@@ -293,11 +284,11 @@ class ParallelTempering(MCMCKernel):
     def sample(self, params):
         start = time.perf_counter()
         rungs = self._rungs
-        stepped = [explorer.step(z) for explorer, z in zip(rungs.explorers, rungs.states)]
+        stepped = step_rungs(rungs.explorers, rungs.states)
         explored = time.perf_counter()
         cold_moved = _moved(rungs.states[0], stepped[0][0]) if rungs.start == 0 else None
         rungs.states = [z for z, _ in stepped]
-        local_ll = [self._log_likelihood(z) if ll is None else ll for z, ll in stepped]
+        local_ll = [self._split.log_likelihood(z) if ll is None else ll for z, ll in stepped]
         self._ll = rungs.gather(local_ll)
         swaps, attempts = [math.nan] * (self.num_replicas - 1), []
         if (self._t + 1) % self.swap_interval == 0:
@@ -320,10 +311,6 @@ class ParallelTempering(MCMCKernel):
         self.timings["explorers"] += explored - start
         self.timings["total"] += end - start
         return dict(self._cold)
-
-    def _log_likelihood(self, z):
-        with torch.no_grad():
-            return float(self._split.log_densities(z)[1])
 
     def _swap_round(self):
         origin, attempts = swap_round(
@@ -372,7 +359,7 @@ class ParallelTempering(MCMCKernel):
     def logging(self):
         # The cold explorer lives on rank 0; other ranks log the (shared) swap statistics.
         cold = self._rungs.explorers[0] if self._rungs.start == 0 else None
-        out = dict(cold.kernel.logging() or {}) if hasattr(cold, "kernel") else {}
+        out = dict(cold.logging() or {}) if cold is not None else {}
         out["swap acc."] = f"{self._swap_stats.mean_acceptance():.3f}"
         out["round trips"] = self._index.round_trips
         return out

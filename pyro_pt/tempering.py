@@ -132,6 +132,11 @@ class ModelSplit:
             nan = sum(v.sum() for v in z.values()) * math.nan  # keeps autograd connected
             return nan, nan
 
+    def log_likelihood(self, z):
+        """``ll(z)`` as a float, without autograd."""
+        with torch.no_grad():
+            return float(self.log_densities(z)[1])
+
     def sample_prior(self):
         """
         An exact draw from the prior in unconstrained space and its log-likelihood, from one

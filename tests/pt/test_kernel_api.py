@@ -219,6 +219,14 @@ def test_hmc_num_steps_stays_fixed_while_the_step_size_adapts(data):
     kernel = ParallelTempering(linear_model, num_replicas=3, explorer="hmc",
                                explorer_kwargs={"num_steps": 3})
     run(kernel, *data, num_samples=5, warmup_steps=30)
-    step_sizes = [explorer.kernel.step_size for explorer in kernel._rungs.explorers]
-    assert [explorer.kernel.num_steps for explorer in kernel._rungs.explorers] == [3, 3, 3]
+    step_sizes = [explorer.step_size for explorer in kernel._rungs.explorers]
+    assert [explorer.num_steps for explorer in kernel._rungs.explorers] == [3, 3, 3]
     assert len(set(step_sizes)) == 3  # adapted per rung
+    assert kernel.explorer_info["explorer"] == "hmc (batched)"
+    assert kernel.explorer_info["potential"] == "functional"
+
+
+def test_hmc_refuses_options_of_pyros_hmc():
+    with pytest.raises(TypeError, match="trajectory_length.*pyro.infer.HMC"):
+        ParallelTempering(linear_model, explorer="hmc",
+                          explorer_kwargs={"trajectory_length": 1.0})

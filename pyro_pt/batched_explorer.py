@@ -1,0 +1,134 @@
+"""The rungs of one process advanced together: ``explorer="hmc"``.
+
+A :class:`BatchedRungs` group holds the process's tempered rungs (the prior rung, drawn
+exactly, stays apart) as the slots of one :class:`~pyro_pt.batched_hmc.BatchedHMC`, whose
+leapfrog steps evaluate every slot in one call of the model's fast batched potential
+(:class:`~pyro_pt.functional.FunctionalSplit`). Each rung gets a :class:`BatchedRung` handle
+with the per-rung explorer protocol the kernel and :class:`~pyro_pt.replicas.RungBlock` use
+(``set_beta``, ``replace_state``, ``diagnostics``, ``logging``); :func:`step_rungs` steps a
+block of rungs, a group in one call.
+"""
+
+import torch
+
+from .batched_hmc import BatchedHMC
+
+BATCHED_HMC_OPTIONS = ("num_steps", "step_size", "target_accept_prob", "adapt_step_size",
+                       "adapt_mass_matrix", "num_steps_jitter", "max_delta_energy",
+                       "init_buffer", "term_buffer", "base_window")
+DEFAULT_NUM_STEPS = 10
+
+
+def check_hmc_options(kwargs):
+    """Refuse explorer_kwargs the batched HMC does not take, naming them and the way out."""
+    unknown = sorted(set(kwargs) - set(BATCHED_HMC_OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"explorer_kwargs {unknown} are not options of explorer='hmc' (a fixed-step HMC "
+            f"that batches the rungs of a process; it takes {list(BATCHED_HMC_OPTIONS)}). For "
+            "Pyro's own HMC on every rung pass explorer=lambda fn, **kw: "
+            "pyro.infer.HMC(potential_fn=fn, **kw)"
+        )
+
+
+def _engine_seed(seed):
+    # The rung's seed also seeds its initial point; a fixed odd multiplier (Knuth's MMIX LCG)
+    # gives the momenta a stream of their own.
+    return (seed * 6364136223846793005 + 1442695040888963407) % 2**63
+
+
+class BatchedRungs:
+    """
+    The tempered rungs of one process as the slots of one batched HMC.
+
+    :param FunctionalSplit fast: the model's fast split (its batched potential).
+    :param dict options: :class:`~pyro_pt.batched_hmc.BatchedHMC` keyword arguments.
+    """
+
+    def __init__(self, fast, options):
+        check_hmc_options(options)
+        options = dict(options)
+        options.setdefault("num_steps", DEFAULT_NUM_STEPS)
+        self.fast = fast
+        self.engine = BatchedHMC(fast.batched_potential_and_grad, **options)
+        self._betas, self._seeds, self._initial = [], [], []
+        self._ready = False
+
+    def add(self, beta, seed, z):
+        """A new slot for a rung at ``beta`` starting at ``z``; returns its handle."""
+        self._betas.append(float(beta))
+        self._seeds.append(_engine_seed(seed))
+        self._initial.append(self.fast.flatten(z))
+        return BatchedRung(self, len(self._betas) - 1)
+
+    def setup(self, warmup_steps):
+        """Start the engine; returns the initial log-likelihoods of the slots."""
+        z = torch.stack(self._initial)
+        ll = self.engine.setup(z, self._betas, self._seeds, warmup_steps)
+        self._initial = None
+        self._ready = True
+        return [float(v) for v in ll.tolist()]
+
+    def step(self, states):
+        """One iteration of every slot from ``states`` (slot order): ``[(z, ll), ...]``."""
+        z = torch.stack([self.fast.flatten(s) for s in states])
+        new, ll, _ = self.engine.step(z)
+        return [(self.fast.unflatten(row), value) for row, value in zip(new, ll.tolist())]
+
+    def set_beta(self, slot, beta):
+        self._betas[slot] = float(beta)
+        if self._ready:
+            self.engine.set_betas(self._betas)
+
+    def replace_state(self, slot):
+        if self._ready:
+            self.engine.replace_states([slot])
+
+
+class BatchedRung:
+    """One rung's handle on its :class:`BatchedRungs` group."""
+
+    def __init__(self, group, slot):
+        self.group = group
+        self.slot = slot
+
+    def set_beta(self, beta):
+        """Move the rung to a new inverse temperature (ladder adaptation, during warmup)."""
+        self.group.set_beta(self.slot, beta)
+
+    def replace_state(self):
+        """A swap put another state here: recompute its potential at the next step."""
+        self.group.replace_state(self.slot)
+
+    @property
+    def step_size(self):
+        return float(self.group.engine.step_sizes[self.slot])
+
+    @property
+    def num_steps(self):
+        return self.group.engine.num_steps
+
+    def diagnostics(self):
+        return self.group.engine.diagnostics()[self.slot]
+
+    def logging(self):
+        return self.group.engine.logging(self.slot)
+
+
+def step_rungs(explorers, states):
+    """
+    One local move of every rung of a block: ``[(z, ll or None), ...]`` in rung order. The
+    rungs of a :class:`BatchedRungs` group move together, in one batched iteration.
+    """
+    out = [None] * len(explorers)
+    groups = {}
+    for i, (explorer, z) in enumerate(zip(explorers, states)):
+        group = getattr(explorer, "group", None)
+        if group is None:
+            out[i] = explorer.step(z)
+        else:
+            groups.setdefault(id(group), (group, []))[1].append(i)
+    for group, indices in groups.values():
+        for i, result in zip(indices, group.step([states[i] for i in indices])):
+            out[i] = result
+    return out
