@@ -56,6 +56,13 @@ def mismatch(value, reference, rtol):
     return None
 
 
+def forked_rng(device=None):
+    """The global random state (CPU, and ``device`` if it is a GPU) restored on exit: setting up
+    the fast path must not shift the user's random stream."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
+
+
 class Uncapturable(Exception):
     """The model cannot be evaluated as one fixed graph; the message says why."""
 
@@ -297,7 +304,7 @@ def compile_vmapped(gm, example):
     graph (``gm`` is straight-line, so tracing its vmap is exact), else captured and compiled.
     """
     batched = torch.func.vmap(gm)
-    with torch.random.fork_rng(), warnings.catch_warnings():
+    with forked_rng(example.device), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.jit.trace's deprecation notice
         try:
             return torch.jit.trace(batched, (example,), check_trace=False)

@@ -12,7 +12,7 @@ import math
 import torch
 
 from .batched import BatchedEvaluator
-from .capture import FlatLayout, Uncapturable, capture, compile_graph, mismatch
+from .capture import FlatLayout, Uncapturable, capture, compile_graph, forked_rng, mismatch
 from .capture import densities, densities_and_grads
 
 
@@ -85,7 +85,7 @@ class FunctionalSplit:
         self.split = split
         self.rtol = rtol
         if points is None:
-            with torch.random.fork_rng():
+            with torch.random.fork_rng():  # the model's device is not known yet
                 z0 = split.initial_point()
             points = [z0]
             generator = torch.Generator().manual_seed(0)
@@ -259,14 +259,14 @@ class FunctionalSplit:
     def _capture_checked(self, kind, dtype, device):
         points = self.check_points(dtype, device)
         make = densities_and_grads if kind == "grads" else densities
-        with torch.random.fork_rng():
+        with forked_rng(device):
             gm = capture(make(self.split, self.layout), points[0])
         compiled, engine = compile_graph(gm, points[0])
         rtol = self.tolerance(dtype)
         labels = ("lp", "ll", "gradient of lp", "gradient of ll")
         for i, point in enumerate(points):
             try:
-                with torch.random.fork_rng():
+                with forked_rng(device):
                     reference = self.traced_reference(point)
                 with torch.no_grad(), torch.jit.optimized_execution(False):
                     out = compiled(point)

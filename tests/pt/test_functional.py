@@ -125,6 +125,12 @@ def noisy_model(y):
     pyro.sample("y", dist.Normal(z + 0.1 * torch.randn(()), 1.0), obs=y)
 
 
+def subsampling_model(y):
+    z = pyro.sample("z", dist.Normal(0.0, 1.0))
+    with pyro.plate("data", 10, subsample_size=3):  # a random subsample at every call
+        pyro.sample("y", dist.Normal(z, 1.0), obs=y)
+
+
 def python_random_model(y):
     z = pyro.sample("z", dist.Normal(0.0, 1.0))
     pyro.sample("y", dist.Normal(z + random.gauss(0.0, 1.0), 1.0), obs=y)
@@ -158,12 +164,14 @@ def cases():
 
 @pytest.fixture(scope="module")
 def splits():
+    previous = torch.get_default_dtype()  # module fixtures run before the autouse one
     torch.set_default_dtype(torch.float64)
     pyro.set_rng_seed(0)
     built = {}
     for name, (model, args) in cases().items():
         split = ModelSplit(model, args)
         built[name] = split, FunctionalSplit(split, batched="vmap")
+    torch.set_default_dtype(previous)
     return built
 
 
@@ -211,6 +219,13 @@ def test_pickles(splits):
     assert_close(torch.stack(copy.log_densities(z)), torch.stack(split.log_densities(z)))
 
 
+def test_setup_leaves_the_random_stream_alone(splits):
+    state = torch.get_rng_state()
+    fast = FunctionalSplit(splits["linear"][0], batched="vmap")
+    assert fast.batched_path == "vmap"
+    assert torch.equal(state, torch.get_rng_state())
+
+
 def test_flatten_order_is_sorted_latent_names(splits):
     split, fast = splits["kitchen_sink"]
     z = points(split, 1, seed=5)[0]
@@ -226,6 +241,7 @@ def test_flatten_order_is_sorted_latent_names(splits):
 @pytest.mark.parametrize("model, why", [
     (branching_model, "capture failed"),
     (noisy_model, "random"),
+    (subsampling_model, "random"),
     (python_random_model, "disagrees"),
 ])
 def test_models_that_are_not_one_graph_fall_back_to_traced(model, why):
