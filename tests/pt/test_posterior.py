@@ -10,6 +10,7 @@ from pyro.infer import MCMC, NUTS
 from pyro.ops.stats import effective_sample_size
 
 from pyro_pt import ParallelTempering, explorers, tempering
+from pyro_pt.functional import FunctionalSplit
 
 from .models import (
     bimodal_mass_above_zero,
@@ -66,6 +67,27 @@ def test_tempering_the_prior_fails_the_conjugate_check(monkeypatch):
 
     monkeypatch.setattr(tempering.TemperedPotential, "__call__", tempered_prior)
     mean_z, cov_z, _ = conjugate_errors(10.0, "deo")
+    assert max(mean_z, cov_z) > 6.0
+
+
+@pytest.mark.parametrize("max_temperature", [10.0, math.inf])
+def test_batched_hmc_explorer_matches_the_conjugate_posterior(max_temperature):
+    mean_z, cov_z, swaps = conjugate_errors(max_temperature, "deo", explorer="hmc",
+                                            explorer_kwargs={"num_steps": 4}, num_samples=1000)
+    assert min(swaps) > 0.2
+    assert_posterior_ok(mean_z, cov_z)
+
+
+def test_batched_hmc_with_a_tempered_prior_fails_the_conjugate_check(monkeypatch):
+    original = FunctionalSplit.batched_potential_and_grad
+
+    def tempered_prior(self, z_flat, betas):
+        potential, grad, ll = original(self, z_flat, torch.ones_like(betas))
+        return betas * potential, betas[:, None] * grad, ll
+
+    monkeypatch.setattr(FunctionalSplit, "batched_potential_and_grad", tempered_prior)
+    mean_z, cov_z, _ = conjugate_errors(10.0, "deo", explorer="hmc",
+                                        explorer_kwargs={"num_steps": 4}, num_samples=1000)
     assert max(mean_z, cov_z) > 6.0
 
 
