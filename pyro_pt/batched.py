@@ -11,6 +11,7 @@ on first use of every size); otherwise replicas are evaluated one at a time.
 import math
 
 import torch
+
 from .capture import Uncapturable, compile_vmapped, mismatch
 
 # A batch of one can take other kernels than a batch of two (a matrix product instead of a
@@ -80,8 +81,8 @@ class BatchedEvaluator:
         if self._path == "vmap":
             try:
                 out = self._vmapped(z_flat)
-            except Uncapturable as error:  # only if validation was switched after the check
-                self._path, self.reason = "loop", str(error)
+            except Exception as error:  # a new dtype or validation setting that fails its check
+                self._path, self.reason = "loop", f"{type(error).__name__}: {error}"
         if out is None:
             out = self._looped(z_flat)
         lp, ll, grad_lp, grad_ll = out
