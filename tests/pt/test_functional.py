@@ -285,11 +285,13 @@ def test_nan_where_traced_is_nan_with_gradients_connected(model, args, bad):
     for r in (0, 2):
         alone = fast.batched_potential_and_grad(rows[r:r + 1], betas[r:r + 1])
         assert all(torch.equal(a[0], b[r]) for a, b in zip(alone, (potential, grad, ll)))
-    # without validation the traced path is finite (and wrong), and so is the functional one
+    # without validation the traced path is finite (and wrong), and so is the functional one,
+    # through a graph captured without flags
     if model is gamma_factor_model:
         with pyro.validation_enabled(False):
             assert_close(fast.log_densities(bad)[1], split.log_densities(bad)[1])
             assert math.isfinite(float(fast.log_densities(bad)[1]))
+            assert fast.evaluate(torch.tensor([-0.5]), grads=True) is not None
 
 
 # ----- the batched path -----
