@@ -30,11 +30,14 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
     explorers, states, lls = [], [], []
     group = None
     info = {"explorer": explorer if isinstance(explorer, str) else "callable"}
-    if explorer == "hmc" and any(betas[k] > 0.0 for k in rungs):
-        fast = FunctionalSplit(split)
-        group = BatchedRungs(fast, explorer_kwargs)
-        info.update(explorer="hmc (batched)", potential=fast.path, potential_reason=fast.reason,
-                    batched=fast.batched_path, batched_reason=fast.batched_reason)
+    if any(betas[k] > 0.0 for k in rungs):
+        # Every explorer evaluates the model through its captured graph where that is exact.
+        split = FunctionalSplit(split)
+        info.update(potential=split.path, potential_reason=split.reason)
+        if explorer == "hmc":
+            group = BatchedRungs(split, explorer_kwargs)
+            info.update(explorer="hmc (batched)", batched=split.batched_path,
+                        batched_reason=split.batched_reason)
     for k in rungs:
         stream = RandomStream(seeds[k], device=device)
         if betas[k] == 0.0:
