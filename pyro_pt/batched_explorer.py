@@ -17,6 +17,9 @@ BATCHED_HMC_OPTIONS = ("num_steps", "step_size", "target_accept_prob", "adapt_st
                        "adapt_mass_matrix", "num_steps_jitter", "max_delta_energy",
                        "init_buffer", "term_buffer", "base_window")
 DEFAULT_NUM_STEPS = 10
+# A fixed trajectory length can be periodic on near-Gaussian targets (states come back to the
+# same radius, and ll hardly mixes); a random number of steps breaks that (Neal 2011, 5.4.2.2).
+DEFAULT_NUM_STEPS_JITTER = 0.5
 
 
 def check_hmc_options(kwargs):
@@ -49,6 +52,7 @@ class BatchedRungs:
         check_hmc_options(options)
         options = dict(options)
         options.setdefault("num_steps", DEFAULT_NUM_STEPS)
+        options.setdefault("num_steps_jitter", DEFAULT_NUM_STEPS_JITTER)
         self.fast = fast
         self.engine = BatchedHMC(fast.batched_potential_and_grad, **options)
         self._betas, self._seeds, self._initial = [], [], []

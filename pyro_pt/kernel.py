@@ -80,8 +80,10 @@ class ParallelTempering(MCMCKernel):
         :attr:`explorer_info`), ``"rwmh"`` (random-walk Metropolis with a scale adapted in
         warmup), or a callable ``potential_fn -> MCMCKernel``.
     :param dict explorer_kwargs: keyword arguments for every rung's explorer (e.g.
-        ``{"max_tree_depth": 6}`` for NUTS; ``num_steps`` (default 10), ``step_size``,
-        ``target_accept_prob``, ``adapt_step_size``, ``adapt_mass_matrix`` for ``"hmc"``).
+        ``{"max_tree_depth": 6}`` for NUTS; ``num_steps`` (default 10), ``num_steps_jitter``
+        (default 0.5: each iteration takes between half and all of ``num_steps``),
+        ``step_size``, ``target_accept_prob``, ``adapt_step_size``, ``adapt_mass_matrix`` for
+        ``"hmc"``).
     :param str swap_scheme: ``"deo"`` (deterministic even-odd, non-reversible, default),
         ``"seo"`` (stochastic even-odd) or ``"sequential"`` (every pair, cold to hot).
     :param int swap_interval: scans between swap rounds (default 1).
