@@ -1,7 +1,6 @@
 """ParallelTempering: a pyro.infer.MCMC kernel doing likelihood-tempered replica exchange."""
 
 import math
-import sys
 import time
 
 import numpy as np
@@ -10,35 +9,21 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_uniform
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
+from .batched_explorer import step_rungs
 from .comm import make_comm
-from .batched_explorer import check_hmc_options, step_rungs
-from .explorers import EXPLORERS
 from .ladder import geometric_ladder, inverse_temperatures, validate_temperatures
+from .options import check_options, inside_multichain_mcmc
 from .replicas import RungBlock
 from .rounds import TemperingRounds
-from .stats import IndexProcess, SwapStatistics, ladder_statistics
-from .swap import SWAP_SCHEMES, swap_round
 from .rung_setup import build_rungs
+from .stats import IndexProcess, SwapStatistics, ladder_statistics
+from .swap import swap_round
 from .tempering import ModelSplit
 
 
 def _moved(before, after):
     """Whether an explorer step changed the state (for RWMH and HMC: it was accepted)."""
     return any(not torch.equal(before[name], after[name]) for name in before)
-
-
-def _inside_multichain_mcmc():
-    """Whether this setup() runs under Pyro's MCMC with num_chains > 1 (its samplers' frames)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        owner = frame.f_locals.get("self")
-        name = type(owner).__name__
-        if name in ("_UnarySampler", "_MultiSampler") and getattr(owner, "num_chains", 1) > 1:
-            return True
-        if name == "_Worker":
-            return True
-        frame = frame.f_back
-    return False
 
 
 class ParallelTempering(MCMCKernel):
@@ -130,23 +115,7 @@ class ParallelTempering(MCMCKernel):
             self._temperatures = validate_temperatures(temperatures)
         else:
             self._temperatures = geometric_ladder(num_replicas, max_temperature)
-        if not (callable(explorer) or explorer in EXPLORERS):
-            raise ValueError(
-                f"explorer must be one of {EXPLORERS} or a callable potential_fn -> MCMCKernel, "
-                f"got {explorer!r}"
-            )
-        if explorer_kwargs is not None and not isinstance(explorer_kwargs, dict):
-            raise TypeError(f"explorer_kwargs must be a dict, got {explorer_kwargs!r}")
-        if explorer == "hmc":
-            check_hmc_options(explorer_kwargs or {})
-        if swap_scheme not in SWAP_SCHEMES:
-            raise ValueError(f"swap_scheme must be one of {SWAP_SCHEMES}, got {swap_scheme!r}")
-        if isinstance(swap_interval, bool) or not isinstance(swap_interval, int):
-            raise TypeError(f"swap_interval must be a positive int, got {swap_interval!r}")
-        if swap_interval < 1:
-            raise ValueError(f"swap_interval must be at least 1, got {swap_interval}")
-        if not isinstance(adapt_temperatures, bool):
-            raise TypeError(f"adapt_temperatures must be True or False, got {adapt_temperatures!r}")
+        check_options(explorer, explorer_kwargs, swap_scheme, swap_interval, adapt_temperatures)
         self.adapt_temperatures = adapt_temperatures
         self._initial_temperatures = list(self._temperatures)
         self.model = model
@@ -232,7 +201,7 @@ class ParallelTempering(MCMCKernel):
         self._temperatures = list(self._initial_temperatures)
         num = self.num_replicas
         comm = make_comm(self.process_group)
-        if comm.world_size > 1 and _inside_multichain_mcmc():
+        if comm.world_size > 1 and inside_multichain_mcmc():
             raise ValueError(
                 "MCMC(num_chains > 1) cannot run a ParallelTempering kernel spread over a "
                 "process group: the chains would share (and deadlock) the ranks. Use "
