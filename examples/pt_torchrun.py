@@ -125,8 +125,13 @@ def chain_diagnostics(values):
     """Split R-hat and ESS of one chain per column (values: num_samples x columns)."""
     x = values.detach().double().cpu().T.unsqueeze(1)  # columns x chain x samples
     constant = (x.amax(-1) == x.amin(-1)).reshape(-1)
-    rhat = split_gelman_rubin(x, chain_dim=1, sample_dim=2).reshape(-1)
-    ess = effective_sample_size(x, chain_dim=1, sample_dim=2).reshape(-1)
+    # Column by column: in one batched call Pyro's ESS turns every column NaN as soon as one
+    # is constant. A constant column gets NaN here (and a flag), never ESS = n.
+    rhat = torch.full((x.shape[0],), float("nan"), dtype=torch.float64)
+    ess = rhat.clone()
+    for j in (~constant).nonzero().flatten().tolist():
+        rhat[j] = split_gelman_rubin(x[j], chain_dim=0, sample_dim=1)
+        ess[j] = effective_sample_size(x[j], chain_dim=0, sample_dim=1)
     return rhat, ess, constant
 
 

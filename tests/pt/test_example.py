@@ -30,3 +30,22 @@ def test_pt_bimodal_quick(capsys):
     assert len(result["swap_acceptance"]) == len(result["temperatures"]) - 1
     assert result["nuts_weights"][1] == 0.0  # NUTS stays in the small mode it starts in
     assert result["round_trips"] > 0
+
+
+def test_bnn_example_flags_a_constant_chain_and_matches_pyro_ess():
+    import pt_torchrun
+    from pyro.ops.stats import effective_sample_size
+
+    generator = torch.Generator().manual_seed(0)
+    moving = torch.randn(200, generator=generator).cumsum(0) * 0.1
+    moving = moving + torch.randn(200, generator=generator)
+    values = torch.stack([moving, torch.full((200,), 0.7)], -1)
+    rhat, ess, constant = pt_torchrun.chain_diagnostics(values)
+    assert constant.tolist() == [False, True]
+    # A constant column must not spoil the others (Pyro's batched ESS would make all NaN).
+    assert torch.isnan(ess[1]) and torch.isnan(rhat[1])
+    # The moving column's ESS is Pyro's, from an independent call on the same draws.
+    expected = effective_sample_size(moving.double().reshape(1, -1), 0, 1)
+    assert float(ess[0]) == pytest.approx(float(expected), rel=1e-9)
+    assert "CONSTANT CHAIN" in pt_torchrun.format_diag(float(rhat[1]), float(ess[1]), True, 200)
+    assert "ESS" in pt_torchrun.format_diag(float(rhat[0]), float(ess[0]), False, 200)
