@@ -183,6 +183,8 @@ class ParallelTempering(MCMCKernel):
         split = ModelSplit(
             self.model, args, kwargs, self._user_transforms, init_strategy=self.init_strategy
         )
+        # A rerun starts from the ladder given, not the one the last run adapted to.
+        self._temperatures = list(self._initial_temperatures)
         betas = self.betas
         if betas[-1] == 0.0:
             split.check_proper_prior()
@@ -198,7 +200,6 @@ class ParallelTempering(MCMCKernel):
         self._warmup_steps = warmup_steps
         self._t = 0
         self._round = 0
-        self._temperatures = list(self._initial_temperatures)
         num = self.num_replicas
         comm = make_comm(self.process_group)
         if comm.world_size > 1 and inside_multichain_mcmc():

@@ -1,0 +1,44 @@
+"""Regression tests for bugs found in review."""
+
+import pytest
+import torch
+
+import pyro
+from pyro.infer import MCMC
+
+from pyro_pt import ParallelTempering
+
+from .models import linear_data, linear_model
+
+
+def _rung_betas(kernel):
+    explorers = kernel._rungs.explorers
+    if hasattr(explorers[0], "group"):
+        return list(explorers[0].group._betas)
+    return [e.potential.beta for e in explorers]
+
+
+@pytest.mark.parametrize("explorer", ["hmc", "rwmh"])
+def test_rerun_of_an_adapted_kernel_starts_from_the_given_ladder(explorer):
+    # A second run of the same kernel used to build its rungs at the previous run's adapted
+    # ladder while swapping with the initial one: each rung targeted another beta than its
+    # swaps assumed (a biased cold chain when no adaptation round followed).
+    torch.set_num_threads(1)
+    x, y = linear_data()
+
+    def run(kernel, warmup):
+        pyro.set_rng_seed(0)
+        mcmc = MCMC(kernel, 5, warmup, disable_progbar=True)
+        mcmc.run(x, y)
+        return mcmc.get_samples()["w"]
+
+    make = lambda: ParallelTempering(linear_model, num_replicas=4, max_temperature=50.0,  # noqa
+                                     explorer=explorer)
+    kernel = make()
+    initial = kernel.betas
+    run(kernel, 12)
+    assert kernel.betas != initial  # the first run adapted its ladder
+    again = run(kernel, 3)  # no adaptation round ends in 3 warmup scans
+    assert kernel.betas == initial
+    assert _rung_betas(kernel) == initial
+    assert torch.equal(again, run(make(), 3))
