@@ -56,7 +56,7 @@ FunctionalSplit.log_densities = _counted_log_densities
 def timed_run(kernel, model, data, init, warmup, iters):
     """
     Run MCMC; per-iteration wall times of the sampling phase (between consecutive MCMC hook
-    calls, so Pyro's own per-iteration work, e.g. ``kernel.logging()``, is in for both), model
+    calls, so Pyro's own per-iteration work, e.g. ``kernel.logging()``, is in for both), density
     evaluations per iteration, and the run's total seconds.
     """
     stamps = []
