@@ -225,7 +225,8 @@ class ParallelTempering(MCMCKernel):
         self._initial_params = dict(self._cold)
         self._index = IndexProcess(num)
         self._swap_stats = SwapStatistics(num - 1)
-        self._rounds = TemperingRounds(warmup_steps, self.adapt_temperatures, num, comm)
+        self._rounds = TemperingRounds(warmup_steps, self.adapt_temperatures, num, comm,
+                                       self.swap_interval)
         self._record_ll, self._record_swaps = [], []
         self._sampling_rounds = 0
         self._per_rung_cache = None

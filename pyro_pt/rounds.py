@@ -62,13 +62,17 @@ class TemperingRounds:
     :param bool adapt: re-place the ladder at the end of each warmup round.
     :param int num_replicas: K.
     :param comm: the run's communicator (rank 0 owns the cold rung and prints the report).
+    :param int swap_interval: scans between swap rounds; rounds are counted in swap rounds.
     """
 
-    def __init__(self, warmup_steps, adapt, num_replicas, comm):
+    def __init__(self, warmup_steps, adapt, num_replicas, comm, swap_interval=1):
         self.warmup_steps = warmup_steps
         self.adapt = adapt
         self.comm = comm
-        self.round_ends = set(adaptation_round_ends(warmup_steps))
+        # Rounds are counted in swap rounds (4, 8, 16, ...), so that every round holds swaps of
+        # every pair even when swaps happen only every swap_interval scans.
+        ends = adaptation_round_ends(-(-warmup_steps // swap_interval))
+        self.round_ends = {e * swap_interval for e in ends if e * swap_interval < warmup_steps}
         self.rows = []
         self.history = []
         self._stats = SwapStatistics(num_replicas - 1)
@@ -151,14 +155,16 @@ class TemperingRounds:
 
     def _adapt(self, scan, betas):
         """Equalize the pairs' rejection rates (Syed et al. 2021, Sec. 5.1), same on all ranks."""
-        rejections = [1.0 - a if not math.isnan(a) else 1.0 for a in self._stats.acceptance()]
+        rejections = [1.0 - a for a in self._stats.acceptance()]
+        unattempted = any(math.isnan(r) for r in rejections)
         self.history.append({
             "scans": scan,
             "temperatures": [math.inf if b == 0.0 else 1.0 / b for b in betas],
             "rejection_rates": rejections,
-            "barrier": cumulative_barrier(rejections)[-1],
+            "barrier": math.nan if unattempted else cumulative_barrier(rejections)[-1],
         })
-        return equal_barrier_betas(betas, rejections)
+        # A pair never tried says nothing about its barrier: keep the ladder rather than guess.
+        return None if unattempted else equal_barrier_betas(betas, rejections)
 
     def data_frame(self):
         """The report as a pandas DataFrame, one row per round."""

@@ -94,3 +94,33 @@ def test_no_report_lines_without_a_progress_bar(capsys):
 def test_report_before_run_is_an_error():
     with pytest.raises(RuntimeError, match="after MCMC.run"):
         ParallelTempering(linear_model).report
+
+
+def test_rounds_count_swap_rounds_when_swaps_are_sparse():
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(linear_model, num_replicas=4, max_temperature=30.0,
+                               explorer="rwmh", swap_interval=3)
+    MCMC(kernel, 20, 40, disable_progbar=True).run(*linear_data())
+    # 13 swap rounds in 40 warmup scans: rounds of 4 and 8 swap rounds end at scans 12 and 36.
+    history = kernel.adaptation_history
+    assert [h["scans"] for h in history] == [12, 36]
+    for h in history:  # every pair was tried in every round
+        assert not any(math.isnan(r) for r in h["rejection_rates"])
+
+
+def test_a_round_with_an_untried_pair_keeps_the_ladder():
+    from pyro_pt.comm import LocalComm
+    from pyro_pt.rounds import TemperingRounds
+
+    rounds = TemperingRounds(warmup_steps=20, adapt=True, num_replicas=3, comm=LocalComm())
+    betas = [1.0, 0.5, 0.1]
+    for scan in range(1, 4):
+        assert rounds.record(scan, betas, [0.0] * 3, [(0, True, 0.9)], True, 0) is None
+    # Scan 4 ends the first round; pair 1 was never attempted: no re-placement.
+    assert rounds.record(4, betas, [0.0] * 3, [(0, False, 0.2)], True, 0) is None
+    assert math.isnan(rounds.history[0]["rejection_rates"][1])
+    # With both pairs tried, the next round does move the rungs.
+    for scan in range(5, 12):
+        rounds.record(scan, betas, [0.0] * 3, [(0, True, 0.9), (1, False, 0.1)], True, 0)
+    new = rounds.record(12, betas, [0.0] * 3, [(0, True, 0.9), (1, False, 0.1)], True, 0)
+    assert new is not None and new[0] == 1.0 and new[-1] == 0.1 and new[1] != 0.5
