@@ -31,8 +31,10 @@ Section (c), effective draws per second of the cold chain's held-out predictions
 step-size adaptation in warmup; the predictions f(x_test) at 10 held-out inputs are computed
 in plain torch from the cold chain's weights; ESS by ``pyro.ops.stats.effective_sample_size``
 (min and median over the inputs) divided by the wall time of the whole run (warmup
-included) and of the sampling phase alone. A column that never moves is flagged CONSTANT and
-counts as ESS 0. Plain Pyro NUTS on the same model gets a short run (``--nuts-warmup``,
+included), by the sampling phase's alone, and by the whole run's CPU time (steadier on a shared
+machine). Defaults: K = 2 rungs up to T = 1.1, the explorer's defaults, 300 + 300 scans (the
+best of the settings measured, ``benchmarks/README.md``). A column that never moves is
+flagged CONSTANT and counts as ESS 0. Plain Pyro NUTS on the same model gets a short run (``--nuts-warmup``,
 ``--nuts-samples``, ``--nuts-depth``) measured in the same process; its ESS from so few draws
 is rough, and the issue's figure (0.09 ESS/s) is quoted next to it.
 
@@ -352,7 +354,9 @@ def prediction_ess(f):
 
 
 def timed_run(kernel, warmup, samples, x, y):
-    """``MCMC.run`` wall time, whole and from the first sampling iteration on."""
+    """``MCMC.run`` wall time, whole and from the first sampling iteration on, and the whole
+    run's CPU time of this process (``time.process_time``; on a loaded machine the wall time
+    counts the other jobs' share too)."""
     marks = {}
 
     def hook(kernel, params, stage, i):
@@ -361,18 +365,18 @@ def timed_run(kernel, warmup, samples, x, y):
 
     mcmc = MCMC(kernel, num_samples=samples, warmup_steps=warmup, disable_progbar=True,
                 hook_fn=hook)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mcmc.run(x, y)
     end = time.perf_counter()
-    total = end - start
+    total, cpu = end - start, time.process_time() - cpu_start
     # The first draw happened before the mark: scale the rest to all draws.
     sampling = (end - marks["sample"]) * samples / max(samples - 1, 1)
-    return mcmc, total, sampling
+    return mcmc, total, sampling, cpu
 
 
-def report_ess(name, f, total, sampling):
+def report_ess(name, f, total, sampling, cpu):
     ess, constant = prediction_ess(f)
     n = f.shape[0]
     flag = f"  CONSTANT at {int(constant.sum())} of {len(ess)} inputs (ESS 0)" if constant.any() \
@@ -381,7 +385,8 @@ def report_ess(name, f, total, sampling):
     print(f"{name}: ESS of f(x_test) over {n} draws: min {ess_min:.1f}, median {ess_med:.1f}"
           f"{flag}; wall {total:.1f} s (sampling {sampling:.1f} s): ESS/s min "
           f"{ess_min / total:.2f}, median {ess_med / total:.2f} (sampling only: min "
-          f"{ess_min / sampling:.2f}, median {ess_med / sampling:.2f})")
+          f"{ess_min / sampling:.2f}, median {ess_med / sampling:.2f}); CPU {cpu:.1f} s: ESS per "
+          f"CPU second min {ess_min / cpu:.2f}, median {ess_med / cpu:.2f}")
     return ess_min / total
 
 
@@ -392,6 +397,10 @@ def section_c(args):
     x, y = make_data()
     x_test = torch.randn(args.num_test, WIDTHS[0], generator=torch.Generator().manual_seed(7))
     options = {"num_steps": args.c_num_steps}
+    if args.c_jitter is not None:
+        options["num_steps_jitter"] = args.c_jitter
+    if args.c_target_accept is not None:
+        options["target_accept_prob"] = args.c_target_accept
     print(f"ParallelTempering(num_replicas={args.replicas}, max_temperature="
           f"{args.max_temperature}, explorer='hmc', explorer_kwargs={options}), ladder and step "
           f"size adapted in warmup, {args.c_warmup} warmup + {args.c_samples} draws, "
@@ -401,7 +410,7 @@ def section_c(args):
                                max_temperature=args.max_temperature, explorer="hmc",
                                explorer_kwargs=options,
                                init_strategy=init_to_uniform(radius=0.1))
-    mcmc, total, sampling = timed_run(kernel, args.c_warmup, args.c_samples, x, y)
+    mcmc, total, sampling, cpu = timed_run(kernel, args.c_warmup, args.c_samples, x, y)
     diag = mcmc.diagnostics()
     swap = diag["swap_acceptance"]["chain 0"]
     trips = diag["round_trips"]["chain 0"]
@@ -413,7 +422,7 @@ def section_c(args):
     print(f"round trips in the sampling phase: {trips}; explorer step sizes: " + ", ".join(
         f"{e.step_size:.2g}" for e in kernel._rungs.explorers))
     f = bnn_predictions(mcmc.get_samples(), x_test)
-    pt_rate = report_ess("PT", f, total, sampling)
+    pt_rate = report_ess("PT", f, total, sampling, cpu)
     ll = diag["tempering_record"]["chain 0"]["log_likelihood"][:, 0]
     ess_ll, constant = prediction_ess(ll.unsqueeze(-1))
     print(f"cold log-likelihood: ESS {float(ess_ll[0]):.1f}"
@@ -425,12 +434,12 @@ def section_c(args):
         pyro.set_rng_seed(args.seed)
         nuts = NUTS(CountingModel(), max_tree_depth=args.nuts_depth,
                     init_strategy=init_to_uniform(radius=0.1))
-        mcmc, total, sampling = timed_run(nuts, args.nuts_warmup, args.nuts_samples, x, y)
+        mcmc, total, sampling, cpu = timed_run(nuts, args.nuts_warmup, args.nuts_samples, x, y)
         f = bnn_predictions(mcmc.get_samples(), x_test)
         print(f"plain Pyro NUTS, max_tree_depth {args.nuts_depth}, {args.nuts_warmup} warmup + "
               f"{args.nuts_samples} draws ({total / (args.nuts_warmup + args.nuts_samples):.2f} "
               f"s/iteration, step size {nuts.step_size:.2g}):")
-        report_ess("NUTS", f, total, sampling)
+        report_ess("NUTS", f, total, sampling, cpu)
         print("  (ESS from so few draws is rough; issue 6 quotes plain NUTS at max_tree_depth 10 "
               "at 0.09 ESS/s on this model -- quoted, not measured here)")
 
@@ -460,11 +469,17 @@ def main(argv=None):
     parser.add_argument("--b-nuts-depth", type=int, default=3,
                         help="(b) max_tree_depth of the NUTS explorer (default 3)")
     # (c)
-    parser.add_argument("--replicas", type=int, default=8, help="(c) K (default 8)")
-    parser.add_argument("--max-temperature", type=float, default=1.5,
-                        help="(c) hottest rung of the starting ladder (default 1.5)")
+    # K = 2 up to T = 1.1 was the best of the settings measured for (c) (benchmarks/README.md):
+    # every rung costs one rung's arithmetic on one thread, and more rungs did not buy ESS.
+    parser.add_argument("--replicas", type=int, default=2, help="(c) K (default 2)")
+    parser.add_argument("--max-temperature", type=float, default=1.1,
+                        help="(c) hottest rung of the starting ladder (default 1.1)")
     parser.add_argument("--c-num-steps", type=int, default=10,
                         help="(c) leapfrog steps per iteration (default 10)")
+    parser.add_argument("--c-jitter", type=float, default=None,
+                        help="(c) num_steps_jitter (default: the explorer's, 0.5)")
+    parser.add_argument("--c-target-accept", type=float, default=None,
+                        help="(c) target_accept_prob (default: the explorer's, 0.8)")
     parser.add_argument("--c-warmup", type=int, default=300, help="(c) warmup scans")
     parser.add_argument("--c-samples", type=int, default=300, help="(c) sampling scans")
     parser.add_argument("--num-test", type=int, default=10, help="(c) held-out inputs")
