@@ -34,9 +34,9 @@ in plain torch from the cold chain's weights; ESS by ``pyro.ops.stats.effective_
 included), by the sampling phase's alone, and by the whole run's CPU time (steadier on a shared
 machine). Defaults: K = 2 rungs up to T = 1.1, the explorer's defaults, 300 + 300 scans (the
 best of the settings measured, ``benchmarks/README.md``). A column that never moves is
-flagged CONSTANT and counts as ESS 0. Plain Pyro NUTS on the same model gets a short run (``--nuts-warmup``,
-``--nuts-samples``, ``--nuts-depth``) measured in the same process; its ESS from so few draws
-is rough, and the issue's figure (0.09 ESS/s) is quoted next to it.
+flagged CONSTANT and counts as ESS 0. Plain Pyro NUTS on the same model gets a short run
+(``--nuts-warmup``, ``--nuts-samples``, ``--nuts-depth``) measured in the same process; its ESS
+from so few draws is rough, and the issue's figure (0.09 ESS/s) is quoted next to it.
 
 Benchmarks print; they never assert.
 
