@@ -193,7 +193,7 @@ def plot_tempering(source, axes=None, path=None):
     if len(axes) == 3 and history:
         ax = axes[2]
         ladders = [entry["temperatures"] for entry in history] + [list(temps)]
-        labels = [f"round {i + 1} ({entry['scans']} scans), Λ≈{entry['barrier']:.2f}"
+        labels = [f"round {i + 1} (to scan {entry['scans']}), Λ≈{entry['barrier']:.2f}"
                   for i, entry in enumerate(history)] + ["sampling"]
         for row, ladder in enumerate(ladders):
             ladder_betas = [0.0 if math.isinf(t) else 1.0 / t for t in ladder]
