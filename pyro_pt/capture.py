@@ -265,17 +265,57 @@ def _fold_constants(gm):
     gm.recompile()
 
 
+def _checked_tolist(tolist):
+    def checked(tensor):
+        if torch._C._functorch.is_functorch_wrapped_tensor(tensor):
+            tensor.item()  # refused under grad: the values would be read outside the graph
+        return tolist(tensor)
+
+    return checked
+
+
+@contextlib.contextmanager
+def _reads_through_dispatch(refusals):
+    """
+    Refuse the Python reads of latent-dependent values that bypass the dispatcher (a branch on
+    them would be frozen at capture, unseen by :func:`_check_operations`): ``tolist`` and the
+    text (``repr``, ``print``) of a tensor under ``torch.func.grad`` read its unwrapped values.
+    ``tolist`` of such a tensor is refused as ``item`` is; of a constant it works as before. The
+    text is replaced and noted in ``refusals`` (raising there would leave functorch disabled
+    while the exception's traceback lives).
+    """
+    import torch._tensor_str as tensor_str
+
+    tolist, wrapper_str = torch.Tensor.tolist, tensor_str._functorch_wrapper_str_intern
+
+    def refuse_text(tensor, *, tensor_contents=None):
+        refusals.append("the model formats a latent-dependent tensor as text (repr, print), "
+                        "which reads its values outside the graph")
+        return "<tensor being captured>"
+
+    torch.Tensor.tolist = _checked_tolist(tolist)
+    tensor_str._functorch_wrapper_str_intern = refuse_text
+    try:
+        yield
+    finally:
+        torch.Tensor.tolist = tolist
+        tensor_str._functorch_wrapper_str_intern = wrapper_str
+
+
 def capture(fn, *example):
     """
     The aten graph of ``fn`` at ``example`` as a ``GraphModule``, or :class:`Uncapturable`.
     """
+    refusals = []
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _reads_through_dispatch(refusals):
             gm = make_fx(fn)(*example)
     except Uncapturable:
         raise
     except Exception as error:  # make_fx refuses data-dependent control flow by raising
         raise Uncapturable(f"capture failed: {type(error).__name__}: {error}") from error
+    if refusals:
+        raise Uncapturable(refusals[0])
     _check_operations(gm.graph)
     _fold_constants(gm)
     for name, value in list(vars(gm).items()):

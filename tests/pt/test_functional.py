@@ -357,3 +357,41 @@ def test_auto_batching_loops_on_one_cpu_thread(splits):
         assert fast.batched_path == "loop" and "one CPU thread" in fast.batched_reason
     finally:
         torch.set_num_threads(threads)
+
+
+def tolist_branching_model(y):
+    z = pyro.sample("z", dist.Normal(0.0, 3.0))
+    # tolist reads the value outside the dispatcher; the capture must not freeze the branch
+    scale = 1.0 if z.detach().reshape(1).tolist()[0] > 0 else 5.0
+    pyro.sample("y", dist.Normal(z, scale).expand(y.shape).to_event(1), obs=torch.tensor(y.tolist()))
+
+
+def repr_branching_model(y):
+    z = pyro.sample("z", dist.Normal(0.0, 3.0))
+    scale = 1.0 if "-" not in repr(z) else 5.0
+    pyro.sample("y", dist.Normal(z, scale).expand(y.shape).to_event(1), obs=y)
+
+
+@pytest.mark.parametrize("model", [tolist_branching_model, repr_branching_model])
+def test_python_reads_of_latent_values_fall_back_to_traced(model):
+    y = torch.tensor([0.4, -1.2, 2.0])
+    split = ModelSplit(model, (y,), init_strategy=lambda site: torch.tensor(1.0))
+    fast = FunctionalSplit(split)  # check points all have z > 0: the values cannot tell
+    assert fast.path == "traced", fast.reason
+    zs = [{"z": torch.tensor(v)} for v in (1.0, -2.0)]
+    assert_same_as_traced(split, fast, zs)
+    assert_close(fast.log_densities(zs[1])[1], dist.Normal(-2.0, 5.0).log_prob(y).sum())
+
+
+def test_tolist_of_constant_data_keeps_the_graph():
+    def model(y):
+        z = pyro.sample("z", dist.Normal(0.0, 3.0))
+        pyro.sample("y", dist.Normal(z, 1.0).expand(y.shape).to_event(1),
+                    obs=torch.tensor(y.tolist()))
+
+    pyro.set_rng_seed(0)
+    split = ModelSplit(model, (torch.tensor([0.4, -1.2, 2.0]),))
+    fast = FunctionalSplit(split)
+    assert fast.path == "functional", fast.reason
+    assert_same_as_traced(split, fast, points(split, 2, seed=8))
+    assert torch.Tensor.tolist.__name__ == "tolist"  # the capture's patch is undone
