@@ -18,18 +18,22 @@ NOISE = 0.1
 class CountingModel:
     """The BNN as a Pyro model that counts its own executions (model traces), for benchmarks."""
 
-    def __init__(self, widths=WIDTHS, noise=NOISE):
+    def __init__(self, widths=WIDTHS, noise=NOISE, device=None):
         self.widths = tuple(widths)
         self.noise = noise
         self.calls = 0
+        # The priors' parameters on the data's device, so the latents live there too.
+        self.zero = torch.tensor(0.0, device=device)
+        self.one = torch.tensor(1.0, device=device)
 
     def __call__(self, x, y=None):
         self.calls += 1
         h = x
         num_layers = len(self.widths) - 1
+        prior = dist.Normal(self.zero, self.one)
         for layer, (n_in, n_out) in enumerate(zip(self.widths, self.widths[1:])):
-            w = pyro.sample(f"w{layer}", dist.Normal(0.0, 1.0).expand([n_in, n_out]).to_event(2))
-            b = pyro.sample(f"b{layer}", dist.Normal(0.0, 1.0).expand([n_out]).to_event(1))
+            w = pyro.sample(f"w{layer}", prior.expand([n_in, n_out]).to_event(2))
+            b = pyro.sample(f"b{layer}", prior.expand([n_out]).to_event(1))
             h = h @ w + b
             if layer < num_layers - 1:
                 h = torch.relu(h)

@@ -43,7 +43,6 @@ import torch.distributed as tdist
 import torch.multiprocessing as mp
 
 import pyro
-import pyro.distributions as dist
 from pyro.infer import MCMC
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -51,29 +50,6 @@ from _bnn import CountingModel, initial_params, make_data  # noqa: E402
 
 import pyro_pt.comm  # noqa: E402
 from pyro_pt import ParallelTempering  # noqa: E402
-
-
-class DeviceBNN(CountingModel):
-    """The seed BNN with its priors on ``device`` (so the latents live there too)."""
-
-    def __init__(self, device):
-        super().__init__()
-        self.zero = torch.tensor(0.0, device=device)
-        self.one = torch.tensor(1.0, device=device)
-
-    def __call__(self, x, y=None):
-        self.calls += 1
-        h = x
-        num_layers = len(self.widths) - 1
-        for layer, (n_in, n_out) in enumerate(zip(self.widths, self.widths[1:])):
-            prior = dist.Normal(self.zero, self.one)
-            w = pyro.sample(f"w{layer}", prior.expand([n_in, n_out]).to_event(2))
-            b = pyro.sample(f"b{layer}", prior.expand([n_out]).to_event(1))
-            h = h @ w + b
-            if layer < num_layers - 1:
-                h = torch.relu(h)
-        with pyro.plate("data", x.shape[0]):
-            pyro.sample("y", dist.Normal(h.squeeze(-1), self.noise), obs=y)
 
 
 # ----- instrumentation of the communication, from outside pyro_pt -----
@@ -134,7 +110,7 @@ def instrument_comm():
 def timed_run(args, temperatures, device):
     """Time per iteration (sampling phase) and per-iteration communication of one run."""
     torch.set_num_threads(1)
-    model = DeviceBNN(device)
+    model = CountingModel(device=device)
     x, y = (t.to(device) for t in make_data())
     init = {k: v.to(device) for k, v in initial_params().items()}
     kernel = ParallelTempering(

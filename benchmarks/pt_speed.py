@@ -154,6 +154,12 @@ def option_fns(split, fast, z, compile_too):
     return fns
 
 
+def synchronize():
+    """Wait for queued GPU work, so a timer stops when the work is done (no-op on CPU)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def time_rounds(fns, rounds, calls, warmup=3):
     """Median ms per call of each function over interleaved rounds."""
     times = {name: [] for name in fns}
@@ -161,9 +167,11 @@ def time_rounds(fns, rounds, calls, warmup=3):
         for name, fn in fns.items():
             for _ in range(warmup):
                 fn()
+            synchronize()
             start = time.perf_counter()
             for _ in range(calls):
                 fn()
+            synchronize()
             times[name].append((time.perf_counter() - start) / calls * 1e3)
     return {name: statistics.median(values) for name, values in times.items()}, times
 
@@ -171,9 +179,9 @@ def time_rounds(fns, rounds, calls, warmup=3):
 def section_a(args):
     print(f"(a) tempered potential + gradient on the seed BNN, float32, "
           f"{torch.get_num_threads()} torch thread(s)")
-    x, y = make_data()
-    split = ModelSplit(CountingModel(), (x, y))
-    z = initial_params()
+    x, y = (t.to(args.device) for t in make_data())
+    split = ModelSplit(CountingModel(device=args.device), (x, y))
+    z = {name: value.to(args.device) for name, value in initial_params().items()}
     start = time.perf_counter()
     fast = FunctionalSplit(split)
     setup = time.perf_counter() - start
@@ -183,8 +191,8 @@ def section_a(args):
     vmapped = FunctionalSplit(split, batched="vmap")
     flat = fast.flatten(z)
     gen = torch.Generator().manual_seed(0)
-    batch = flat + 0.01 * torch.randn(8, flat.numel(), generator=gen)
-    betas = torch.linspace(1.0, 0.02, 8)
+    batch = flat + 0.01 * torch.randn(8, flat.numel(), generator=gen).to(flat.device)
+    betas = torch.linspace(1.0, 0.02, 8, device=flat.device)
     print(f"batched='auto' picks {fast.batched_path}"
           + (f" ({fast.batched_reason})" if fast.batched_reason else ""))
     start = time.perf_counter()
@@ -257,7 +265,7 @@ class PotentialClock:
 def ready_kernel(x, y, seed, **kwargs):
     """A ParallelTempering kernel set up for sampling (no warmup), and its first params."""
     pyro.set_rng_seed(seed)
-    kernel = ParallelTempering(CountingModel(), adapt_temperatures=False,
+    kernel = ParallelTempering(CountingModel(device=x.device), adapt_temperatures=False,
                                init_strategy=init_to_uniform(radius=0.1), **kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -276,9 +284,11 @@ def time_iterations(sides, rounds, iters, clock=None, warmup=2):
             for _ in range(warmup):
                 params = kernel.sample(params)
             before = clock.seconds if clock else 0.0
+            synchronize()
             start = time.perf_counter()
             for _ in range(iters):
                 params = kernel.sample(params)
+            synchronize()
             elapsed = time.perf_counter() - start
             times[name].append(elapsed / iters * 1e3)
             pot[name].append(((clock.seconds if clock else 0.0) - before) / iters * 1e3)
@@ -290,10 +300,11 @@ def time_iterations(sides, rounds, iters, clock=None, warmup=2):
 def section_b(args):
     threads = torch.get_num_threads()
     print(f"\n(b) one explorer iteration, K = 8 rungs in one process vs K = 1, explorer='hmc' "
-          f"(batched), {args.num_steps} leapfrog steps, step size {args.step_size}, no "
+          f"(batched) on {args.device}, {args.num_steps} leapfrog steps, "
+          f"step size {args.step_size}, no "
           f"adaptation, {threads} torch thread(s), medians of {args.b_rounds} interleaved "
           f"rounds of {args.b_iters} iterations")
-    x, y = make_data()
+    x, y = (t.to(args.device) for t in make_data())
     options = dict(HMC_FIXED, num_steps=args.num_steps, step_size=args.step_size)
     with PotentialClock() as clock:
         one, one_params = ready_kernel(x, y, 0, temperatures=[1.0], explorer="hmc",
@@ -454,6 +465,9 @@ def main(argv=None):
                         help="with --options, also torch.compile (slow to compile)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--section", choices=("a", "b", "c", "all"), default="all")
+    parser.add_argument("--device", default="cpu",
+                        help="device of sections (a) and (b), e.g. cuda (default cpu); (c) "
+                             "runs on the CPU")
     parser.add_argument("--quick", action="store_true", help="a smoke test (seconds)")
     parser.add_argument("--seed", type=int, default=0)
     # (b)

@@ -215,7 +215,7 @@ class ParallelTempering(MCMCKernel):
         self._swap_generator = torch.Generator().manual_seed(seeds[num])
 
         explorers, states, local_ll, self.explorer_info = build_rungs(
-            split, self._rungs.rungs, betas, seeds, comm.device, self.explorer,
+            split, self._rungs.rungs, betas, seeds, split.device, self.explorer,
             self.explorer_kwargs, warmup_steps, self._user_initial_params)
         for explorer, z in zip(explorers, states):
             self._rungs.add(explorer, z)

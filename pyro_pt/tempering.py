@@ -90,6 +90,8 @@ class ModelSplit:
         if not self.latent_names:
             raise ValueError("the model has no latent sample site to sample")
         self.latent_names.sort()
+        # Where the model keeps its latents: the device whose random stream the explorers use.
+        self.device = trace.nodes[self.latent_names[0]]["value"].device
 
     def check_proper_prior(self):
         """Raise unless every latent site has a proper prior one can draw from (for beta = 0)."""
