@@ -260,7 +260,8 @@ def gloo_mode(args):
               f"{res['explorers_per_iter'] * 1e3:.2f} ms/it, CPU {res['cpu_per_iter'] * 1e3:.2f} "
               f"ms/it, comm {res['comm_per_iter'] * 1e3:.3f} ms/it, sent "
               f"{res['sent_per_iter']:.0f} B/it, received {res['received_per_iter']:.0f} B/it, "
-              f"{res['calls_per_iter']:.1f} model executions/it/replica (setup and traced fallbacks), "
+              f"{res['calls_per_iter']:.1f} model executions/it/replica "
+              f"(setup and traced fallbacks), "
               f"{res['accepted_swaps']} accepted swaps in {args.iters} draws")
         print("    comm by method, ms/it: " + ", ".join(
             f"{m} {t * 1e3:.3f}" for m, t in res["by_method"].items() if t > 0))
