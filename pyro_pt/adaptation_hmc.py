@@ -9,6 +9,10 @@ import math
 import torch
 
 
+# Fewest iterations of step-size adaptation after the last metric window.
+MIN_TERM_BUFFER = 10
+
+
 def warmup_windows(warmup_steps, init_buffer=75, term_buffer=50, base_window=25):
     r"""
     The slow windows of Stan's windowed warmup, as ``[(start, end), ...]`` iteration ranges
@@ -19,8 +23,10 @@ def warmup_windows(warmup_steps, init_buffer=75, term_buffer=50, base_window=25)
     doubling length starting at ``base_window`` (a window is stretched to the end of the slow
     phase when the next, doubled one would not fit), and a terminal fast interval
     (``term_buffer``) in which the step size adapts to the final metric. When the three do
-    not fit, Stan uses 15% / 75% / 10% of the warmup; under 20 warmup iterations it
-    estimates no metric at all.
+    not fit, Stan uses 15% / 75% / 10% of the warmup; here the terminal interval keeps at
+    least ``MIN_TERM_BUFFER`` = 10 iterations (Stan's 10% of a 20-iteration warmup, 2
+    iterations, leaves a step size that accepts nothing). Under 20 warmup iterations no metric
+    is estimated at all.
 
     **References**
 
@@ -42,7 +48,9 @@ def warmup_windows(warmup_steps, init_buffer=75, term_buffer=50, base_window=25)
         return []
     if init_buffer + base_window + term_buffer > warmup_steps:
         init_buffer = int(0.15 * warmup_steps)
-        term_buffer = int(0.1 * warmup_steps)
+        # Stan's 10% leaves 2-4 iterations at 20-40 warmup steps: too few for dual averaging
+        # to settle on the final metric (measured: chains that then accept nothing).
+        term_buffer = max(int(0.1 * warmup_steps), MIN_TERM_BUFFER)
         base_window = warmup_steps - (init_buffer + term_buffer)
     slow_end = warmup_steps - term_buffer
     windows, start, size = [], init_buffer, base_window

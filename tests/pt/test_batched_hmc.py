@@ -333,6 +333,7 @@ def test_bad_input_is_named():
 def test_stan_windows_and_regularized_variance():
     assert warmup_windows(1000) == [(75, 100), (100, 150), (150, 250), (250, 450), (450, 950)]
     assert warmup_windows(100) == [(15, 90)]
+    assert warmup_windows(20) == [(3, 10)]  # 10 iterations left for the final step size
     assert warmup_windows(19) == []
     x = torch.randn(50, 2, 4, dtype=F64)
     welford = WelfordDiagonal(2, 4)
