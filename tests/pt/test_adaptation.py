@@ -3,16 +3,15 @@
 import math
 
 import pytest
-import torch
 
 import pyro
 from pyro.infer import MCMC
 
 from pyro_pt import ParallelTempering
-from pyro_pt.functional import FunctionalSplit
 from pyro_pt.ladder import adaptation_round_ends
 
 from .models import gaussian_data, gaussian_log_evidence, gaussian_model
+from .mutations import temper_the_prior_in_batched_hmc
 
 
 def test_round_ends_double_and_stop_before_warmup_ends():
@@ -59,12 +58,6 @@ def test_adapted_ladder_and_stepping_stone_evidence():
 
 @pytest.mark.slow
 def test_tempering_the_prior_fails_the_evidence_check(monkeypatch):
-    original = FunctionalSplit.batched_potential_and_grad
-
-    def tempered_prior(self, z_flat, betas):
-        potential, grad, ll = original(self, z_flat, torch.ones_like(betas))
-        return betas * potential, betas[:, None] * grad, ll
-
-    monkeypatch.setattr(FunctionalSplit, "batched_potential_and_grad", tempered_prior)
+    temper_the_prior_in_batched_hmc(monkeypatch)
     _, mcmc, truth = evidence_run(num_samples=1000)
     assert abs(mcmc.diagnostics()["log_Z"]["chain 0"] - truth) > 1.0
