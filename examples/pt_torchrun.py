@@ -257,7 +257,8 @@ def run(args, rank, world_size, device):
 
 
 def save_tempering_plot(kernel, path, say):
-    # The kernel's diagnostics gather over the ranks, so every rank draws; rank 0 saves.
+    # Every rank draws (cheap; the kernel reuses the diagnostics gathered at the end of the
+    # run), rank 0 saves.
     try:
         fig = plot_tempering(kernel, path=path)
     except ImportError as error:

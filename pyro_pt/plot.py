@@ -21,6 +21,8 @@ def _from_diagnostics(diag, history=()):
     return {"betas": np.where(np.isinf(temperatures), 0.0, 1.0 / temperatures),
             "temperatures": temperatures,
             "acceptance": np.asarray(diag["swap_acceptance"], dtype=np.float64),
+            # (beta midpoint, lambda) per pair, as ladder_statistics estimated it.
+            "local": np.asarray(diag["local_barrier"], dtype=np.float64).reshape(-1, 2),
             "barrier": float(diag["barrier"]),
             "recommended": int(diag["recommended_replicas"]),
             "history": list(history)}
@@ -38,7 +40,8 @@ def _from_mcmc(mcmc):
         diag = mcmc.diagnostics()
     except AttributeError as error:  # Pyro's MCMC before run() has no samples to diagnose
         raise ValueError(NOT_RUN) from error
-    keys = ("temperatures", "swap_acceptance", "barrier", "recommended_replicas")
+    keys = ("temperatures", "swap_acceptance", "local_barrier", "barrier",
+            "recommended_replicas")
     return _from_diagnostics({key: diag[key]["chain 0"] for key in keys})
 
 
@@ -49,6 +52,8 @@ def _from_inference_data(idata):
         "temperatures": stats["temperature"].values,
         # Flattened over chains, (chains * pairs,): chain 0's come first.
         "swap_acceptance": np.asarray(stats.attrs["swap_acceptance"])[:num_pairs],
+        "local_barrier": np.stack([stats["local_barrier_beta"].values[0],
+                                   stats["local_barrier"].values[0]], -1),
         "barrier": np.asarray(stats.attrs["barrier"]).ravel()[0],
         "recommended_replicas": np.asarray(stats.attrs["recommended_replicas"]).ravel()[0],
     })
@@ -102,9 +107,9 @@ def plot_tempering(source, axes=None, path=None):
     :math:`\lceil 2\Lambda \rceil`, in the title. Where the kernel adapted its ladder in warmup
     (``adapt_temperatures=True``), a third panel under the barrier shows the rungs of every
     round. Of several chains (an MCMC or InferenceData), chain 0 is plotted: each chain adapts
-    its own ladder, and the InferenceData's temperature coordinates are chain 0's. A kernel
-    spread over ``torch.distributed`` ranks gathers its diagnostics from all of them: call
-    this on every rank, with ``path`` on one.
+    its own ladder, and the InferenceData's temperature coordinates are chain 0's. After a run
+    spread over ``torch.distributed`` ranks, one rank alone may call it (the kernel keeps the
+    diagnostics it gathered at the end of the run).
 
     **References**
 
@@ -163,10 +168,10 @@ def plot_tempering(source, axes=None, path=None):
 
     ax = axes[1]
     rejections = 1.0 - acc
-    local = rejections / (betas[:-1] - betas[1:])
+    midpoints, local = data["local"][:, 0], data["local"][:, 1]
     # stairs() wants increasing edges: the ladder runs from hot (small beta) to cold.
     ax.stairs(local[::-1], betas[::-1], color="tab:green", lw=1.5, baseline=None)
-    ax.plot(0.5 * (betas[:-1] + betas[1:]), local, "o", color="tab:green",
+    ax.plot(midpoints, local, "o", color="tab:green",
             label=r"$\lambda$ at pair midpoints", gid="local_barrier")
     for beta in betas:
         ax.axvline(beta, color="0.85", lw=0.8, zorder=0)
