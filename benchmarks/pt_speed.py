@@ -24,7 +24,10 @@ does the same work per iteration. ``kernel.setup`` then ``kernel.sample`` called
 (sampling phase, no warmup), medians over interleaved rounds; the time inside the batched
 potential is measured by wrapping ``FunctionalSplit.batched_potential_and_grad`` (from outside).
 ``--nuts`` adds the same ratio with Pyro's NUTS explorer on every rung (fixed step size, fixed
-tree depth), for context.
+tree depth), for context. A roofline for that ratio: the plain-torch floor of (a) written for K
+replicas at once (latents ``(K, 4929)``, weights ``(K, n_in, n_out)`` through ``torch.baddbmm``,
+x shared, one beta per replica), K = 8 against K = 1 per potential + gradient call, with the
+achieved GFLOP/s of its matmuls (``--rounds``, ``--calls``, ``--threads``, ``--device``).
 
 Section (c), effective draws per second of the cold chain's held-out predictions: a full
 ``MCMC`` run of ``ParallelTempering(explorer="hmc")`` with the default ladder adaptation and
@@ -90,6 +93,77 @@ def floor_fn(x, y, names):
         return potential, torch.autograd.grad(potential, [z[n] for n in names])
 
     return run
+
+
+def batched_floor_fn(x, y, z, betas):
+    """The floor's tempered potential and gradient for K = len(betas) replicas in one call.
+
+    ``z`` holds the flat latents ``(K, D)``; each site is a view of its columns with the replica
+    dimension in front, so every layer is one batched matmul with x shared by all replicas.
+    """
+    const = 0.5 * math.log(2 * math.pi)
+    k = len(betas)
+    sizes = [n_in * n_out + n_out for n_in, n_out in zip(WIDTHS, WIDTHS[1:])]
+    xs = x.expand(k, *x.shape)  # a stride-0 view, not K copies
+
+    def run():
+        flat = z.detach().requires_grad_(True)
+        lp = (-0.5 * flat * flat).sum(-1) - const * flat.shape[-1]
+        h = xs
+        for layer, (part, n_in, n_out) in enumerate(
+                zip(flat.split(sizes, dim=-1), WIDTHS, WIDTHS[1:])):
+            w = part[:, :n_in * n_out].view(k, n_in, n_out)
+            b = part[:, n_in * n_out:].unsqueeze(1)
+            h = torch.baddbmm(b, h, w)
+            if layer < len(sizes) - 1:
+                h = torch.relu(h)
+        r = (y - h.squeeze(-1)) / NOISE
+        ll = (-0.5 * r * r).sum(-1) - y.numel() * (math.log(NOISE) + const)
+        potential = -(lp + betas * ll)
+        # Replicas are independent, so the gradient of the sum is each replica's own gradient.
+        return potential, torch.autograd.grad(potential.sum(), flat)[0]
+
+    return run
+
+
+def batched_floor_report(args):
+    """K = 8 against K = 1 of the hand-written batched floor: the ratio the arithmetic allows."""
+    x, y = (t.to(args.device) for t in make_data())
+    z = initial_params()
+    names = list(z)  # w0, b0, w1, b1, w2, b2: the flat layout batched_floor_fn slices
+    flat = torch.cat([z[n].reshape(-1) for n in names])
+    gen = torch.Generator().manual_seed(0)
+    batch = (flat + 0.01 * torch.randn(8, flat.numel(), generator=gen)).to(args.device)
+    betas = torch.linspace(BETA, 0.05, 8, device=args.device)  # replica 0 at the floor's BETA
+    fns = {"K=1": batched_floor_fn(x, y, batch[:1], betas[:1]),
+           "K=8": batched_floor_fn(x, y, batch, betas)}
+    # Replica 0 against the unbatched floor of (a), at the same point and beta.
+    pot, grad = fns["K=8"]()
+    z0, at = {}, 0
+    for n in names:
+        z0[n] = batch[0, at:at + z[n].numel()].view(z[n].shape)
+        at += z[n].numel()
+    ref_pot, ref_grad = floor_fn(x, y, names)(z0)
+    ref_grad = torch.cat([g.reshape(-1) for g in ref_grad])
+    grad_err = (grad[0] - ref_grad).abs().max() / ref_grad.abs().max()
+    medians, _ = time_rounds(fns, args.rounds, args.calls)
+    # Multiply-adds per replica and call, the three matmuls only (the elementwise work is
+    # O(500 * 129) against O(500 * 4800)): forward 500 * (10*64 + 64*64 + 64*1); backward the
+    # same again for the weight gradients, plus the input gradients of layers 2 and 3 (the first
+    # layer's input x needs none). FLOPs = 2 * MACs.
+    fwd = sum(n_in * n_out for n_in, n_out in zip(WIDTHS, WIDTHS[1:]))
+    macs = x.shape[0] * (2 * fwd + fwd - WIDTHS[0] * WIDTHS[1])
+    k1, k8 = medians["K=1"], medians["K=8"]
+    print(f"\nplain-torch floor for the batched ratio (baddbmm over a replica dimension, "
+          f"float32, {args.device}, torch.get_num_threads() = {torch.get_num_threads()}, "
+          f"medians of {args.rounds} interleaved rounds of {args.calls} calls; replica 0 vs "
+          f"the floor of (a): potential {float(pot[0].detach()):.3f} vs "
+          f"{float(ref_pot.detach()):.3f}, max |grad diff| / max |grad| {float(grad_err):.1e}); "
+          f"{2 * macs / 1e6:.2f} MFLOP per replica:")
+    for name, k, ms in (("K=1", 1, k1), ("K=8", 8, k8)):
+        print(f"  {name}: {ms:.3f} ms/call, {ms / k:.3f} ms per replica, "
+              f"{2 * macs * k / (ms * 1e-3) / 1e9:.1f} GFLOP/s")
+    print(f"plain-torch floor, K = 8 / K = 1 per potential+gradient call: {k8 / k1:.2f}")
 
 
 def split_fn(split):
@@ -329,6 +403,7 @@ def section_b(args):
     print(f"K=8 / K=1 per iteration: {k8 / k1:.2f} (target <= 2); per rung: "
           f"{k8 / 8:.2f} ms vs {k1:.2f} ms ({k8 / 8 / k1:.2f}x); share of the K=1 iteration in "
           f"the potential: {pot['K=1'] / k1:.0%}, outside it {k1 - pot['K=1']:.2f} ms")
+    batched_floor_report(args)
     if args.nuts_ratio:
         nuts = {"step_size": args.step_size, "adapt_step_size": False,
                 "adapt_mass_matrix": False, "max_tree_depth": args.b_nuts_depth}
