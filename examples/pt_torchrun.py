@@ -135,10 +135,19 @@ def chain_diagnostics(values):
     return rhat, ess, constant
 
 
+# Vehtari et al. (2021, Bayesian Analysis 16(2)) recommend trusting draws only below 1.01.
+RHAT_LIMIT = 1.01
+
+
 def format_diag(rhat, ess, constant, n):
     if constant:
         return f"CONSTANT CHAIN (never moved in {n} draws): R-hat/ESS meaningless"
-    return f"R-hat {rhat:6.3f}  ESS {ess:7.1f} / {n}"
+    text = f"R-hat {rhat:6.3f}  ESS {ess:7.1f} / {n}"
+    if rhat > RHAT_LIMIT:
+        # A chain whose halves disagree is still drifting; its ESS is bounded by the run
+        # length, not a measure of mixing.
+        text += f"  NOT CONVERGED (R-hat > {RHAT_LIMIT})"
+    return text
 
 
 def checksum(samples):

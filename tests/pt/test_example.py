@@ -49,3 +49,16 @@ def test_bnn_example_flags_a_constant_chain_and_matches_pyro_ess():
     assert float(ess[0]) == pytest.approx(float(expected), rel=1e-9)
     assert "CONSTANT CHAIN" in pt_torchrun.format_diag(float(rhat[1]), float(ess[1]), True, 200)
     assert "ESS" in pt_torchrun.format_diag(float(rhat[0]), float(ess[0]), False, 200)
+
+
+def test_bnn_example_flags_a_drifting_chain():
+    import pt_torchrun
+
+    generator = torch.Generator().manual_seed(1)
+    steady = torch.randn(400, generator=generator)
+    drifting = steady + torch.linspace(0.0, 3.0, 400)  # halves 1.5 sd apart
+    rhat, ess, constant = pt_torchrun.chain_diagnostics(torch.stack([steady, drifting], -1))
+    assert float(rhat[0]) < pt_torchrun.RHAT_LIMIT < float(rhat[1])
+    assert "NOT CONVERGED" not in pt_torchrun.format_diag(float(rhat[0]), float(ess[0]), False,
+                                                          400)
+    assert "NOT CONVERGED" in pt_torchrun.format_diag(float(rhat[1]), float(ess[1]), False, 400)
