@@ -48,10 +48,10 @@ class LocalComm:
         if sends or receives:
             raise RuntimeError("LocalComm cannot exchange states between processes")
 
-    def broadcast(self, tensor, src):
+    def broadcast(self, tensor, src, what=None):
         return tensor
 
-    def all_gather_object(self, obj):
+    def all_gather_object(self, obj, what=None):
         return [obj]
 
 
@@ -149,15 +149,14 @@ class TorchComm:
         for target, buf in buffers:
             target.copy_(buf)
 
-    def broadcast(self, tensor, src):
+    def broadcast(self, tensor, src, what="broadcast of the cold state"):
         buf = tensor.to(self.device)
-        self._run("broadcast of the cold state", self._dist.broadcast, buf, group=self.group,
-                  group_src=src)
+        self._run(what, self._dist.broadcast, buf, group=self.group, group_src=src)
         return buf.to(tensor.device)
 
-    def all_gather_object(self, obj):
+    def all_gather_object(self, obj, what="all_gather of diagnostics"):
         out = [None] * self.world_size
-        self._run("all_gather of diagnostics", self._dist.all_gather_object, out, obj,
+        self._run(what, self._dist.all_gather_object, out, obj,
                   group=self.group)
         return out
 

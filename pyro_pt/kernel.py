@@ -180,27 +180,6 @@ class ParallelTempering(MCMCKernel):
         self._save_params = sorted(names)
 
     def setup(self, warmup_steps, *args, **kwargs):
-        split = ModelSplit(
-            self.model, args, kwargs, self._user_transforms, init_strategy=self.init_strategy
-        )
-        # A rerun starts from the ladder given, not the one the last run adapted to.
-        self._temperatures = list(self._initial_temperatures)
-        betas = self.betas
-        if betas[-1] == 0.0:
-            split.check_proper_prior()
-        if self._save_params is not None:
-            unknown = set(self._save_params) - set(split.latent_names)
-            if unknown:
-                raise ValueError(
-                    f"save_params names {sorted(unknown)} are not latent sites of the model; "
-                    f"its latent sites are {split.latent_names}"
-                )
-        self.transforms = split.transforms
-        self._split = split
-        self._warmup_steps = warmup_steps
-        self._t = 0
-        self._round = 0
-        num = self.num_replicas
         comm = make_comm(self.process_group)
         if comm.world_size > 1 and inside_multichain_mcmc():
             raise ValueError(
@@ -210,16 +189,35 @@ class ParallelTempering(MCMCKernel):
                 "different seeds, or split the world with torch.distributed.new_group and pass "
                 "each part as process_group="
             )
-        self._rungs = RungBlock(comm, num, split.latent_names)
+        # A rerun starts from the ladder given, not the one the last run adapted to.
+        self._temperatures = list(self._initial_temperatures)
+        betas = self.betas
+        num = self.num_replicas
+        # Every rank joins the set-up's collectives (the seeds' broadcast, the final check)
+        # even when its own part failed, so that a failure on one rank (a model that raises
+        # on its data, rungs that find no valid start, memory) stops every rank with the
+        # reason instead of leaving the others waiting for the backend's timeout.
+        failure = None
+        try:
+            split = self._model_split(args, kwargs)
+        except Exception as error:
+            failure = error
         seeds = self._stream_seeds(comm)
+        if failure is None:
+            try:
+                self._rungs = RungBlock(comm, num, split.latent_names)
+                explorers, states, local_ll, self.explorer_info = build_rungs(
+                    split, self._rungs.rungs, betas, seeds, split.device, self.explorer,
+                    self.explorer_kwargs, warmup_steps, self._user_initial_params)
+                for explorer, z in zip(explorers, states):
+                    self._rungs.add(explorer, z)
+            except Exception as error:
+                failure = error
+        self._agree_on_setup(comm, failure)
         self._swap_generator = torch.Generator().manual_seed(seeds[num])
-
-        explorers, states, local_ll, self.explorer_info = build_rungs(
-            split, self._rungs.rungs, betas, seeds, split.device, self.explorer,
-            self.explorer_kwargs, warmup_steps, self._user_initial_params)
-        for explorer, z in zip(explorers, states):
-            self._rungs.add(explorer, z)
-        self._check_same_model(comm)
+        self._warmup_steps = warmup_steps
+        self._t = 0
+        self._round = 0
         self._ll = self._rungs.gather(local_ll)
         self._cold = self._rungs.cold_state()
         self._initial_params = dict(self._cold)
@@ -233,20 +231,56 @@ class ParallelTempering(MCMCKernel):
         # Wall-clock seconds in sample(): all of it, and inside the explorers' own moves.
         self.timings = {"explorers": 0.0, "total": 0.0}
 
+    def _model_split(self, args, kwargs):
+        """The model's split into prior and likelihood, with the checks that need it."""
+        split = ModelSplit(
+            self.model, args, kwargs, self._user_transforms, init_strategy=self.init_strategy
+        )
+        if self.betas[-1] == 0.0:
+            split.check_proper_prior()
+        if self._save_params is not None:
+            unknown = set(self._save_params) - set(split.latent_names)
+            if unknown:
+                raise ValueError(
+                    f"save_params names {sorted(unknown)} are not latent sites of the model; "
+                    f"its latent sites are {split.latent_names}"
+                )
+        self.transforms = split.transforms
+        self._split = split
+        return split
+
     def _stream_seeds(self, comm):
         """
         One base seed from the global generator (so pyro.set_rng_seed governs the run), the
         same on every rank, then independent child seeds: one stream per rung, one for swaps.
         """
         base = torch.randint(0, 2**62, (1,), dtype=torch.int64)
-        base = int(comm.broadcast(base, src=0).item())
+        base = int(comm.broadcast(base, src=0, what="broadcast of the seeds").item())
         children = np.random.SeedSequence(base).generate_state(self.num_replicas + 1, np.uint64)
         return [int(s) >> 1 for s in children]
 
-    def _check_same_model(self, comm):
-        z = self._rungs.states[0]
-        mine = [(name, tuple(z[name].shape)) for name in self._split.latent_names]
-        views = comm.all_gather_object(mine)
+    def _agree_on_setup(self, comm, failure):
+        """
+        One all-gather in which each rank says whether its set-up failed and which latent
+        shapes its model has: a rank that failed raises its own error, the others raise one
+        naming it; ranks whose models disagree all raise.
+        """
+        view = None
+        if failure is None:
+            z = self._rungs.states[0]
+            view = [(name, tuple(z[name].shape)) for name in self._split.latent_names]
+        problem = None if failure is None else f"{type(failure).__name__}: {failure}"
+        reports = comm.all_gather_object((problem, view), what="set-up check")
+        if failure is not None:
+            raise failure
+        failed = [(rank, problem) for rank, (problem, _) in enumerate(reports) if problem]
+        if failed:
+            raise RuntimeError(
+                f"pyro_pt: ParallelTempering's set-up failed on rank(s) "
+                f"{[rank for rank, _ in failed]}, so rank {comm.rank} stops too: "
+                + "; ".join(f"rank {rank}: {problem}" for rank, problem in failed)
+            )
+        views = [view for _, view in reports]
         for rank, view in enumerate(views):
             if view != views[0]:
                 raise ValueError(

@@ -124,7 +124,7 @@ class TemperingRounds:
         # Only rank 0 saw rung 0 move; one scalar per round is all the traffic this costs.
         moves = torch.tensor([float(self._cold_moves)], dtype=torch.float64)
         if self.comm.world_size > 1:
-            moves = self.comm.broadcast(moves, src=0)
+            moves = self.comm.broadcast(moves, src=0, what="broadcast of the cold acceptance")
         return float(moves[0]) / num_scans if num_scans else math.nan
 
     def _add_row(self, phase, scan, betas, round_trips, reset=True):

@@ -12,6 +12,7 @@ import pyro
 from pyro.infer import MCMC
 
 from pyro_pt import ParallelTempering
+from pyro_pt.explorers import RandomWalkMetropolis
 
 from .models import linear_data, linear_model
 
@@ -131,4 +132,26 @@ def run_rank_dependent_data():
     pyro.set_rng_seed(0)
     MCMC(ParallelTempering(model, num_replicas=2, explorer="rwmh"), 5, 2,
          disable_progbar=True).run(x, y)
+    return "finished"
+
+
+def run_failing_on_rank_1(where):
+    """A run whose set-up fails on rank 1 only: in the model's trace (``where="model"``) or
+    when rank 1 builds the explorers of its rungs (``where="explorer"``)."""
+    rank = dist.get_rank()
+
+    def model(x, y):
+        if where == "model" and rank == 1:
+            raise ValueError("the data of rank 1 are unusable")
+        linear_model(x, y)
+
+    def explorer(potential_fn, **kwargs):
+        if rank == 1:
+            raise MemoryError("rank 1 ran out of memory building its rungs")
+        return RandomWalkMetropolis(potential_fn, **kwargs)
+
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(model, num_replicas=2,
+                               explorer=explorer if where == "explorer" else "rwmh")
+    MCMC(kernel, 5, 2, disable_progbar=True).run(*linear_data())
     return "finished"

@@ -7,6 +7,7 @@ import torch
 
 from .distributed import (
     run_and_die,
+    run_failing_on_rank_1,
     run_kernel,
     run_linear,
     run_rank_dependent_data,
@@ -75,6 +76,22 @@ def test_ranks_with_different_models_fail_at_setup(tmp_path):
     results = spawn_catching(2, tmp_path, run_rank_dependent_data)
     for message in errors(results):
         assert "ranks disagree on the model's latent sites" in message
+
+
+@pytest.mark.parametrize("where, reason", [
+    ("model", "ValueError: the data of rank 1 are unusable"),
+    ("explorer", "MemoryError: rank 1 ran out of memory building its rungs"),
+])
+def test_a_setup_failure_on_one_rank_stops_every_rank_with_its_reason(where, reason, tmp_path):
+    # The backend's timeout is long (60 s) so that only the set-up check can stop rank 0 soon.
+    start = time.perf_counter()
+    results = spawn_catching(2, tmp_path, run_failing_on_rank_1, where, timeout=60.0)
+    assert reason.split(": ", 1)[1] in results[1]["message"]  # rank 1: its own error
+    assert results[1]["error"] == reason.split(":")[0]
+    assert results[0]["error"] == "RuntimeError"
+    assert "set-up failed on rank(s) [1]" in results[0]["message"]
+    assert reason in results[0]["message"]
+    assert time.perf_counter() - start < 45.0  # not the backend's timeout
 
 
 @pytest.mark.parametrize("dead_rank", [1, 0])
