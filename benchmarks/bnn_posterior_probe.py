@@ -10,7 +10,8 @@ drawn uniformly in [0.5, 1.5] times that) and the step size tuned by dual averag
 weights uniform in (-0.1, 0.1) (``small``, what (c) uses) and a draw from the prior
 (``prior``). Every ``--every`` iterations it prints the weights' norm |z| (the prior's radius
 is sqrt(4929) = 70.2), the log-likelihood ll, the step size and the acceptance; at the end the
-split R-hat of f(x_test) across the two chains.
+split R-hat of f(x_test) across the two chains; per chain, the ESS of f(x_test) over its draws and
+per CPU second of its sampling phase.
 
 What to read: if the chains keep drifting (|z| or ll moving across the whole run) or end in
 different places (R-hat far above 1), no run of the length section (c) affords is in the
@@ -18,7 +19,8 @@ typical set, and no ESS computed from one is a rate.
 
 Run::
 
-    python benchmarks/bnn_posterior_probe.py            # about 2.5 minutes on one thread
+    python benchmarks/bnn_posterior_probe.py            # about 2 minutes on one thread
+    python benchmarks/bnn_posterior_probe.py --starts small --draws 200   # about 2.5 minutes
     python benchmarks/bnn_posterior_probe.py --quick    # seconds
 """
 
@@ -30,7 +32,7 @@ import time
 
 import torch
 
-from pyro.ops.stats import split_gelman_rubin
+from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _bnn import NOISE, WIDTHS, make_data  # noqa: E402
@@ -95,6 +97,7 @@ def run_chain(z, args, x, y, x_test, label):
     # Dual averaging (Hoffman & Gelman 2014, Algorithm 5) with their constants.
     mu, h_bar, log_step_bar = math.log(10 * step_size), 0.0, 0.0
     predictions, start = [], time.process_time()
+    sampling_start = start
     for it in range(args.warmup + args.draws):
         num_steps = max(1, round(args.steps * (0.5 + float(torch.rand(())))))
         z, potential, grad, accept = hmc_step(z, potential, grad, step_size, num_steps, x, y)
@@ -106,13 +109,25 @@ def run_chain(z, args, x, y, x_test, label):
             log_step_bar = weight * log_step + (1 - weight) * log_step_bar
             step_size = math.exp(log_step if it < args.warmup - 1 else log_step_bar)
         else:
+            if not predictions:
+                sampling_start = time.process_time()
             predictions.append(network(z, x_test))
         if it % args.every == 0 or it == args.warmup + args.draws - 1:
             print(f"{label} iteration {it:4d}: |z| {float(z.norm()):6.2f}  ll "
                   f"{float(log_likelihood(z, x, y)):9.1f}  step size {step_size:.2e}  "
                   f"acceptance {accept:.2f}  CPU {time.process_time() - start:6.1f} s",
                   flush=True)
-    return torch.stack(predictions)
+    f = torch.stack(predictions)
+    cpu = time.process_time() - sampling_start
+    if f.shape[0] >= 20:  # fewer draws give no usable ESS
+        columns = f.double().T.unsqueeze(1)  # inputs x 1 chain x draws
+        ess = effective_sample_size(columns, chain_dim=1, sample_dim=2).flatten()
+        rhat = split_gelman_rubin(columns, chain_dim=1, sample_dim=2).flatten()
+        print(f"{label}: {f.shape[0]} draws in {cpu:.1f} CPU s: ESS of f(x_test) min "
+              f"{float(ess.min()):.1f}, median {float(ess.median()):.1f}; split R-hat max "
+              f"{float(rhat.max()):.3f}; min ESS per CPU second of sampling "
+              f"{float(ess.min()) / cpu:.3f}", flush=True)
+    return f
 
 
 def main(argv=None):
@@ -121,6 +136,8 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=60)
     parser.add_argument("--draws", type=int, default=40)
     parser.add_argument("--every", type=int, default=10, help="print every this many iterations")
+    parser.add_argument("--starts", default="small,prior",
+                        help="comma-separated starting points: small, prior (default both)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="a smoke test (seconds)")
@@ -135,7 +152,13 @@ def main(argv=None):
           f"steps per draw, {args.warmup} warmup + {args.draws} draws per start, "
           f"{torch.get_num_threads()} thread(s); prior radius sqrt({DIM}) = {DIM ** 0.5:.1f}")
     starts = {"small": 0.2 * torch.rand(DIM) - 0.1, "prior": torch.randn(DIM)}
-    chains = [run_chain(z, args, x, y, x_test, label) for label, z in starts.items()]
+    labels = args.starts.split(",")
+    unknown = set(labels) - set(starts)
+    if unknown:
+        parser.error(f"--starts: unknown {sorted(unknown)}; choose from {sorted(starts)}")
+    chains = [run_chain(starts[label], args, x, y, x_test, label) for label in labels]
+    if len(chains) < 2:
+        return
     f = torch.stack(chains).double().permute(2, 0, 1)  # inputs x chains x draws
     rhat = split_gelman_rubin(f, chain_dim=1, sample_dim=2)
     print(f"split R-hat of f(x_test) across the two starts: max {float(rhat.max()):.2f}, "
