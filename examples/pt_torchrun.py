@@ -135,7 +135,8 @@ def chain_diagnostics(values):
     return rhat, ess, constant
 
 
-# Vehtari et al. (2021, Bayesian Analysis 16(2)) recommend trusting draws only below 1.01.
+# Vehtari et al. (2021, Bayesian Analysis 16(2)) recommend trusting draws only below 1.01 (with
+# several chains and hundreds of effective draws; one short chain can exceed it by chance).
 RHAT_LIMIT = 1.01
 
 
@@ -144,9 +145,9 @@ def format_diag(rhat, ess, constant, n):
         return f"CONSTANT CHAIN (never moved in {n} draws): R-hat/ESS meaningless"
     text = f"R-hat {rhat:6.3f}  ESS {ess:7.1f} / {n}"
     if rhat > RHAT_LIMIT:
-        # A chain whose halves disagree is still drifting; its ESS is bounded by the run
-        # length, not a measure of mixing.
-        text += f"  NOT CONVERGED (R-hat > {RHAT_LIMIT})"
+        # The chain's halves disagree: it is still drifting, or has too few effective draws to
+        # tell. Either way its ESS is not yet a measure of mixing.
+        text += f"  CHECK: R-hat > {RHAT_LIMIT} (drifting, or too few effective draws to tell)"
     return text
 
 

@@ -213,7 +213,7 @@ class ParallelTempering(MCMCKernel):
                     self._rungs.add(explorer, z)
             except Exception as error:
                 failure = error
-        self._agree_on_setup(comm, failure)
+        self._agree_on_setup(comm, failure, warmup_steps)
         self._swap_generator = torch.Generator().manual_seed(seeds[num])
         self._warmup_steps = warmup_steps
         self._t = 0
@@ -259,33 +259,50 @@ class ParallelTempering(MCMCKernel):
         children = np.random.SeedSequence(base).generate_state(self.num_replicas + 1, np.uint64)
         return [int(s) >> 1 for s in children]
 
-    def _agree_on_setup(self, comm, failure):
+    def _agree_on_setup(self, comm, failure, warmup_steps):
         """
-        One all-gather in which each rank says whether its set-up failed and which latent
-        shapes its model has: a rank that failed raises its own error, the others raise one
-        naming it; ranks whose models disagree all raise.
+        One all-gather in which each rank says whether its set-up failed, which latent shapes
+        its model has and which settings decide the ranks' common steps: a rank that failed
+        raises its own error, the others raise one naming it; if the ranks disagree, all raise
+        (different ladders or warmups would otherwise pair the wrong rungs or hang).
         """
         view = None
         if failure is None:
             z = self._rungs.states[0]
             view = [(name, tuple(z[name].shape)) for name in self._split.latent_names]
+        settings = {
+            "temperatures": [float(t) for t in self._temperatures],
+            "warmup_steps": warmup_steps,
+            "swap_scheme": self.swap_scheme,
+            "swap_interval": self.swap_interval,
+            "adapt_temperatures": self.adapt_temperatures,
+            "explorer": self.explorer if isinstance(self.explorer, str) else "callable",
+        }
         problem = None if failure is None else f"{type(failure).__name__}: {failure}"
-        reports = comm.all_gather_object((problem, view), what="set-up check")
+        reports = comm.all_gather_object((problem, view, settings), what="set-up check")
         if failure is not None:
             raise failure
-        failed = [(rank, problem) for rank, (problem, _) in enumerate(reports) if problem]
+        failed = [(rank, problem) for rank, (problem, _, _) in enumerate(reports) if problem]
         if failed:
             raise RuntimeError(
                 f"pyro_pt: ParallelTempering's set-up failed on rank(s) "
                 f"{[rank for rank, _ in failed]}, so rank {comm.rank} stops too: "
                 + "; ".join(f"rank {rank}: {problem}" for rank, problem in failed)
             )
-        views = [view for _, view in reports]
-        for rank, view in enumerate(views):
-            if view != views[0]:
+        for rank, (_, other_view, other) in enumerate(reports):
+            differ = sorted(key for key in settings if other[key] != reports[0][2][key])
+            if differ:
                 raise ValueError(
-                    f"ranks disagree on the model's latent sites: rank 0 has {views[0]}, rank "
-                    f"{rank} has {view}; every rank must run the same model on the same shapes"
+                    f"ranks disagree on the kernel's settings {differ}: rank 0 has "
+                    f"{ {key: reports[0][2][key] for key in differ} }, rank {rank} has "
+                    f"{ {key: other[key] for key in differ} }; every rank must build "
+                    f"ParallelTempering and call MCMC with the same arguments"
+                )
+            if other_view != reports[0][1]:
+                raise ValueError(
+                    f"ranks disagree on the model's latent sites: rank 0 has {reports[0][1]}, "
+                    f"rank {rank} has {other_view}; every rank must run the same model on the "
+                    f"same shapes"
                 )
 
     def sample(self, params):

@@ -155,3 +155,13 @@ def run_failing_on_rank_1(where):
                                explorer=explorer if where == "explorer" else "rwmh")
     MCMC(kernel, 5, 2, disable_progbar=True).run(*linear_data())
     return "finished"
+
+
+def run_rank_dependent_ladder():
+    """Rank 1 asks for a hotter ladder than rank 0: same model, different kernels."""
+    pyro.set_rng_seed(0)
+    hottest = 20.0 if dist.get_rank() == 1 else 10.0
+    kernel = ParallelTempering(linear_model, num_replicas=2, max_temperature=hottest,
+                               explorer="rwmh")
+    MCMC(kernel, 5, 2, disable_progbar=True).run(*linear_data())
+    return "finished"

@@ -11,6 +11,7 @@ from .distributed import (
     run_kernel,
     run_linear,
     run_rank_dependent_data,
+    run_rank_dependent_ladder,
     spawn,
     spawn_catching,
 )
@@ -78,12 +79,21 @@ def test_ranks_with_different_models_fail_at_setup(tmp_path):
         assert "ranks disagree on the model's latent sites" in message
 
 
+def test_ranks_with_different_ladders_fail_at_setup(tmp_path):
+    # Same model and block sizes, so nothing else would notice: the swaps would pair rungs
+    # whose temperatures the ranks disagree on.
+    results = spawn_catching(2, tmp_path, run_rank_dependent_ladder)
+    for message in errors(results):
+        assert "ranks disagree on the kernel's settings ['temperatures']" in message
+
+
 @pytest.mark.parametrize("where, reason", [
     ("model", "ValueError: the data of rank 1 are unusable"),
     ("explorer", "MemoryError: rank 1 ran out of memory building its rungs"),
 ])
 def test_a_setup_failure_on_one_rank_stops_every_rank_with_its_reason(where, reason, tmp_path):
-    # The backend's timeout is long (60 s) so that only the set-up check can stop rank 0 soon.
+    # Before the set-up check, rank 0 stopped only when gloo saw rank 1's connection close,
+    # with a "lost rank" error that did not say why; the message is what this test checks.
     start = time.perf_counter()
     results = spawn_catching(2, tmp_path, run_failing_on_rank_1, where, timeout=60.0)
     assert reason.split(": ", 1)[1] in results[1]["message"]  # rank 1: its own error

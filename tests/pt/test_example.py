@@ -59,6 +59,6 @@ def test_bnn_example_flags_a_drifting_chain():
     drifting = steady + torch.linspace(0.0, 3.0, 400)  # halves 1.5 sd apart
     rhat, ess, constant = pt_torchrun.chain_diagnostics(torch.stack([steady, drifting], -1))
     assert float(rhat[0]) < pt_torchrun.RHAT_LIMIT < float(rhat[1])
-    assert "NOT CONVERGED" not in pt_torchrun.format_diag(float(rhat[0]), float(ess[0]), False,
-                                                          400)
-    assert "NOT CONVERGED" in pt_torchrun.format_diag(float(rhat[1]), float(ess[1]), False, 400)
+    assert "CHECK: R-hat" not in pt_torchrun.format_diag(float(rhat[0]), float(ess[0]), False,
+                                                         400)
+    assert "CHECK: R-hat" in pt_torchrun.format_diag(float(rhat[1]), float(ess[1]), False, 400)
