@@ -494,8 +494,8 @@ def stationarity(f, weight_norm):
     if x.shape[0] < 4:  # too few draws to split
         nan = torch.full((x.shape[1],), float("nan"), dtype=x.dtype)
         return nan, nan, float("nan"), float("nan")
-    rhat = torch.stack([split_gelman_rubin(x[:, j].reshape(1, -1), chain_dim=0, sample_dim=1)
-                        for j in range(x.shape[1])])
+    # columns x 1 chain x draws: one call, a constant column gives NaN in its own slot only
+    rhat = split_gelman_rubin(x.T.unsqueeze(1), chain_dim=1, sample_dim=2).flatten()
     quarters = x[: x.shape[0] // 4 * 4].reshape(4, -1, x.shape[1]).mean(1)
     spread = (quarters.amax(0) - quarters.amin(0)) / x.std(0).clamp_min(1e-300)
     q = max(weight_norm.shape[0] // 4, 1)
