@@ -4,7 +4,18 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo venv clean
+# `make test-arviz1` runs the ArviZ >= 1 (DataTree) suite on a newer Python in its own venv: ArviZ 1
+# needs Python >= 3.12, whose PyPI torch is a CUDA build (about 5.7 GB; it runs on the CPU).
+PYTHON_NEW ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || \
+  PYENV_VERSION=$$(pyenv versions --bare 2>/dev/null | grep '^3\.12' | tail -n 1) pyenv which python3.12 2>/dev/null)
+VENV_NEW := .venv-arviz1
+PY_NEW := $(VENV_NEW)/bin/python
+STAMP_NEW := $(VENV_NEW)/.installed
+# the ArviZ-1 suite: the export tests of both generations and a fast subset of the rest
+ARVIZ1_TESTS := tests/arviz tests/subnet/test_arviz.py tests/pt/test_swap.py tests/pt/test_ladder.py \
+  tests/pt/test_stats.py tests/subnet/test_predict.py
+
+.PHONY: test test-arviz1 demo venv clean
 
 venv: $(STAMP)
 
@@ -22,9 +33,20 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q tests
 
+$(STAMP_NEW): pyproject.toml
+	@test -n "$(PYTHON_NEW)" || { echo "need python3.12 or newer (make test-arviz1 PYTHON_NEW=...)"; exit 1; }
+	@test -x $(PY_NEW) || $(PYTHON_NEW) -m venv $(VENV_NEW)
+	$(PY_NEW) -m pip install --upgrade --quiet pip
+	$(PY_NEW) -m pip install --quiet -e '.[test]' 'arviz>=1'
+	@touch $(STAMP_NEW)
+
+test-arviz1: $(STAMP_NEW)
+	$(PY_NEW) -c "import arviz, sys; print('ArviZ', arviz.__version__, 'on Python', sys.version.split()[0])"
+	$(PY_NEW) -m pytest -q $(ARVIZ1_TESTS)
+
 demo: $(STAMP)
 	$(PY) examples/pt_bimodal.py --plot pt_bimodal.png
 	$(PY) examples/subnet_regression.py
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VENV_NEW)

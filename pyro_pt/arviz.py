@@ -1,16 +1,21 @@
-"""Export a ParallelTempering run to ArviZ, tempering record included."""
+"""Export a ParallelTempering run to ArviZ (both generations), tempering record included."""
 
 import numpy as np
-import xarray as xr
+
+import pyro_arviz
 
 
-def to_inference_data(mcmc, **kwargs):
+def to_inference_data(mcmc):
     r"""
-    ArviZ ``InferenceData`` of a :class:`~pyro.infer.MCMC` run of
-    :class:`~pyro_pt.ParallelTempering`.
+    ArviZ export of a :class:`~pyro.infer.MCMC` run of :class:`~pyro_pt.ParallelTempering`: an
+    ``arviz.InferenceData`` under ArviZ < 1, an ``xarray.DataTree`` with the same groups and
+    numbers under ArviZ >= 1.
 
-    The groups are those of :func:`arviz.from_pyro` (posterior, log_likelihood, sample_stats,
-    observed_data: the cold chain) and, in ``sample_stats``, the tempering record:
+    The groups come from the cold chain's samples and the model itself (no
+    :func:`arviz.from_pyro`, so ``PyroModule`` networks and ``X @ w`` regressions get their
+    log-likelihood too; see :func:`pyro_arviz.pointwise_log_likelihood`): ``posterior``,
+    ``log_likelihood``, ``posterior_predictive``, ``observed_data`` and ``sample_stats``, which
+    holds ``diverging`` and the tempering record:
 
     - ``tempered_log_likelihood`` (chain, draw, temperature): ll of the state at each rung;
     - ``swap_accepted`` (chain, draw, swap_pair): 1 accepted, 0 refused, NaN not attempted;
@@ -26,51 +31,47 @@ def to_inference_data(mcmc, **kwargs):
     round-trips through netCDF.
 
     :param mcmc: a :class:`~pyro.infer.MCMC` that has run a ``ParallelTempering`` kernel.
-    :param kwargs: passed to :func:`arviz.from_pyro` (``coords``, ``dims``, ...).
-    :returns: ``arviz.InferenceData``.
+    :returns: ``arviz.InferenceData`` or ``xarray.DataTree``.
     """
-    import arviz as az
-
     diagnostics = mcmc.diagnostics()
     if "tempering_record" not in diagnostics:
         raise TypeError(
             "to_inference_data expects an MCMC run with a ParallelTempering kernel; "
-            "use arviz.from_pyro for other kernels"
+            "use arviz.from_pyro (ArviZ < 1) or pyro_arviz.build(pyro_arviz.mcmc_groups(mcmc)) "
+            "for other kernels"
         )
-    idata = az.from_pyro(mcmc, **kwargs)
+    groups = pyro_arviz.mcmc_groups(mcmc)
     chains = sorted(diagnostics["tempering_record"], key=lambda c: int(c.split()[-1]))
     records = [diagnostics["tempering_record"][c] for c in chains]
     temperatures = np.asarray(diagnostics["temperatures"][chains[0]], dtype=np.float64)
-    betas = np.where(np.isinf(temperatures), 0.0, 1.0 / temperatures)
-    log_lik = np.stack([r["log_likelihood"].numpy() for r in records])
-    swaps = np.stack([r["swap_accepted"].numpy() for r in records])
+    # Each chain adapts its own ladder: the coordinates are chain 0's, the variables per chain.
+    ladders = np.asarray([diagnostics["temperatures"][c] for c in chains], dtype=np.float64)
     pair = np.arange(len(temperatures) - 1)
+    local = np.asarray([diagnostics["local_barrier"][c] for c in chains], dtype=np.float64)
+    local = local.reshape(len(chains), len(pair), 2)
+    record = {
+        "tempered_log_likelihood": np.stack([r["log_likelihood"].numpy() for r in records]),
+        "swap_accepted": np.stack([r["swap_accepted"].numpy() for r in records]),
+    }
+    per_chain = {
+        "ladder_temperature": ladders,
+        "ladder_beta": _betas(ladders),
+        "local_barrier_beta": local[..., 0],
+        "local_barrier": local[..., 1],
+    }
+    dims = {"tempered_log_likelihood": ["temperature"], "swap_accepted": ["swap_pair"],
+            "ladder_temperature": ["temperature"], "ladder_beta": ["temperature"],
+            "local_barrier_beta": ["swap_pair"], "local_barrier": ["swap_pair"]}
     coords = {
-        "chain": idata.sample_stats.chain.values,
-        "draw": idata.sample_stats.draw.values,
         "temperature": temperatures,
-        "beta": ("temperature", betas),
+        "beta": ("temperature", _betas(temperatures)),
         "swap_pair": pair,
         "pair_cold_temperature": ("swap_pair", temperatures[:-1]),
         "pair_hot_temperature": ("swap_pair", temperatures[1:]),
     }
-    # Each chain adapts its own ladder: the coordinates are chain 0's, the variables per chain.
-    ladders = np.asarray([diagnostics["temperatures"][c] for c in chains], dtype=np.float64)
-    local = np.asarray([diagnostics["local_barrier"][c] for c in chains], dtype=np.float64)
-    local = local.reshape(len(chains), len(pair), 2)
-    record = xr.Dataset(
-        {
-            "tempered_log_likelihood": (("chain", "draw", "temperature"), log_lik),
-            "swap_accepted": (("chain", "draw", "swap_pair"), swaps),
-            "ladder_temperature": (("chain", "temperature"), ladders),
-            "ladder_beta": (("chain", "temperature"),
-                            np.where(np.isinf(ladders), 0.0, 1.0 / ladders)),
-            "local_barrier_beta": (("chain", "swap_pair"), local[..., 0]),
-            "local_barrier": (("chain", "swap_pair"), local[..., 1]),
-        },
-        coords=coords,
-    )
-    stats = xr.merge([idata.sample_stats, record], combine_attrs="override")
+    stats = groups["sample_stats"]
+    stats = stats.merge(pyro_arviz.dataset(record, dims=dims, coords=coords))
+    stats = stats.merge(pyro_arviz.dataset(per_chain, sample_dims=("chain",), dims=dims, coords=coords))
     stats.attrs["swap_acceptance"] = np.asarray(
         [diagnostics["swap_acceptance"][c] for c in chains], dtype=np.float64
     ).ravel()
@@ -83,5 +84,9 @@ def to_inference_data(mcmc, **kwargs):
         stats.attrs[key] = np.asarray([diagnostics[key][c] for c in chains], dtype=dtype)
     stats.attrs["log_Z_meaning"] = diagnostics["log_Z_meaning"][chains[0]]
     stats.attrs["tempering"] = "likelihood-only (pyro_pt.ParallelTempering)"
-    idata.sample_stats = stats
-    return idata
+    groups["sample_stats"] = stats
+    return pyro_arviz.build(groups)
+
+
+def _betas(temperatures):
+    return np.where(np.isinf(temperatures), 0.0, 1.0 / np.asarray(temperatures))

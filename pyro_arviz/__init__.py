@@ -1,0 +1,190 @@
+r"""
+The one bridge from Pyro results to ArviZ, for both of its generations.
+
+ArviZ < 1 holds results in an :class:`arviz.InferenceData`; ArviZ >= 1 (``arviz-base``) holds
+them in an :class:`xarray.DataTree` and ships no Pyro converter. Both are a set of named groups
+of :class:`xarray.Dataset` with ``(chain, draw, ...)`` variables, so the exports of
+:mod:`pyro_pt` and :mod:`pyro_subnet` compute their groups here once, as datasets, and only the
+last step (:func:`build`) depends on the ArviZ that is installed: the two generations get the
+same numbers.
+
+Nothing here calls :func:`arviz.from_pyro`: the pointwise log-likelihood comes from tracing the
+model at each draw (:func:`pointwise_log_likelihood`), which works for any model that runs, with
+``PyroModule`` networks and ``X @ w`` regressions included (ArviZ's vectorized trace does not).
+"""
+
+import datetime
+
+import numpy as np
+import pyro
+import pyro.poutine as poutine
+import torch
+import xarray as xr
+from pyro.distributions import Unit
+from pyro.distributions.util import scale_and_mask
+from pyro.poutine.util import site_is_subsample
+
+GROUP_ORDER = ("posterior", "posterior_predictive", "log_likelihood", "sample_stats",
+               "observed_data", "constant_data")
+
+
+def arviz_generation():
+    """``1`` for ArviZ >= 1 (``xarray.DataTree``), ``0`` for earlier ones (``InferenceData``)."""
+    import arviz as az
+
+    return 1 if int(az.__version__.split(".")[0]) >= 1 else 0
+
+
+def dataset(variables, sample_dims=("chain", "draw"), dims=None, coords=None, attrs=None):
+    r"""
+    An :class:`xarray.Dataset` of numpy arrays whose leading axes are ``sample_dims``; the other
+    axes of variable ``v`` are named by ``dims[v]`` or, as ArviZ names them, ``v_dim_0, ...``.
+
+    :param dict variables: ``{name: array}``.
+    :param tuple sample_dims: the leading dimensions every variable has (``()`` for data).
+    :param dict dims: ``{name: [dim, ...]}`` for the non-sample axes.
+    :param dict coords: coordinates of the dataset (index or ``(dim, values)`` pairs).
+    :param dict attrs: the dataset's attributes.
+    """
+    dims = dims or {}
+    data = {}
+    for name, value in variables.items():
+        value = np.asarray(value)
+        extra = value.ndim - len(sample_dims)
+        if extra < 0:
+            raise ValueError(f"variable '{name}' has {value.ndim} axes, fewer than the sample "
+                             f"dimensions {tuple(sample_dims)}")
+        names = list(dims.get(name, [f"{name}_dim_{i}" for i in range(extra)]))
+        if len(names) != extra:
+            raise ValueError(f"dims of '{name}' name {len(names)} axes, it has {extra} besides "
+                             f"{tuple(sample_dims)}")
+        data[name] = (tuple(sample_dims) + tuple(names), value)
+    ds = xr.Dataset(data)
+    for dim in sample_dims:
+        if dim in ds.dims and dim not in ds.coords:
+            ds = ds.assign_coords({dim: np.arange(ds.sizes[dim])})
+    if coords:
+        ds = ds.assign_coords({k: v for k, v in coords.items() if _dims_of(k, v) <= set(ds.dims)})
+    ds.attrs.update(attrs or {})
+    return ds
+
+
+def _dims_of(name, value):
+    return {value[0]} if isinstance(value, tuple) else {name}
+
+
+def build(groups, library="pyro"):
+    r"""
+    The ArviZ container of ``groups``: an :class:`arviz.InferenceData` under ArviZ < 1, an
+    :class:`xarray.DataTree` with the same groups under ArviZ >= 1. Empty groups are dropped;
+    every group gets ArviZ's provenance attributes (``created_at``, ``inference_library``...).
+
+    :param dict groups: ``{group name: xarray.Dataset}``.
+    """
+    stamp = {
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "inference_library": library,
+        "inference_library_version": pyro.__version__,
+    }
+    named = {}
+    for name in sorted(groups, key=lambda g: GROUP_ORDER.index(g) if g in GROUP_ORDER else len(GROUP_ORDER)):
+        ds = groups[name]
+        if ds is None or not ds.data_vars:
+            continue
+        named[name] = ds.assign_attrs({**stamp, **ds.attrs})
+    if arviz_generation() >= 1:
+        return xr.DataTree.from_dict(named)
+    import arviz as az
+
+    return az.InferenceData(**named)
+
+
+def groups_of(data):
+    """The group names of an ``InferenceData`` or a ``DataTree`` (for code that serves both)."""
+    if isinstance(data, xr.DataTree):
+        return list(data.children)
+    return list(data.groups())
+
+
+def _observed_sites(trace, conditioned):
+    # poutine.condition marks the latents it fixes as observed: they are not data
+    for name, site in trace.nodes.items():
+        if (site["type"] == "sample" and site["is_observed"] and name not in conditioned
+                and not site_is_subsample(site) and not isinstance(site["fn"], Unit)):
+            yield name, site
+
+
+@torch.no_grad()
+def pointwise_log_likelihood(model, samples, args=(), kwargs=None, seed=0, predictive=True):
+    r"""
+    Traces ``model(*args, **kwargs)`` conditioned on every draw of ``samples`` and returns, per
+    observed site (``pyro.factor`` sites are not data and are left out),
+
+    - ``log_likelihood``: :math:`\log p(y_n \mid \theta^{(c, d)})` with the site's scale and mask,
+      shape ``(chain, draw) + batch_shape``;
+    - ``posterior_predictive``: one draw of the site at each :math:`\theta^{(c, d)}` (from a
+      forked random stream seeded with ``seed``, so the caller's stream is left as it was);
+    - ``observed_data``: the observed values.
+
+    One model call per draw: slower than a vectorized trace, but it needs nothing of the model.
+
+    :param dict samples: ``{site: tensor of shape (chain, draw) + site shape}``.
+    :returns: three dicts ``(log_likelihood, posterior_predictive, observed_data)`` of numpy
+        arrays.
+    """
+    kwargs = kwargs or {}
+    if not samples:
+        raise ValueError("no posterior samples to evaluate the log-likelihood at")
+    lead = next(iter(samples.values())).shape[:2]
+    loglik, pred, observed = {}, {}, {}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for c in range(lead[0]):
+            for d in range(lead[1]):
+                draw = {k: v[c, d] for k, v in samples.items()}
+                trace = poutine.trace(poutine.condition(model, data=draw)).get_trace(*args, **kwargs)
+                for name, site in _observed_sites(trace, draw):
+                    lp = site["fn"].log_prob(site["value"])
+                    lp = scale_and_mask(lp, site["scale"], site["mask"])
+                    loglik.setdefault(name, []).append(torch.as_tensor(lp).expand(site["fn"].batch_shape))
+                    if predictive:
+                        pred.setdefault(name, []).append(site["fn"].sample())
+                    observed[name] = site["value"]
+    if not loglik:
+        raise ValueError("the model has no observed site (pyro.sample with obs=...) in this call; "
+                         "pass the model's arguments including the observed data")
+
+    def stack(d):
+        return {k: torch.stack(v).reshape(lead + v[0].shape).detach().cpu().numpy() for k, v in d.items()}
+
+    return stack(loglik), stack(pred), {k: v.detach().cpu().numpy() for k, v in observed.items()}
+
+
+def mcmc_groups(mcmc):
+    r"""
+    The groups ArviZ keeps for a :class:`~pyro.infer.MCMC` run, computed from its samples and
+    model: ``posterior`` (constrained, grouped by chain), ``log_likelihood``,
+    ``posterior_predictive``, ``observed_data`` and, in ``sample_stats``, ``diverging`` where the
+    kernel reports divergences.
+
+    :returns: ``{group name: xarray.Dataset}`` for :func:`build`.
+    """
+    samples = mcmc.get_samples(group_by_chain=True)
+    model = mcmc.kernel.model
+    args, kwargs = getattr(mcmc, "_args", ()), getattr(mcmc, "_kwargs", {})
+    loglik, pred, observed = pointwise_log_likelihood(model, samples, args, kwargs)
+    num_chains, num_draws = next(iter(samples.values())).shape[:2]
+    stats = {}
+    divergences = mcmc.diagnostics().get("divergences")
+    if divergences:
+        diverging = np.zeros((num_chains, num_draws), dtype=bool)
+        for c, chain in enumerate(sorted(divergences, key=lambda k: int(k.split()[-1]))):
+            diverging[c, list(divergences[chain])] = True
+        stats["diverging"] = diverging
+    return {
+        "posterior": dataset({k: v.detach().cpu().numpy() for k, v in samples.items()}),
+        "log_likelihood": dataset(loglik),
+        "posterior_predictive": dataset(pred),
+        "sample_stats": dataset(stats),
+        "observed_data": dataset(observed, sample_dims=()),
+    }
