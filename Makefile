@@ -4,11 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-# `make test-arviz1` runs the ArviZ >= 1 (DataTree) suite on a newer Python in its own venv: ArviZ 1
-# needs Python >= 3.12, whose PyPI torch is a CUDA build (about 5.7 GB; it runs on the CPU).
-PYTHON_NEW ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || \
-  PYENV_VERSION=$$(pyenv versions --bare 2>/dev/null | grep '^3\.12' | tail -n 1) pyenv which python3.12 2>/dev/null)
-VENV_NEW := .venv-arviz1
+# `make test-arviz1 [NEW=3.13]` runs the ArviZ >= 1 (DataTree) suite on a newer Python in its own
+# venv: ArviZ 1 needs Python >= 3.12, whose PyPI torch is a CUDA build (about 5.7 GB; it runs on
+# the CPU). The interpreter is python$(NEW) on PATH, else pyenv's newest $(NEW).x.
+NEW ?= 3.12
+PYTHON_NEW ?= $(shell python$(NEW) -c 'import sys; print(sys.executable)' 2>/dev/null || \
+  PYENV_VERSION=$$(pyenv versions --bare 2>/dev/null | grep '^$(NEW)\.' | tail -n 1) pyenv which python$(NEW) 2>/dev/null)
+VENV_NEW ?= .venv-py$(NEW)
 PY_NEW := $(VENV_NEW)/bin/python
 STAMP_NEW := $(VENV_NEW)/.installed
 # the ArviZ-1 suite: the export tests of both generations and a fast subset of the rest
@@ -34,7 +36,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 $(STAMP_NEW): pyproject.toml
-	@test -n "$(PYTHON_NEW)" || { echo "need python3.12 or newer (make test-arviz1 PYTHON_NEW=...)"; exit 1; }
+	@test -n "$(PYTHON_NEW)" || { echo "need python$(NEW) (make test-arviz1 NEW=3.12 or PYTHON_NEW=/path/to/python)"; exit 1; }
 	@test -x $(PY_NEW) || $(PYTHON_NEW) -m venv $(VENV_NEW)
 	$(PY_NEW) -m pip install --upgrade --quiet pip
 	$(PY_NEW) -m pip install --quiet -e '.[test]' 'arviz>=1'
