@@ -110,7 +110,7 @@ def _observed_sites(trace, conditioned):
     # poutine.condition marks the latents it fixes as observed: they are not data
     for name, site in trace.nodes.items():
         if (site["type"] == "sample" and site["is_observed"] and name not in conditioned
-                and not site_is_subsample(site) and not isinstance(site["fn"], Unit)):
+                and not site_is_subsample(site)):
             yield name, site
 
 
@@ -147,11 +147,14 @@ def pointwise_log_likelihood(model, samples, args=(), kwargs=None, seed=0, predi
                     lp = site["fn"].log_prob(site["value"])
                     lp = scale_and_mask(lp, site["scale"], site["mask"])
                     loglik.setdefault(name, []).append(torch.as_tensor(lp).expand(site["fn"].batch_shape))
+                    if isinstance(site["fn"], Unit):
+                        continue
                     if predictive:
                         pred.setdefault(name, []).append(site["fn"].sample())
                     observed[name] = site["value"]
     if not loglik:
-        raise ValueError("the model has no observed site (pyro.sample with obs=...) in this call; "
+        raise ValueError("the model has no observed site (pyro.sample with obs=..., or pyro.factor) "
+                         "in this call; "
                          "pass the model's arguments including the observed data")
 
     def stack(d):

@@ -46,7 +46,7 @@ def _from_mcmc(mcmc):
 
 
 def _from_inference_data(idata):
-    stats = idata.sample_stats
+    stats = idata["sample_stats"]
     num_pairs = stats.sizes["swap_pair"]
     return _from_diagnostics({
         "temperatures": stats["temperature"].values,
@@ -61,7 +61,10 @@ def _from_inference_data(idata):
 
 def _tempering_data(source):
     import arviz as az
+    import xarray as xr
     from pyro.infer import MCMC
+
+    import pyro_arviz
 
     from .kernel import ParallelTempering
 
@@ -74,8 +77,9 @@ def _tempering_data(source):
         if source.rung_blocks is None:
             raise ValueError(NOT_RUN)
         return _from_diagnostics(source.diagnostics(), source.adaptation_history)
-    if isinstance(source, az.InferenceData) and "sample_stats" in source.groups() \
-            and "swap_acceptance" in source.sample_stats.attrs:
+    if isinstance(source, (az.InferenceData, xr.DataTree)) \
+            and "sample_stats" in pyro_arviz.groups_of(source) \
+            and "swap_acceptance" in source["sample_stats"].attrs:
         return _from_inference_data(source)
     raise TypeError(
         "plot_tempering expects a ParallelTempering kernel that has run, a pyro.infer.MCMC "

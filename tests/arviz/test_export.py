@@ -132,3 +132,25 @@ def test_bad_input_is_named():
             xw_model, {"w": torch.zeros(1, 2, 2)}, (torch.zeros(3, 2), None))
     with pytest.raises(ValueError, match="dims of 'a' name 2 axes"):
         pyro_arviz.dataset({"a": torch.zeros(1, 2, 3).numpy()}, dims={"a": ["p", "q"]})
+
+
+def test_plot_tempering_reads_either_container(tmp_path):
+    pytest.importorskip("matplotlib")
+    from pyro_pt import plot_tempering
+
+    x, y = toy_data(n=6)
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(xw_model, num_replicas=3, max_temperature=4.0, explorer="rwmh",
+                               adapt_temperatures=False)
+    mcmc = MCMC(kernel, num_samples=10, warmup_steps=5, disable_progbar=True)
+    mcmc.run(torch.cat([x, x], -1), y)
+    data = to_inference_data(mcmc)
+    assert is_expected_container(data)
+    plot_tempering(data, path=str(tmp_path / "t.png"))
+    assert (tmp_path / "t.png").stat().st_size > 0
+    # what the export gives the picture is what the run itself gives it
+    from pyro_pt.plot import _tempering_data
+
+    exported, direct = _tempering_data(data), _tempering_data(mcmc)
+    for key in ("temperatures", "acceptance", "local", "barrier", "recommended"):
+        assert torch.allclose(torch.as_tensor(exported[key]), torch.as_tensor(direct[key]), rtol=1e-12), key
