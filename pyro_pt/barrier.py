@@ -1,0 +1,114 @@
+r"""
+The communication barrier from each rung's own log-likelihood draws, which does not saturate.
+
+A pair's rejection rate estimates the barrier between its two rungs only while it is small:
+:math:`r_i = \Lambda(\beta_i) - \Lambda(\beta_{i+1}) + O(|\beta_i - \beta_{i+1}|^3)`, and
+:math:`r_i \le 1` however high the barrier (Syed et al. 2021, Thm. 2). A pair that never swaps
+therefore looks no harder than one that rejects half of its swaps, and an adaptation fed with
+rejection rates alone under-weights the worst bottleneck. The local barrier has a second
+expression that needs no swap at all,
+
+.. math::
+
+    \lambda(\beta) = \tfrac12\, \mathbb E\, |\ell(X) - \ell(X')|,
+    \qquad X, X' \overset{iid}{\sim} \pi_\beta
+
+(Syed et al. 2021, Sec. 3), which each rung's record of :math:`\ell` estimates whatever its
+neighbours do. Here it is estimated from one autocorrelated chain by the mean absolute
+difference over all pairs of draws at least one integrated autocorrelation time apart (pairs
+closer in time are not independent and would bias it down), and integrated between rungs as
+:math:`c / (b + \beta)`, the barrier of a Gaussian posterior whose precision is the prior's plus
+:math:`\beta` times the data's (:func:`integrated_barrier`).
+
+Pure: torch and :mod:`pyro.ops.stats` only.
+
+**References**
+
+[1] S. Syed, A. Bouchard-Côté, G. Deligiannidis, A. Doucet, "Non-reversible parallel tempering:
+    a scalable highly parallel MCMC scheme", JRSS B 2021.
+"""
+
+import math
+
+import torch
+from pyro.ops.stats import effective_sample_size
+
+# Above this rejection rate a pair's rate no longer tracks its barrier (it saturates at 1).
+SATURATED = 0.5
+
+
+def autocorrelation_time(values):
+    """Integrated autocorrelation time ``n / ESS`` of one chain (1 for fewer than 4 draws)."""
+    x = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
+    if x.numel() < 4 or not torch.isfinite(x).all() or float(x.std()) == 0.0:
+        return 1.0
+    ess = float(effective_sample_size(x[None, :, None], chain_dim=0, sample_dim=1))
+    return max(1.0, x.numel() / ess) if math.isfinite(ess) and ess > 0 else float(x.numel())
+
+
+def local_barrier(log_likelihoods):
+    r"""
+    :math:`\hat\lambda(\beta) = \tfrac12\,\overline{|\ell_s - \ell_t|}` over the pairs of draws
+    ``(s, t)`` of one rung's chain with :math:`|s - t| \ge \lceil\tau\rceil`, :math:`\tau` the
+    chain's integrated autocorrelation time. Costs :math:`O(n \log n + n\tau)`: the sum over all
+    pairs from the sorted draws, minus the pairs closer than :math:`\tau`.
+
+    :param torch.Tensor log_likelihoods: ``(num_draws,)``, one rung's ll in draw order.
+    :returns: float (NaN with fewer than two usable draws or a non-finite draw).
+    """
+    x = torch.as_tensor(log_likelihoods, dtype=torch.float64).reshape(-1)
+    n = x.numel()
+    if n < 2 or not torch.isfinite(x).all():
+        return math.nan
+    lag = min(math.ceil(autocorrelation_time(x)), n // 2) if n >= 4 else 1
+    ranks = torch.arange(n, dtype=torch.float64)
+    total = float(((2 * ranks - n + 1) * x.sort().values).sum())  # sum over s < t of |x_s - x_t|
+    count = n * (n - 1) / 2
+    for k in range(1, lag):  # take out the pairs too close in time to be independent
+        total -= float((x[k:] - x[:-k]).abs().sum())
+        count -= n - k
+    return 0.5 * total / count if count > 0 else math.nan
+
+
+def integrated_barrier(beta_hot, beta_cold, lambda_hot, lambda_cold):
+    r"""
+    :math:`\int_{\beta_{hot}}^{\beta_{cold}} \lambda(\beta)\, d\beta` from the values at the two
+    ends, interpolated by :math:`\lambda(\beta) = c / (b + \beta)` where it decreases: the form of
+    a Gaussian posterior whose precision grows linearly in :math:`\beta` (prior precision plus
+    :math:`\beta` times the data's), exact for it and for :math:`1/\beta`, and finite at
+    :math:`\beta = 0`, where a power law is not. Where it does not decrease, the trapezoid rule.
+    """
+    width = beta_cold - beta_hot
+    if not (math.isfinite(lambda_hot) and math.isfinite(lambda_cold)):
+        return math.nan
+    if not lambda_hot > lambda_cold > 0.0:
+        return 0.5 * width * (lambda_hot + lambda_cold)
+    # c / (b + beta) through both ends: b + beta_hot = lambda_cold * width / (lambda_hot - lambda_cold) > 0
+    near = lambda_cold * width / (lambda_hot - lambda_cold)
+    return lambda_hot * near * math.log1p(width / near)
+
+
+def pair_barriers(betas, rejection_rates, rung_lambdas):
+    r"""
+    The barrier between each adjacent pair of rungs, :math:`\Lambda(\beta_i) - \Lambda(\beta_{i+1})`.
+
+    The rejection rate :math:`r_i` where it is informative (:math:`r_i \le` ``SATURATED``);
+    above, where it saturates, the larger of :math:`r_i` and the integral of the rungs'
+    log-likelihood estimates :func:`local_barrier`. A pair never attempted (NaN rate) takes the
+    integral alone; with neither, NaN.
+
+    :param list betas: inverse temperatures, cold first, decreasing.
+    :param list rejection_rates: ``r_i`` per pair (NaN: never attempted).
+    :param list rung_lambdas: :func:`local_barrier` of each rung (NaN: unknown).
+    :returns: list of K - 1 floats, not capped at 1.
+    """
+    out = []
+    for i, r in enumerate(rejection_rates):
+        from_draws = integrated_barrier(betas[i + 1], betas[i], rung_lambdas[i + 1], rung_lambdas[i])
+        if math.isnan(r):
+            out.append(from_draws)
+        elif r <= SATURATED or math.isnan(from_draws):
+            out.append(float(r))
+        else:
+            out.append(max(float(r), from_draws))
+    return out
