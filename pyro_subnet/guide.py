@@ -217,7 +217,7 @@ class SubnetworkLaplace(AutoContinuous):
                 "until the loss settles, restore a trained param store, or set the MAP with "
                 "torch.no_grad(): guide.loc.copy_(value)"
             )
-        return loc.detach()
+        return loc.detach().clone()  # a snapshot: further training must not move the posterior
 
     def _chunks(self, latent, u_hat, batches):
         def trace_fn(u, args, kwargs):
