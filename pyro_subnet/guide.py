@@ -177,7 +177,10 @@ class SubnetworkLaplace(AutoContinuous):
         Selects the subnetwork, accumulates its GGN and prior precision at the current MAP and
         returns the :class:`SubnetworkLaplacePosterior`. ``*args, **kwargs`` are one call of the
         model on the whole data set; it is split into chunks of ``chunk_size`` data points
-        along the data plate when the tensors allow (see :mod:`pyro_subnet.batching`).
+        along the data plate when the tensors allow (see :mod:`pyro_subnet.batching`). A fitted
+        ``prior_scale`` (``"marglik"``) is chosen from the curvature computed here once.
+
+        :raises ValueError: if the guide was not trained (see the class docstring).
         """
         return self.laplace_approximation_batched([(args, kwargs)])
 
@@ -209,6 +212,7 @@ class SubnetworkLaplace(AutoContinuous):
                 self._setup_prototype(*args, **kwargs)
             loc = self.loc
         init, param, version = self._initial
+        # _version counts in-place writes to a tensor: optimizer steps and copy_ assignments
         if not (loc is param and loc._version != version) and torch.equal(loc.detach(), init):
             raise ValueError(
                 "laplace_approximation() needs a trained guide, but its MAP (the param store's "
