@@ -43,6 +43,12 @@ for :math:`c \ne 1`: the :math:`b` term is the Laplace evidence at the Gauss-New
 :math:`\hat u_S + \Lambda^{-1} b` of that scale. For a linear-Gaussian model the formula is
 exact at any :math:`\hat u` and any scale. The posterior stays centred at :math:`\hat u`.
 
+For a prior that is not Gaussian in unconstrained space (a ``Uniform`` noise scale, say) the
+Gaussian model above stands in for it, so the evidence is not the one with the exact
+:math:`\log p(\hat u)`, and where the MAP lies in the prior's tail (:math:`r` large) it can
+drive a common scale far off; such sites get a warning. The paper's setting (Gaussian weights
+only) is exact in this respect; ``"marglik_per_site"`` gives such a site a scale of its own.
+
 **References**
 
 [1] D. J. C. MacKay, "Bayesian Interpolation", Neural Computation 4(3), 1992.
@@ -56,8 +62,10 @@ import warnings
 
 import torch
 from pyro.distributions.util import scale_and_mask
+from torch.distributions import LowRankMultivariateNormal, MultivariateNormal, Normal
 
 from . import curvature, prior
+from .likelihoods import unwrap
 
 _GRID = torch.arange(-15.0, 15.01, 0.5)  # log c searched before L-BFGS polishes the best point
 
@@ -79,6 +87,9 @@ class SubnetworkCurvature:
         self.prior_precision = prior.prior_hessian(latent, self.loc, idx, batches, factors_out=self.data_precision)
         self.log_likelihood, self.likelihood_grad, self.prior_grad = _gradients(latent, self.loc, idx, batches)
         self.sites = {n: (idx >= a) & (idx < b) for n, (a, b) in latent.blocks.items() if ((idx >= a) & (idx < b)).any()}
+        gaussian = (Normal, MultivariateNormal, LowRankMultivariateNormal)  # real support: no transform
+        self.non_gaussian = [n for n in self.sites
+                             if not isinstance(unwrap(latent.guide.prototype_trace.nodes[n]["fn"])[0], gaussian)]
         self._terms = None
 
     def scales(self, prior_scale):
@@ -178,6 +189,13 @@ class SubnetworkCurvature:
                     "the Laplace evidence needs a prior Hessian that is positive definite on the subnetwork "
                     f"(sites {list(self.sites)}): a flat, improper or locally non-log-concave prior has no "
                     "Gaussian normaliser; select other coordinates or pass prior_scale as a number"
+                )
+            if self.non_gaussian:
+                warnings.warn(
+                    f"the Laplace evidence replaces the prior of sites {self.non_gaussian} (not Gaussian in "
+                    "unconstrained space) by its Gaussian fit at the MAP, exact only for Gaussian priors; a "
+                    "prior scale fitted by it can be far off: keep them out of the subnetwork (selection) or "
+                    'use prior_scale="marglik_per_site"', RuntimeWarning,
                 )
             r = torch.cholesky_solve(self.prior_grad.double()[:, None], L).squeeze(-1)
             self._terms = (self.data_precision.double(), P, self.likelihood_grad.double(), r,

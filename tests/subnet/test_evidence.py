@@ -188,3 +188,20 @@ def test_marglik_needs_a_proper_prior():
         guide.laplace_approximation(x, y)
     guide.prior_scale = 1.0  # a fixed scale needs no evidence
     assert math.isclose(float(guide.laplace_approximation(x, y).precision), float(x @ x), rel_tol=1e-12)
+
+
+def test_non_gaussian_prior_is_flagged(recwarn):
+    from subnet_models import mlp_data, mlp_model, random_loc
+
+    x, y = mlp_data()
+    guide = SubnetworkLaplace(mlp_model, selection=["b2", "sigma"])
+    guide(x, y)
+    random_loc(guide)
+    post = guide.laplace_approximation(x, y)
+    assert not [w for w in recwarn.list if "not Gaussian" in str(w.message)]  # a fixed scale needs no evidence
+    with pytest.warns(RuntimeWarning, match=r"prior of sites \['sigma'\] \(not Gaussian"):
+        post.log_marginal_likelihood()
+    pyro.clear_param_store()
+    x1, x2, y = data()
+    fitted_guide(x1, x2, y, True, subnetwork_size=1.0).laplace_approximation(x1, x2, y).log_marginal_likelihood()
+    assert not [w for w in recwarn.list if "not Gaussian" in str(w.message)]
