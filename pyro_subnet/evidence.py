@@ -111,7 +111,10 @@ class SubnetworkCurvature:
 
     def precision(self, prior_scale):
         r""":math:`G + P_c`, a new ``S x S`` tensor."""
-        r = self.scales(prior_scale).sqrt()
+        s = self.scales(prior_scale)
+        if bool((s == s[0]).all()):  # one scale: no S x S temporaries (they are 400 MB at S = 10 000)
+            return torch.add(self.data_precision, self.prior_precision, alpha=float(s[0]))
+        r = s.sqrt()
         return self.data_precision + r[:, None] * self.prior_precision * r[None, :]
 
     def resolve(self, prior_scale):
