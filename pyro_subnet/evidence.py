@@ -93,18 +93,18 @@ class SubnetworkCurvature:
         self._terms = None
 
     def scales(self, prior_scale):
-        """The per-coordinate multipliers ``s`` (shape ``(S,)``) of a number, a fixed form of
+        """The per-coordinate multipliers ``s`` (float64, shape ``(S,)``) of a number, a fixed form of
         ``prior_scale`` (:func:`~pyro_subnet.prior.prior_scale_multiplier`) or a dict per site."""
-        c = prior.prior_scale_multiplier(prior_scale, len(self.indices) / self.loc.numel(), sites=True)
+        c = prior.prior_scale_multiplier(prior_scale, self.fraction, sites=True)
         if c is None:
             raise ValueError(f"prior_scale={prior_scale!r} is fitted, not a value: resolve it with resolve()")
         if not isinstance(c, dict):
-            return torch.full((len(self.indices),), c, dtype=self.loc.dtype, device=self.loc.device)
+            return torch.full((len(self.indices),), c, dtype=torch.float64, device=self.loc.device)
         unknown, missing = set(c) - set(self.sites), set(self.sites) - set(c)
         if unknown or missing:
             raise ValueError(f"a per-site prior_scale needs exactly the sites of the subnetwork {list(self.sites)}; "
                              f"unknown: {sorted(unknown)}, missing: {sorted(missing)}")
-        s = torch.empty(len(self.indices), dtype=self.loc.dtype, device=self.loc.device)
+        s = torch.empty(len(self.indices), dtype=torch.float64, device=self.loc.device)
         for name, mask in self.sites.items():
             s[mask] = c[name]
         return s
@@ -114,7 +114,7 @@ class SubnetworkCurvature:
         s = self.scales(prior_scale)
         if bool((s == s[0]).all()):  # one scale: no S x S temporaries (they are 400 MB at S = 10 000)
             return torch.add(self.data_precision, self.prior_precision, alpha=float(s[0]))
-        r = s.sqrt()
+        r = s.sqrt().to(self.loc.dtype)
         return self.data_precision + r[:, None] * self.prior_precision * r[None, :]
 
     def resolve(self, prior_scale):
@@ -124,12 +124,16 @@ class SubnetworkCurvature:
         if isinstance(prior_scale, str) and prior_scale in prior.FITTED:
             return self.fit(per_site=prior_scale == "marglik_per_site")
         self.scales(prior_scale)  # checks it, per site too
-        return prior.prior_scale_multiplier(prior_scale, len(self.indices) / self.loc.numel(), sites=True)
+        return prior.prior_scale_multiplier(prior_scale, self.fraction, sites=True)
+
+    @property
+    def fraction(self):
+        """:math:`S / D`, what ``"subnet"`` stands for."""
+        return len(self.indices) / self.loc.numel()
 
     def log_marginal_likelihood(self, prior_scale):
         """The Laplace evidence (module docstring) at a fixed or fitted ``prior_scale``, a float."""
-        s = self.scales(self.resolve(prior_scale)).double()
-        return float(self._evidence(s.log()))
+        return float(self._evidence(self.scales(self.resolve(prior_scale)).log()))
 
     def fit(self, per_site=False):
         """

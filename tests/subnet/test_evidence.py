@@ -205,3 +205,16 @@ def test_non_gaussian_prior_is_flagged(recwarn):
     x1, x2, y = data()
     fitted_guide(x1, x2, y, True, subnetwork_size=1.0).laplace_approximation(x1, x2, y).log_marginal_likelihood()
     assert not [w for w in recwarn.list if "not Gaussian" in str(w.message)]
+
+
+def test_marglik_in_float32():
+    """The model in float32: the evidence is computed in float64 from the float32 curvature."""
+    x1, x2, y = data()
+    torch.set_default_dtype(torch.float32)  # the autouse fixture restores the default afterwards
+    f1, f2, fy = x1.float(), x2.float(), y.float()
+    post = fitted_guide(f1, f2, fy, True, subnetwork_size=1.0, prior_scale="marglik").laplace_approximation(f1, f2, fy)
+    assert post.precision.dtype == torch.float32
+    torch.set_default_dtype(torch.float64)
+    c_star = float(dense_max(lambda t: closed_form(x1, x2, y, t[..., 0].exp(), t[..., 0].exp()), 1)[0])
+    assert abs(post.prior_scale / c_star - 1) < 1e-3
+    assert abs(post.log_marginal_likelihood() - closed_form(x1, x2, y, c_star, c_star)) < 1e-3
