@@ -2,18 +2,17 @@ r"""
 :class:`SubnetworkLaplace`: a MAP guide that turns into a subnetwork Laplace posterior.
 """
 
-import warnings
-
+import pyro
 import pyro.distributions as dist
 import pyro.poutine as poutine
 import torch
-from pyro.distributions import Unit
+from pyro.distributions import Unit, constraints
 from pyro.infer.autoguide import AutoContinuous
 from pyro.infer.autoguide.initialization import init_to_median
+from pyro.nn import PyroParam
 from pyro.poutine.util import site_is_subsample
-from torch import nn
 
-from . import batching, curvature, prior
+from . import batching, curvature, evidence, prior
 from . import selection as choose
 from .posterior import SubnetworkLaplacePosterior, normal_quantiles
 
@@ -62,8 +61,12 @@ class SubnetworkLaplace(AutoContinuous):
         indices or a boolean mask of length D.
     :param str variance: marginal variances for ``"wasserstein"``: ``"diag_laplace"``,
         ``"swag"`` or ``"exact"``.
-    :param prior_scale: multiplier of the prior precision (not of ``pyro.factor`` terms), a
-        positive float, or ``"subnet"`` for the paper's ``S / D``.
+    :param prior_scale: multiplier ``c`` of the prior precision (not of ``pyro.factor``
+        terms): a positive float; ``"subnet"`` for the paper's ``S / D``; ``("subnet", a)`` for
+        ``a S / D``; ``"marglik"`` for the ``c`` that maximizes the Laplace evidence, or
+        ``"marglik_per_site"`` for one ``c`` per latent site (see :mod:`pyro_subnet.evidence`;
+        the curvature is computed once for every value tried). The selection ranks under the
+        full network's prior (``"subnet"`` forms with ``S / D = 1``, fitted forms with ``c = 1``).
     :param callable init_loc_fn: per-site initialization of the MAP.
     :param bool mc_fisher: estimate the Fisher by Monte Carlo for families without a closed form
         (otherwise such a family is an error).
@@ -76,6 +79,15 @@ class SubnetworkLaplace(AutoContinuous):
 
     After a ``"wasserstein"`` selection the ranked variances are kept in
     ``guide.marginal_variance``.
+
+    The MAP is the :class:`~pyro.nn.PyroParam` ``guide.loc`` (param store name
+    ``"SubnetworkLaplace.loc"``), so ``pyro.get_param_store().set_state(...)`` restores it. As
+    in every Pyro guide the param store is the source of truth: a value it already holds when
+    the guide is set up is adopted (call ``pyro.clear_param_store()`` between unrelated runs).
+    The guide counts as *trained* once its MAP has been written since set-up (an optimizer step,
+    or an assignment such as ``guide.loc.copy_(...)`` under ``torch.no_grad()``) or differs from
+    its initial point (a restored or adopted value); :meth:`laplace_approximation` on an
+    untrained guide raises a ``ValueError``.
     """
 
     def __init__(self, model, subnetwork_size=None, selection="wasserstein", variance="diag_laplace",
@@ -91,9 +103,7 @@ class SubnetworkLaplace(AutoContinuous):
             raise ValueError(f'selection="{selection}" needs a subnetwork_size (a count or a fraction of D)')
         if variance not in choose.VARIANCES:
             raise ValueError(f"variance must be one of {choose.VARIANCES}, got {variance!r}")
-        if not (prior_scale == "subnet" or (isinstance(prior_scale, (int, float)) and not isinstance(prior_scale, bool)
-                                            and prior_scale > 0)):
-            raise ValueError(f'prior_scale must be a positive number or "subnet", got {prior_scale!r}')
+        prior.prior_scale_multiplier(prior_scale)  # checks it
         if not (isinstance(chunk_size, int) and chunk_size >= 1):
             raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
         super().__init__(model, init_loc_fn=init_loc_fn)
@@ -132,7 +142,17 @@ class SubnetworkLaplace(AutoContinuous):
                 "needs a likelihood: call the guide with the data, e.g. guide(x, y)"
             )
         super()._setup_prototype(*args, **kwargs)
-        self.loc = nn.Parameter(self._init_loc())
+        init = self._init_loc()
+        name, store = self._pyro_get_fullname("loc"), pyro.get_param_store()
+        if name in store and store[name].shape != init.shape:
+            raise ValueError(
+                f"the param store holds '{name}' of shape {tuple(store[name].shape)} from another model, "
+                f"but this model has {init.numel()} latent coordinates; call pyro.clear_param_store() first"
+            )
+        # a PyroParam follows the param store (set_state restores it; a stale entry is trained, not frozen)
+        self.loc = PyroParam(init, constraints.real, event_dim=1)
+        param = self.loc.unconstrained()
+        self._initial = (init.detach().clone(), param, param._version)
 
     def get_posterior(self, *args, **kwargs):
         """A Delta posterior at the MAP (the guide used during SVI)."""
@@ -157,7 +177,10 @@ class SubnetworkLaplace(AutoContinuous):
         Selects the subnetwork, accumulates its GGN and prior precision at the current MAP and
         returns the :class:`SubnetworkLaplacePosterior`. ``*args, **kwargs`` are one call of the
         model on the whole data set; it is split into chunks of ``chunk_size`` data points
-        along the data plate when the tensors allow (see :mod:`pyro_subnet.batching`).
+        along the data plate when the tensors allow (see :mod:`pyro_subnet.batching`). A fitted
+        ``prior_scale`` (``"marglik"``) is chosen from the curvature computed here once.
+
+        :raises ValueError: if the guide was not trained (see the class docstring).
         """
         return self.laplace_approximation_batched([(args, kwargs)])
 
@@ -169,9 +192,7 @@ class SubnetworkLaplace(AutoContinuous):
         minibatch; ``pyro.factor`` terms, as likelihood terms, add up over all of them.
         """
         batches = batching.as_batches(batches)
-        if self.prototype_trace is None:
-            self._setup_prototype(*batches[0][0], **batches[0][1])
-        u_hat = self.loc.detach()
+        u_hat = self._trained_map(*batches[0])
         D = u_hat.numel()
         latent = curvature.LatentModel(self, self._raw_model, self._observed, self._factors, self._spec_options)
         chunks = self._chunks(latent, u_hat, batches)
@@ -181,17 +202,26 @@ class SubnetworkLaplace(AutoContinuous):
             size = choose.resolve_size(self.subnetwork_size, D)
             # every coordinate: nothing to rank
             idx = torch.arange(D) if size == D else self._select(latent, u_hat, chunks, size, batches)
-        idx = idx.to(u_hat.device)
-        S = len(idx)
-        c = S / D if self.prior_scale == "subnet" else float(self.prior_scale)
+        parts = evidence.SubnetworkCurvature(latent, u_hat, idx.to(u_hat.device), chunks)
+        return SubnetworkLaplacePosterior(latent, parts, self.prior_scale, *batches[0], init_loc_fn=self._init_loc_fn)
 
-        precision = curvature.ggn(latent, u_hat, idx, chunks)
-        prior.prior_hessian(latent, u_hat, idx, chunks, out=precision, scale=c)
-        tril = cholesky_with_jitter(precision)
-        args, kwargs = batches[0]
-        return SubnetworkLaplacePosterior(self._raw_model, u_hat, idx, precision, tril, self._observed,
-                                          self._factors, self._spec_options, args, kwargs,
-                                          init_loc_fn=self._init_loc_fn)
+    def _trained_map(self, args, kwargs):
+        """The MAP as the param store holds it; a ``ValueError`` if the guide was not trained."""
+        with self._pyro_context:  # set up and read through the param store, as SVI does
+            if self.prototype_trace is None:
+                self._setup_prototype(*args, **kwargs)
+            loc = self.loc
+        init, param, version = self._initial
+        # _version counts in-place writes to a tensor: optimizer steps and copy_ assignments
+        if not (loc is param and loc._version != version) and torch.equal(loc.detach(), init):
+            raise ValueError(
+                "laplace_approximation() needs a trained guide, but its MAP (the param store's "
+                f"'{self._pyro_get_fullname('loc')}') is still the initial point: run the MAP phase first, "
+                "e.g. svi = SVI(model, guide, pyro.optim.Adam({'lr': 1e-2}), Trace_ELBO()) and svi.step(*data) "
+                "until the loss settles, restore a trained param store, or set the MAP with "
+                "torch.no_grad(): guide.loc.copy_(value)"
+            )
+        return loc.detach().clone()  # a snapshot: further training must not move the posterior
 
     def _chunks(self, latent, u_hat, batches):
         def trace_fn(u, args, kwargs):
@@ -215,7 +245,7 @@ class SubnetworkLaplace(AutoContinuous):
             return torch.randperm(u_hat.numel())[:size].sort().values.to(u_hat.device)
         if self.selection == "magnitude":
             return choose.top(u_hat.abs(), size)
-        c = 1.0 if self.prior_scale == "subnet" else float(self.prior_scale)
+        c = prior.prior_scale_multiplier(self.prior_scale) or 1.0  # fitted forms rank under the model's prior
         if self.variance == "diag_laplace":
             var = choose.diag_laplace_variance(latent, u_hat, chunks, c)
         elif self.variance == "exact":
@@ -225,32 +255,3 @@ class SubnetworkLaplace(AutoContinuous):
         self.marginal_variance = var
         return choose.top(var, size)
 
-
-def cholesky_with_jitter(precision, max_tries=4):
-    """
-    Lower Cholesky factor of ``precision``; on failure retries with a growing jitter added to
-    its diagonal in place (so that ``precision`` stays the matrix that was factored), with a
-    warning, then raises a ``ValueError`` that says what to check.
-    """
-    chol, info = torch.linalg.cholesky_ex(precision)
-    if info == 0:
-        return chol
-    scale = float(precision.diagonal().abs().mean())
-    added = 0.0
-    for k in range(max_tries if scale > 0 else 0):
-        jitter = scale * 10.0 ** (-8 + 2 * k)
-        precision.diagonal().add_(jitter - added)
-        added = jitter
-        chol, info = torch.linalg.cholesky_ex(precision)
-        if info == 0:
-            warnings.warn(
-                f"the subnetwork precision was not positive definite; added {jitter:.3g} to its "
-                "diagonal", RuntimeWarning,
-            )
-            return chol
-    precision.diagonal().sub_(added)
-    raise ValueError(
-        "the subnetwork precision (GGN + prior Hessian) is not positive definite even with jitter. "
-        "Check that the MAP has converged, that every selected coordinate has a proper prior or "
-        "is informed by the data, and that the model works in float64 if it is ill-conditioned"
-    )

@@ -25,6 +25,7 @@ from pyro.infer.autoguide.initialization import init_to_median
 from torch.distributions import biject_to
 
 from .curvature import LatentModel
+from .evidence import cholesky_with_jitter
 from .likelihoods import OutputSpec, unwrap
 
 
@@ -78,25 +79,42 @@ class SubnetworkLaplacePosterior(AutoContinuous):
         posterior.predict(x_test)["obs"].stddev
         Predictive(model, guide=posterior, num_samples=200)(x_test)["obs"]
 
-    :param callable model: the Pyro model.
-    :param torch.Tensor loc: the MAP in unconstrained space, shape ``(D,)``.
-    :param torch.LongTensor subnetwork_indices: the S selected coordinates.
-    :param torch.Tensor precision: :math:`\Lambda_S`, ``S x S``.
-    :param torch.Tensor precision_tril: its lower Cholesky factor.
-    :param list observed: observed site names.
+    :param LatentModel latent: the model as a function of the flat latent vector (from the
+        MAP guide).
+    :param SubnetworkCurvature curvature: the MAP, the S selected coordinates and the parts of
+        the precision there (:mod:`pyro_subnet.evidence`).
+    :param prior_scale: the multiplier of the prior precision, in any form of
+        :class:`SubnetworkLaplace`'s ``prior_scale`` (``"marglik"`` forms are fitted here) or a
+        dict per site; the value in use is kept in :attr:`prior_scale`.
     :param tuple args: a model call used to set the guide up.
     :param callable init_loc_fn: initialization used only to trace the model once.
     """
 
-    def __init__(self, model, loc, subnetwork_indices, precision, precision_tril, observed, factors,
-                 spec_options, args=(), kwargs=None, init_loc_fn=init_to_median):
-        super().__init__(model, init_loc_fn=init_loc_fn)
+    def __init__(self, latent, curvature, prior_scale=1.0, args=(), kwargs=None, init_loc_fn=init_to_median):
+        super().__init__(latent.model, init_loc_fn=init_loc_fn)
         self._setup_prototype(*args, **(kwargs or {}))
-        self.register_buffer("loc", loc.detach())
-        self.register_buffer("subnetwork_indices", subnetwork_indices)
+        self._curvature = curvature
+        self.prior_scale = curvature.resolve(prior_scale)
+        precision = curvature.precision(self.prior_scale)
+        precision_tril = cholesky_with_jitter(precision)
+        self.register_buffer("loc", curvature.loc)
+        self.register_buffer("subnetwork_indices", curvature.indices)
         self.register_buffer("precision", precision.detach())
         self.register_buffer("precision_tril", precision_tril.detach())
-        self._latent = LatentModel(self, model, observed, factors, spec_options)
+        self._latent = LatentModel(self, latent.model, latent.observed, latent.factors, latent.spec_options)
+
+    def log_marginal_likelihood(self, prior_scale=None):
+        r"""
+        The Laplace evidence :math:`\log p(y)` of the subnetwork posterior (see
+        :mod:`pyro_subnet.evidence`) from the curvature computed at the fit, to compare models
+        or prior scales without recomputing it.
+
+        :param prior_scale: ``None`` (the scale of this posterior), a positive number,
+            ``"subnet"``, ``("subnet", a)``, a dict per site, or ``"marglik"`` /
+            ``"marglik_per_site"`` for the maximum.
+        :rtype: float
+        """
+        return self._curvature.log_marginal_likelihood(self.prior_scale if prior_scale is None else prior_scale)
 
     def get_posterior(self, *args, **kwargs):
         """The :class:`SubnetworkNormal` over the flat unconstrained latent vector."""

@@ -11,7 +11,11 @@ the Hessian of minus the model's own log prior (with the log-det-Jacobian of the
 unconstrained space) on the S coordinates, times ``c = prior_scale``, plus the exact Hessian of
 minus the ``pyro.factor`` terms, which are likelihood terms without a Fisher and so are not
 scaled; and the diagonal of the same over all D coordinates for the selection.
+
+:func:`prior_scale_multiplier` is the one place where the forms of ``prior_scale`` are read.
 """
+
+import numbers
 
 import torch
 from torch.distributions import biject_to
@@ -52,12 +56,52 @@ def _elementwise(latent, name):
     return base.event_shape == () and biject_to(base.support).codomain.event_dim == 0
 
 
+FITTED = ("marglik", "marglik_per_site")
+
+
+def prior_scale_multiplier(prior_scale, fraction=1.0, sites=False):
+    r"""
+    The multiplier :math:`c` of the model's prior precision that ``prior_scale`` stands for:
+
+    - a positive number ``a``: :math:`c = a`;
+    - ``"subnet"``: the paper's :math:`c = S / D` (``fraction``), i.e. :math:`\lambda_S = \lambda S / D`
+      with :math:`\lambda` the model's own prior precision;
+    - ``("subnet", a)``: :math:`c = a\, S / D`, the paper's rescaling of ``a`` times the model's
+      prior precision (Daxberger et al. 2021 use :math:`\lambda = 3` on a unit prior: ``("subnet", 3.0)``);
+    - ``"marglik"`` / ``"marglik_per_site"``: fitted by the Laplace evidence
+      (:mod:`pyro_subnet.evidence`); returns ``None``;
+    - with ``sites=True``, a dict ``{latent site: positive number}`` (per-site multipliers), returned as is.
+
+    ``fraction`` is :math:`S / D` for the subnetwork posterior; the selection, which ranks
+    coordinates of the full network, reads ``"subnet"`` forms with ``fraction=1``.
+    """
+    def positive(a):
+        return isinstance(a, numbers.Real) and not isinstance(a, bool) and a > 0
+
+    if isinstance(prior_scale, str) and prior_scale in FITTED:
+        return None
+    if isinstance(prior_scale, str) and prior_scale == "subnet":
+        return float(fraction)
+    if (isinstance(prior_scale, (tuple, list)) and len(prior_scale) == 2 and isinstance(prior_scale[0], str)
+            and prior_scale[0] == "subnet" and positive(prior_scale[1])):
+        return float(prior_scale[1]) * fraction
+    if positive(prior_scale):
+        return float(prior_scale)
+    if sites and isinstance(prior_scale, dict) and all(positive(v) for v in prior_scale.values()):
+        return {str(k): float(v) for k, v in prior_scale.items()}
+    raise ValueError(
+        'prior_scale must be a positive number, "subnet" (S / D), ("subnet", a) (a * S / D), '
+        f'"marglik" or "marglik_per_site"{" or a dict of positive numbers per site" if sites else ""}; '
+        f"got {prior_scale!r}"
+    )
+
+
 def _prior_gradients(latent, u_hat, idx, batches, scale):
     """
-    Yields ``(x, g, c)``: the variables ``x = u[idx]``, the gradient ``g`` w.r.t. them (with its
-    graph, for a second differentiation) of a term that is not linear in them, and the term's
-    multiplier ``c``: the log prior and log|det J| of the first batch (``c = scale``), then the
-    factors of every batch (``c = 1``).
+    Yields ``(x, g, c, is_prior)``: the variables ``x = u[idx]``, the gradient ``g`` w.r.t. them
+    (with its graph, for a second differentiation) of a term that is not linear in them, and the
+    term's multiplier ``c``: the log prior and log|det J| of the first batch (``c = scale``,
+    ``is_prior``), then the factors of every batch (``c = 1``).
     """
     terms = [(batches[0], True, False, scale)] + [(b, False, True, 1.0) for b in batches if latent.factors]
     for (args, kwargs), with_prior, with_factors, c in terms:
@@ -68,10 +112,10 @@ def _prior_gradients(latent, u_hat, idx, batches, scale):
             continue
         (g,) = torch.autograd.grad(lp, x, create_graph=True)
         if g.requires_grad:
-            yield x, g, c
+            yield x, g, c, with_prior
 
 
-def prior_hessian(latent, u_hat, idx, batches, max_rows=None, out=None, scale=1.0):
+def prior_hessian(latent, u_hat, idx, batches, max_rows=None, out=None, scale=1.0, factors_out=None):
     r"""
     :math:`c P_S + Q_S` (see the module docstring) with ``c = scale``, an ``S x S`` tensor. The
     prior is taken from the first batch; factor sites are summed over all batches.
@@ -82,6 +126,8 @@ def prior_hessian(latent, u_hat, idx, batches, max_rows=None, out=None, scale=1.
 
     :param torch.Tensor out: if given, the result is added to it in place (no second
         ``S x S`` matrix) and it is returned.
+    :param torch.Tensor factors_out: if given, :math:`Q_S` is added to it in place instead, and
+        the result is :math:`c P_S` alone (the evidence needs the two apart).
     """
     u_hat = u_hat.detach()
     S = len(idx)
@@ -89,7 +135,8 @@ def prior_hessian(latent, u_hat, idx, batches, max_rows=None, out=None, scale=1.
     per = max_rows or _rows_per_pass(latent, idx)
     safe = _separable(latent, u_hat, idx, *batches[0])
     rest = (~safe).nonzero().reshape(-1)
-    for delta, g, c in _prior_gradients(latent, u_hat, idx, batches, scale):
+    for delta, g, c, is_prior in _prior_gradients(latent, u_hat, idx, batches, scale):
+        target = H if is_prior or factors_out is None else factors_out
         vs = u_hat.new_zeros(len(rest), S)
         vs[torch.arange(len(rest), device=rest.device), rest] = 1
         if safe.any():
@@ -101,15 +148,15 @@ def prior_hessian(latent, u_hat, idx, batches, max_rows=None, out=None, scale=1.
             )
             rows = rows * c
             if a == 0 and safe.any():
-                H[safe, safe] -= rows[0][safe]  # the diagonal entries of the safe coordinates
+                target[safe, safe] -= rows[0][safe]  # the diagonal entries of the safe coordinates
                 rows = rows[1:]
                 a_rest = 0
             else:
                 a_rest = a - int(safe.any())
             r = rest[a_rest : a_rest + len(rows)]
-            H[r] -= rows
-            H[:, r] -= rows.T
-            H[r[:, None], r] += rows[:, r]  # counted twice above
+            target[r] -= rows
+            target[:, r] -= rows.T
+            target[r[:, None], r] += rows[:, r]  # counted twice above
     return H
 
 
@@ -124,7 +171,7 @@ def prior_hessian_diagonal(latent, u_hat, batches, scale=1.0):
     u_hat = u_hat.detach()
     D = u_hat.numel()
     d = u_hat.new_zeros(D)
-    for u, g, c in _prior_gradients(latent, u_hat, torch.arange(D, device=u_hat.device), batches, scale):
+    for u, g, c, _ in _prior_gradients(latent, u_hat, torch.arange(D, device=u_hat.device), batches, scale):
         for name, (a, b) in latent.blocks.items():
             elementwise = _elementwise(latent, name)
             if elementwise:

@@ -31,6 +31,13 @@ def flat_model(x, y=None):
         pyro.sample("obs", dist.Normal(x @ w, 1.0), obs=y)
 
 
+def trained(guide, *args, **kwargs):
+    """Sets the guide up and puts its MAP at a fixed point (laplace_approximation refuses the initial one)."""
+    guide(*args, **kwargs)
+    random_loc(guide)
+    return guide
+
+
 def test_model_errors():
     x = torch.randn(5, 2)
     with pytest.raises(ValueError, match="no observed site"):
@@ -42,7 +49,7 @@ def test_model_errors():
 @pytest.mark.parametrize("size", [0, -1, 1000, 0.0, 1.5])
 def test_subnetwork_size_out_of_range(size):
     x, y = mlp_data()
-    guide = SubnetworkLaplace(mlp_model, subnetwork_size=size)
+    guide = trained(SubnetworkLaplace(mlp_model, subnetwork_size=size), x, y)
     with pytest.raises(ValueError, match="subnetwork_size"):
         guide.laplace_approximation(x, y)
 
@@ -59,9 +66,9 @@ def test_argument_errors():
     with pytest.raises(ValueError, match="prior_scale"):
         SubnetworkLaplace(mlp_model, 3, prior_scale=-1.0)
     with pytest.raises(TypeError, match="subnetwork_size must be an int"):
-        SubnetworkLaplace(mlp_model, "3").laplace_approximation(*mlp_data())
+        trained(SubnetworkLaplace(mlp_model, "3"), *mlp_data()).laplace_approximation(*mlp_data())
     x, y = mlp_data()
-    guide = SubnetworkLaplace(mlp_model, 3)
+    guide = trained(SubnetworkLaplace(mlp_model, 3), x, y)
     with pytest.raises(ValueError, match="call posterior = guide.laplace_approximation"):
         guide.predict(x)
     with pytest.raises(TypeError, match="re-iterable"):
@@ -76,11 +83,11 @@ def test_argument_errors():
 def test_family_without_fisher():
     x = torch.randn(6)
     y = torch.rand(6) + 0.5
-    guide = SubnetworkLaplace(gamma_model, 1, mc_fisher=False)
+    guide = trained(SubnetworkLaplace(gamma_model, 1, mc_fisher=False), x, y)
     with pytest.raises(ValueError, match="site 'obs' has a Gamma distribution.*mc_fisher=True"):
         guide.laplace_approximation(x, y)
     # with the Monte Carlo Fisher it works, and agrees with the exact Fisher of the Gamma
-    guide = SubnetworkLaplace(gamma_model, 1, num_mc=20000)
+    guide = trained(SubnetworkLaplace(gamma_model, 1, num_mc=20000), x, y)
     post = guide.laplace_approximation(x, y)
     w = guide.loc.detach()
     conc = (x * w).exp()
@@ -91,11 +98,94 @@ def test_family_without_fisher():
 def test_not_positive_definite():
     x = torch.randn(5, 2)
     y = torch.randn(5)
-    guide = SubnetworkLaplace(flat_model, selection=["v"], 
+    guide = SubnetworkLaplace(flat_model, selection=["v"],
                               init_loc_fn=pyro.infer.autoguide.init_to_value(values={"v": torch.tensor(0.0)}))
+    trained(guide, x, y)
     with pytest.raises(ValueError, match="not positive definite even with jitter"):
         guide.laplace_approximation(x, y)  # the precision of v is exactly zero
     guide.selection = ["w", "v"]
     with pytest.warns(RuntimeWarning, match="not positive definite; added"):
         post = guide.laplace_approximation(x, y)
     assert torch.allclose(post.precision[:2, :2], x.T @ x + torch.eye(2))
+
+
+def line_model(x, y=None):
+    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(x @ w, 0.1), obs=y)
+
+
+def line_data(seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(50, 3, generator=g)
+    return x, x @ torch.tensor([1.0, -2.0, 0.5]) * (1 + seed) + 0.1 * torch.randn(50, generator=g)
+
+
+def train(guide, x, y, steps, lr=0.05):
+    svi = pyro.infer.SVI(line_model, guide, pyro.optim.Adam({"lr": lr}), pyro.infer.Trace_ELBO())
+    return [svi.step(x, y) for _ in range(steps)]
+
+
+def test_untrained_guide_is_refused():
+    x, y = line_data(0)
+    guide = SubnetworkLaplace(line_model, 1.0)
+    with pytest.raises(ValueError, match="needs a trained guide.*svi.step"):
+        guide.laplace_approximation(x, y)  # never called
+    guide(x, y)
+    with pytest.raises(ValueError, match="needs a trained guide"):
+        guide.laplace_approximation(x, y)  # set up, never stepped
+    train(guide, x, y, 1, lr=0.0)  # an optimizer step counts, even one that leaves the MAP in place
+    assert torch.equal(guide.laplace_approximation(x, y).loc, guide._initial[0])
+
+
+@pytest.mark.parametrize("guide_class", [SubnetworkLaplace, pyro.infer.autoguide.AutoLaplaceApproximation])
+def test_stale_param_store_entry_never_freezes_training(guide_class):
+    """The issue's case: an earlier run leaves its MAP in the param store, a new guide's
+    laplace_approximation runs before its training. Training must then move the MAP, exactly as
+    AutoLaplaceApproximation does (both adopt the stored value, as Pyro guides do)."""
+    init = pyro.infer.autoguide.init_to_mean  # deterministic, for a step-by-step comparison
+    make = (lambda: SubnetworkLaplace(line_model, 1.0, init_loc_fn=init)) if guide_class is SubnetworkLaplace else \
+        (lambda: guide_class(line_model, init_loc_fn=init))
+    train(make(), *line_data(0), 100)  # the earlier run
+    x, y = line_data(1)
+    guide = make()
+    guide.laplace_approximation(x, y)
+    losses = train(guide, x, y, 300)
+    w_map = torch.linalg.solve(x.T @ x / 0.01 + torch.eye(3), x.T @ y / 0.01)
+    assert losses[-1] < losses[0] - 1000
+    assert torch.allclose(pyro.param(f"{guide_class.__name__}.loc"), w_map, atol=2e-3)
+    if guide_class is SubnetworkLaplace:  # the same losses as AutoLaplaceApproximation, step by step
+        pyro.clear_param_store()
+        auto = pyro.infer.autoguide.AutoLaplaceApproximation
+        train(auto(line_model, init_loc_fn=init), *line_data(0), 100)
+        reference = auto(line_model, init_loc_fn=init)
+        reference.laplace_approximation(x, y)
+        assert losses == pytest.approx(train(reference, x, y, 300), rel=1e-10)
+
+
+def test_param_store_restores_the_map(tmp_path):
+    import copy
+
+    x, y = line_data(0)
+    guide = SubnetworkLaplace(line_model, 1.0)
+    train(guide, x, y, 20)
+    post = guide.laplace_approximation(x, y)
+    state = copy.deepcopy(pyro.get_param_store().get_state())
+    pyro.get_param_store().save(tmp_path / "store.pt")
+    train(guide, x, y, 50, lr=0.2)
+    assert not torch.allclose(guide.laplace_approximation(x, y).loc, post.loc, atol=1e-3)
+    assert torch.equal(post.loc, state["params"]["SubnetworkLaplace.loc"])  # training did not move the posterior
+    pyro.get_param_store().set_state(state)
+    again = guide.laplace_approximation(x, y)
+    assert torch.equal(again.loc, post.loc) and torch.equal(again.precision, post.precision)
+    # a new guide in a new session, from the saved file
+    pyro.clear_param_store()
+    pyro.get_param_store().load(tmp_path / "store.pt")
+    fresh = SubnetworkLaplace(line_model, 1.0).laplace_approximation(x, y)
+    assert torch.equal(fresh.loc, post.loc) and torch.equal(fresh.precision, post.precision)
+
+
+def test_param_store_entry_of_another_shape():
+    train(SubnetworkLaplace(line_model, 1.0), *line_data(0), 2)
+    with pytest.raises(ValueError, match="holds 'SubnetworkLaplace.loc' of shape \\(3,\\).*clear_param_store"):
+        SubnetworkLaplace(mlp_model, 1.0)(*mlp_data())
