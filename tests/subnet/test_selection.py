@@ -76,7 +76,7 @@ def test_swag_skips_dead_relu_unit_that_diag_laplace_picks():
     g = torch.Generator().manual_seed(0)
     x = torch.rand(64, 1, generator=g) * 2 - 1
     y = torch.sin(3 * x) + 0.1 * torch.randn(64, 1, generator=g)
-    guide = SubnetworkLaplace(relu_model, subnetwork_size=3, init_loc_fn=pyro.infer.autoguide.init_to_sample)
+    guide = SubnetworkLaplace(relu_model, subnetwork_size=3, selection="wasserstein", init_loc_fn=pyro.infer.autoguide.init_to_sample)
     svi = SVI(relu_model, guide, pyro.optim.Adam({"lr": 0.02}), Trace_ELBO())
     for _ in range(1500):
         svi.step(x, y)
