@@ -106,11 +106,6 @@ def top(scores, size):
     return torch.topk(scores, size).indices.sort().values
 
 
-def top(scores, size):
-    """Indices of the ``size`` largest scores, sorted ascending by index."""
-    return torch.topk(scores, size).indices.sort().values
-
-
 def candidates(latent, sites, device=None):
     """The flat coordinates of the latent ``sites`` (all D when ``None``), sorted."""
     if sites is None:
@@ -135,9 +130,10 @@ def select(guide, latent, u_hat, chunks, batches):
     The sorted subnetwork indices for the guide's ``selection``, ``subnetwork_size``,
     ``selection_sites``, ``variance`` and ``prior_scale``. Sets ``guide.marginal_variance``
     (zero outside the candidates: they stay at the MAP) and, when computed,
-    ``guide.jacobian_energy`` (NaN outside the candidates).
+    ``guide.jacobian_energy`` (NaN outside the candidates); ``None`` when not computed.
     """
     D = u_hat.numel()
+    guide.marginal_variance = guide.jacobian_energy = None
     sites = getattr(guide, "selection_sites", None)
     idx = explicit(guide.selection, D, latent.blocks)
     if idx is not None:
@@ -147,6 +143,9 @@ def select(guide, latent, u_hat, chunks, batches):
         return idx.to(u_hat.device)
     pool = candidates(latent, sites, u_hat.device)
     if guide.selection == "last_layer":
+        if guide.subnetwork_size is not None:
+            raise ValueError('selection="last_layer" takes every coordinate of the last layer; leave '
+                             'subnetwork_size=None, or rank within it: selection_sites=[its sites]')
         names = last_layer_sites(latent, u_hat, *batches[0])
         if sites is not None and not set(names) <= set(sites):
             raise ValueError(f'selection="last_layer" is the sites {names}, not all in selection_sites={sites}; '

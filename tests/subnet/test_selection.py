@@ -179,6 +179,9 @@ def test_last_layer_is_the_last_matrix_and_its_bias():
     post = guide.laplace_approximation(x, y)
     assert sorted({s for s, _ in post.subnetwork}) == ["W2", "b2"]
     assert len(post.subnetwork_indices) == 2 * 5 + 2
+    guide.subnetwork_size = 3
+    with pytest.raises(ValueError, match="last_layer"):
+        guide.laplace_approximation(x, y)
 
 
 def test_predictive_never_picks_dead_relu_units_that_wasserstein_picks():
