@@ -55,8 +55,10 @@ class SubnetworkLaplace(AutoContinuous):
         linearization", AISTATS 2021.
 
     :param callable model: a Pyro model with continuous latents and at least one observed site.
-    :param subnetwork_size: the number S of coordinates (int) or a fraction of D (float in
-        (0, 1]); may be omitted when ``selection`` lists the coordinates.
+    :param subnetwork_size: the number S of coordinates (int) or a fraction (float in (0, 1])
+        of the candidates (the D coordinates, or those of ``selection_sites``); omitted when
+        ``selection`` lists the coordinates or is ``"last_layer"``. A fraction of 1 is the full
+        posterior over the candidates, whatever the ranking.
     :param selection: ``"predictive"`` (the default: largest marginal variance times Jacobian
         energy on the data, never a coordinate the data do not move), ``"wasserstein"`` (the
         paper's largest marginal variances), ``"random"``, ``"magnitude"`` (largest
@@ -76,7 +78,6 @@ class SubnetworkLaplace(AutoContinuous):
         over its chunk, so small chunks waste little and large ones save Python overhead.
     :param dict variance_options: options of the SWAG estimator (``lr``, ``num_steps``,
         ``batch_fraction``; see :func:`pyro_subnet.selection.swag_variance`).
-
     :param list selection_sites: latent site names a ranking chooses among (``subnetwork_size``
         as a fraction is then a fraction of their coordinates); every other latent stays at its
         MAP, its prior counted in the MAP phase, e.g. ``selection_sites=["W0", "W1"]`` for the
