@@ -72,15 +72,24 @@ def relu_model(x, y=None):
         pyro.sample("obs", dist.Normal(h @ W2.T + b2, 0.1).to_event(1), obs=y)
 
 
+_RELU_MAP = {}
+
+
 def _relu_map(selection, size):
+    """The MAP of relu_model on fixed data, fitted once per session (a fresh guide each call)."""
     g = torch.Generator().manual_seed(0)
     x = torch.rand(64, 1, generator=g) * 2 - 1
     y = torch.sin(3 * x) + 0.1 * torch.randn(64, 1, generator=g)
     guide = SubnetworkLaplace(relu_model, subnetwork_size=size, selection=selection,
                               init_loc_fn=pyro.infer.autoguide.init_to_sample)
-    svi = SVI(relu_model, guide, pyro.optim.Adam({"lr": 0.02}), Trace_ELBO())
-    for _ in range(1500):
-        svi.step(x, y)
+    if "loc" not in _RELU_MAP:
+        svi = SVI(relu_model, guide, pyro.optim.Adam({"lr": 0.02}), Trace_ELBO())
+        for _ in range(1500):
+            svi.step(x, y)
+        _RELU_MAP["loc"] = guide.loc.detach().clone()
+    guide(x, y)
+    with torch.no_grad():
+        guide.loc.copy_(_RELU_MAP["loc"])
     # unit 0, and any unit that died in training: W1[j, 0], b1[j], W2[0, j]
     m = guide.median()
     h = torch.relu(x @ m["W1"].T + m["b1"] - torch.tensor([20.0, 0.0, 0.0, 0.0]))
