@@ -86,6 +86,7 @@ class DiagonalLaplace(SubnetworkLaplace):
         super().__init__(model, subnetwork_size=1.0, selection="random", prior_scale=prior_scale,
                          init_loc_fn=init_loc_fn, mc_fisher=mc_fisher, num_mc=num_mc, chunk_size=chunk_size,
                          selection_sites=selection_sites)
+        self.selection = None  # no ranking: every candidate coordinate gets its variance
 
     def laplace_approximation_batched(self, batches):
         """Diagonal GGN plus diagonal prior Hessian at the MAP; see :class:`DiagonalLaplace`."""

@@ -84,7 +84,8 @@ class SubnetworkLaplace(AutoContinuous):
         paper's weights-only inference. ``None``: every latent site.
 
     After a ``"predictive"`` or ``"wasserstein"`` selection the ranked variances are kept in
-    ``guide.marginal_variance`` (zero outside the candidates).
+    ``guide.marginal_variance`` (zero outside the candidates) and, when computed, the training
+    Jacobian energies (GGN diagonal) in ``guide.jacobian_energy``.
     """
 
     def __init__(self, model, subnetwork_size=None, selection="predictive", variance="diag_laplace",
