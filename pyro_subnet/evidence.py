@@ -79,10 +79,13 @@ class SubnetworkCurvature:
     :param torch.Tensor u_hat: the MAP, shape ``(D,)``.
     :param torch.LongTensor idx: the S subnetwork coordinates (sorted).
     :param list batches: ``(args, kwargs)`` calls that together make up the data set.
+    :param int num_candidates: the ``D`` of ``"subnet"``'s ``S / D``: the coordinates the
+        subnetwork was chosen among (all of them by default).
     """
 
-    def __init__(self, latent, u_hat, idx, batches):
+    def __init__(self, latent, u_hat, idx, batches, num_candidates=None):
         self.loc, self.indices = u_hat.detach(), idx
+        self.num_candidates = u_hat.numel() if num_candidates is None else int(num_candidates)
         self.data_precision = curvature.ggn(latent, self.loc, idx, batches)
         self.prior_precision = prior.prior_hessian(latent, self.loc, idx, batches, factors_out=self.data_precision)
         self.log_likelihood, self.likelihood_grad, self.prior_grad = _gradients(latent, self.loc, idx, batches)
@@ -128,8 +131,8 @@ class SubnetworkCurvature:
 
     @property
     def fraction(self):
-        """:math:`S / D`, what ``"subnet"`` stands for."""
-        return len(self.indices) / self.loc.numel()
+        """:math:`S / D`, what ``"subnet"`` stands for (D: the candidate coordinates)."""
+        return len(self.indices) / self.num_candidates
 
     def log_marginal_likelihood(self, prior_scale):
         """The Laplace evidence (module docstring) at a fixed or fitted ``prior_scale``, a float."""

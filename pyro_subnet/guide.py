@@ -54,19 +54,25 @@ class SubnetworkLaplace(AutoContinuous):
         linearization", AISTATS 2021.
 
     :param callable model: a Pyro model with continuous latents and at least one observed site.
-    :param subnetwork_size: the number S of coordinates (int) or a fraction of D (float in
-        (0, 1]); may be omitted when ``selection`` lists the coordinates.
-    :param selection: ``"wasserstein"`` (largest marginal variances), ``"random"``,
-        ``"magnitude"`` (largest :math:`|\hat u|`), a list of latent site names, a LongTensor of
-        indices or a boolean mask of length D.
-    :param str variance: marginal variances for ``"wasserstein"``: ``"diag_laplace"``,
-        ``"swag"`` or ``"exact"``.
+    :param subnetwork_size: the number S of coordinates (int) or a fraction (float in (0, 1])
+        of the candidates (the D coordinates, or those of ``selection_sites``); omitted when
+        ``selection`` lists the coordinates or is ``"last_layer"``. A fraction of 1 is the full
+        posterior over the candidates, whatever the ranking.
+    :param selection: ``"predictive"`` (the default: largest marginal variance times Jacobian
+        energy on the data, never a coordinate the data do not move), ``"wasserstein"`` (the
+        paper's largest marginal variances), ``"random"``, ``"magnitude"`` (largest
+        :math:`|\hat u|`), ``"last_layer"``, a list of latent site names, a LongTensor of
+        indices or a boolean mask of length D. See :mod:`pyro_subnet.selection` for when each
+        is preferable.
+    :param str variance: marginal variances that ``"predictive"`` and ``"wasserstein"`` rank:
+        ``"diag_laplace"``, ``"swag"`` or ``"exact"``.
     :param prior_scale: multiplier ``c`` of the prior precision (not of ``pyro.factor``
         terms): a positive float; ``"subnet"`` for the paper's ``S / D``; ``("subnet", a)`` for
         ``a S / D``; ``"marglik"`` for the ``c`` that maximizes the Laplace evidence, or
         ``"marglik_per_site"`` for one ``c`` per latent site (see :mod:`pyro_subnet.evidence`;
         the curvature is computed once for every value tried). The selection ranks under the
         full network's prior (``"subnet"`` forms with ``S / D = 1``, fitted forms with ``c = 1``).
+        ``D`` counts the candidates: the coordinates of ``selection_sites`` when given.
     :param callable init_loc_fn: per-site initialization of the MAP.
     :param bool mc_fisher: estimate the Fisher by Monte Carlo for families without a closed form
         (otherwise such a family is an error).
@@ -76,9 +82,14 @@ class SubnetworkLaplace(AutoContinuous):
         over its chunk, so small chunks waste little and large ones save Python overhead.
     :param dict variance_options: options of the SWAG estimator (``lr``, ``num_steps``,
         ``batch_fraction``; see :func:`pyro_subnet.selection.swag_variance`).
+    :param list selection_sites: latent site names a ranking chooses among (``subnetwork_size``
+        as a fraction is then a fraction of their coordinates); every other latent stays at its
+        MAP, its prior counted in the MAP phase, e.g. ``selection_sites=["W0", "W1"]`` for the
+        paper's weights-only inference. ``None``: every latent site.
 
-    After a ``"wasserstein"`` selection the ranked variances are kept in
-    ``guide.marginal_variance``.
+    After a ``"predictive"`` or ``"wasserstein"`` selection the ranked variances are kept in
+    ``guide.marginal_variance`` (zero outside the candidates) and, when computed, the training
+    Jacobian energies (GGN diagonal) in ``guide.jacobian_energy``.
 
     The MAP is the :class:`~pyro.nn.PyroParam` ``guide.loc`` (param store name
     ``"SubnetworkLaplace.loc"``), so ``pyro.get_param_store().set_state(...)`` restores it. As
@@ -90,16 +101,20 @@ class SubnetworkLaplace(AutoContinuous):
     untrained guide raises a ``ValueError``.
     """
 
-    def __init__(self, model, subnetwork_size=None, selection="wasserstein", variance="diag_laplace",
+    def __init__(self, model, subnetwork_size=None, selection="predictive", variance="diag_laplace",
                  prior_scale=1.0, init_loc_fn=init_to_median, *, mc_fisher=True, num_mc=16,
-                 chunk_size=4, variance_options=None):
+                 chunk_size=4, variance_options=None, selection_sites=None):
         if isinstance(selection, str) and selection not in choose.STRATEGIES:
             raise ValueError(f"selection must be one of {choose.STRATEGIES}, a list of site names, "
                              f"an index tensor or a boolean mask; got {selection!r}")
         if not isinstance(selection, (str, list, tuple, torch.Tensor)):
             raise TypeError(f"selection must be a strategy name, a list of site names, an index tensor "
                             f"or a boolean mask; got {type(selection).__name__}")
-        if isinstance(selection, str) and subnetwork_size is None:
+        if selection_sites is not None and not (isinstance(selection_sites, (list, tuple)) and selection_sites
+                                                 and all(isinstance(s, str) for s in selection_sites)):
+            raise TypeError(f"selection_sites must be a non-empty list of latent site names or None, "
+                            f"got {selection_sites!r}")
+        if isinstance(selection, str) and selection != "last_layer" and subnetwork_size is None:
             raise ValueError(f'selection="{selection}" needs a subnetwork_size (a count or a fraction of D)')
         if variance not in choose.VARIANCES:
             raise ValueError(f"variance must be one of {choose.VARIANCES}, got {variance!r}")
@@ -109,6 +124,7 @@ class SubnetworkLaplace(AutoContinuous):
         super().__init__(model, init_loc_fn=init_loc_fn)
         self.subnetwork_size = subnetwork_size
         self.selection = selection
+        self.selection_sites = selection_sites
         self.variance = variance
         self.prior_scale = prior_scale
         self.chunk_size = chunk_size
@@ -197,12 +213,9 @@ class SubnetworkLaplace(AutoContinuous):
         latent = curvature.LatentModel(self, self._raw_model, self._observed, self._factors, self._spec_options)
         chunks = self._chunks(latent, u_hat, batches)
 
-        idx = choose.explicit(self.selection, D, latent.blocks)
-        if idx is None:
-            size = choose.resolve_size(self.subnetwork_size, D)
-            # every coordinate: nothing to rank
-            idx = torch.arange(D) if size == D else self._select(latent, u_hat, chunks, size, batches)
-        parts = evidence.SubnetworkCurvature(latent, u_hat, idx.to(u_hat.device), chunks)
+        idx = choose.select(self, latent, u_hat, chunks, batches)
+        parts = evidence.SubnetworkCurvature(latent, u_hat, idx.to(u_hat.device), chunks,
+                                             num_candidates=choose.num_candidates(self, latent, D))
         return SubnetworkLaplacePosterior(latent, parts, self.prior_scale, *batches[0], init_loc_fn=self._init_loc_fn)
 
     def _trained_map(self, args, kwargs):
@@ -240,18 +253,4 @@ class SubnetworkLaplace(AutoContinuous):
                 out.append((args, kwargs))
         return out
 
-    def _select(self, latent, u_hat, chunks, size, batches):
-        if self.selection == "random":
-            return torch.randperm(u_hat.numel())[:size].sort().values.to(u_hat.device)
-        if self.selection == "magnitude":
-            return choose.top(u_hat.abs(), size)
-        c = prior.prior_scale_multiplier(self.prior_scale) or 1.0  # fitted forms rank under the model's prior
-        if self.variance == "diag_laplace":
-            var = choose.diag_laplace_variance(latent, u_hat, chunks, c)
-        elif self.variance == "exact":
-            var = choose.exact_variance(latent, u_hat, chunks, c)
-        else:
-            var = choose.swag_variance(latent, u_hat, batches, **self.variance_options)  # unsplit calls
-        self.marginal_variance = var
-        return choose.top(var, size)
 

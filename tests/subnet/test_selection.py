@@ -72,20 +72,34 @@ def relu_model(x, y=None):
         pyro.sample("obs", dist.Normal(h @ W2.T + b2, 0.1).to_event(1), obs=y)
 
 
-def test_swag_skips_dead_relu_unit_that_diag_laplace_picks():
+_RELU_MAP = {}
+
+
+def _relu_map(selection, size):
+    """The MAP of relu_model on fixed data, fitted once per session (a fresh guide each call)."""
     g = torch.Generator().manual_seed(0)
     x = torch.rand(64, 1, generator=g) * 2 - 1
     y = torch.sin(3 * x) + 0.1 * torch.randn(64, 1, generator=g)
-    guide = SubnetworkLaplace(relu_model, subnetwork_size=3, init_loc_fn=pyro.infer.autoguide.init_to_sample)
-    svi = SVI(relu_model, guide, pyro.optim.Adam({"lr": 0.02}), Trace_ELBO())
-    for _ in range(1500):
-        svi.step(x, y)
+    guide = SubnetworkLaplace(relu_model, subnetwork_size=size, selection=selection,
+                              init_loc_fn=pyro.infer.autoguide.init_to_sample)
+    if "loc" not in _RELU_MAP:
+        svi = SVI(relu_model, guide, pyro.optim.Adam({"lr": 0.02}), Trace_ELBO())
+        for _ in range(1500):
+            svi.step(x, y)
+        _RELU_MAP["loc"] = guide.loc.detach().clone()
+    guide(x, y)
+    with torch.no_grad():
+        guide.loc.copy_(_RELU_MAP["loc"])
     # unit 0, and any unit that died in training: W1[j, 0], b1[j], W2[0, j]
     m = guide.median()
     h = torch.relu(x @ m["W1"].T + m["b1"] - torch.tensor([20.0, 0.0, 0.0, 0.0]))
     units = [j for j in range(4) if (h[:, j] == 0).all()]
-    assert 0 in units and len(units) < 4
-    dead = sorted(i for j in units for i in (j, 4 + j, 8 + j))
+    return guide, x, y, sorted(i for j in units for i in (j, 4 + j, 8 + j))
+
+
+def test_swag_skips_dead_relu_unit_that_diag_laplace_picks():
+    guide, x, y, dead = _relu_map("wasserstein", 3)
+    assert 0 in dead and len(dead) < 12  # unit 0 is dead, not every unit
     guide.subnetwork_size = len(dead)
     post = guide.laplace_approximation(x, y)
     assert post.subnetwork_indices.tolist() == dead  # the prior variance 1 is the largest
@@ -124,3 +138,78 @@ def test_swag_noise_comes_from_minibatches():
     still = selection.swag_variance(latent, u, batches, lr=0.05, num_steps=50, batch_fraction=1.0)
     noisy = selection.swag_variance(latent, u, batches, lr=0.05, num_steps=50, batch_fraction=0.2)
     assert still.max() < 1e-12 and noisy.min() > 1e-4
+
+
+def test_predictive_ranks_variance_times_jacobian_energy():
+    guide, x, y, prec = _setup(subnetwork_size=7)  # the default selection
+    assert guide.selection == "predictive"
+    post = guide.laplace_approximation(x, y)
+    u = guide.loc.detach()
+    G, P = dense_precision(u, x, 2, "normal")
+    energy = G.diagonal()
+    assert torch.allclose(guide.jacobian_energy, energy, rtol=1e-10)
+    score = energy / (energy + P.diagonal())
+    assert post.subnetwork_indices.tolist() == torch.topk(score, 7).indices.sort().values.tolist()
+    # the exact marginal variances instead of the diagonal ones
+    guide.variance = "exact"
+    post = guide.laplace_approximation(x, y)
+    score = torch.linalg.inv(prec).diagonal() * energy
+    assert post.subnetwork_indices.tolist() == torch.topk(score, 7).indices.sort().values.tolist()
+
+
+def test_selection_sites_rank_within_the_sites():
+    guide, x, y, prec = _setup(subnetwork_size=0.5, selection_sites=["W2", "W1"], variance="exact")
+    blocks = torch.cat([torch.arange(0, 10), torch.arange(15, 25)])  # W1 (5 x 2), W2 (2 x 5)
+    for selection in ["predictive", "wasserstein", "random", "magnitude"]:
+        guide.selection = selection
+        post = guide.laplace_approximation(x, y)
+        assert len(post.subnetwork_indices) == 10 and set(post.subnetwork_indices.tolist()) <= set(blocks.tolist())
+    # exact variances of the weights-only posterior: the other latents held at the MAP
+    guide.selection = "wasserstein"
+    post = guide.laplace_approximation(x, y)
+    var = torch.linalg.inv(prec[blocks][:, blocks]).diagonal()
+    assert torch.allclose(guide.marginal_variance[blocks], var, rtol=1e-9)
+    assert (guide.marginal_variance[~torch.isin(torch.arange(len(prec)), blocks)] == 0).all()
+    assert post.subnetwork_indices.tolist() == blocks[torch.topk(var, 10).indices].sort().values.tolist()
+    # the paper's S / D counts the candidates (20 weights), not every latent coordinate
+    guide.prior_scale = ("subnet", 3.0)
+    post = guide.laplace_approximation(x, y)
+    assert post.prior_scale == pytest.approx(3.0 * 10 / 20, rel=1e-12)
+    assert torch.allclose(post.precision, post._curvature.precision(1.5), rtol=1e-12)
+
+    guide.selection_sites = ["W3"]
+    with pytest.raises(ValueError, match="unknown latent sites"):
+        guide.laplace_approximation(x, y)
+    guide.selection_sites, guide.selection = ["W1"], ["W1"]
+    with pytest.raises(ValueError, match="selection_sites"):
+        guide.laplace_approximation(x, y)
+    with pytest.raises(TypeError, match="selection_sites"):
+        SubnetworkLaplace(mlp_model, 3, selection_sites="W1")
+
+
+def test_last_layer_is_the_last_matrix_and_its_bias():
+    """sigma is sampled after W2 but feeds the scale, not the loc: it is not in the last layer."""
+    guide, x, y, _ = _setup(selection="last_layer")
+    post = guide.laplace_approximation(x, y)
+    assert sorted({s for s, _ in post.subnetwork}) == ["W2", "b2"]
+    assert len(post.subnetwork_indices) == 2 * 5 + 2
+    guide.subnetwork_size = 3
+    with pytest.raises(ValueError, match="last_layer"):
+        guide.laplace_approximation(x, y)
+
+
+def test_predictive_never_picks_dead_relu_units_that_wasserstein_picks():
+    guide, x, y, dead = _relu_map("wasserstein", 3)
+    guide.subnetwork_size = len(dead)
+    assert guide.laplace_approximation(x, y).subnetwork_indices.tolist() == dead  # the paper's rule
+    guide.selection = "predictive"
+    post = guide.laplace_approximation(x, y)
+    assert not set(dead) & set(post.subnetwork_indices.tolist())
+    assert (guide.jacobian_energy[dead] == 0).all()
+    assert (guide.jacobian_energy[post.subnetwork_indices] > 0).all()
+    # asked for more than the data see: the seen coordinates only, with a warning
+    D = guide.loc.numel()
+    guide.subnetwork_size = D - 1
+    with pytest.warns(RuntimeWarning, match="nonzero Jacobian"):
+        post = guide.laplace_approximation(x, y)
+    assert post.subnetwork_indices.tolist() == sorted(set(range(D)) - set(dead))

@@ -1,0 +1,180 @@
+r"""
+Diagonal linearized Laplace over all candidate coordinates: the paper's baseline.
+
+.. math::
+
+    u_d \sim \mathcal N\big(\hat u_d,\; \Lambda_{dd}^{-1}\big), \qquad
+    \Lambda_{dd} = \sum_n J_{dn}^\top F_n J_{dn} + c\, P_{dd} + Q_{dd},
+
+independently for every coordinate ``d`` of the candidate sites (all D by default), the others
+at the MAP. The precision is the diagonal of the subnetwork precision of
+:class:`~pyro_subnet.SubnetworkLaplace` (same GGN, prior Hessian and factor terms), computed
+without any ``D x D`` matrix; the linearized predictive uses
+:math:`J \operatorname{diag}(\Lambda)^{-1} J^\top`, also in O(n k D).
+
+**References**
+
+[1] E. Daxberger et al., "Bayesian Deep Learning via Subnetwork Inference", ICML 2021.
+[2] H. Ritter, A. Botev, D. Barber, "A Scalable Laplace Approximation for Neural Networks", ICLR 2018.
+"""
+
+import math
+
+import torch
+from pyro.distributions import TorchDistribution, constraints
+from pyro.infer.autoguide import AutoContinuous
+from pyro.infer.autoguide.initialization import init_to_median
+
+from . import batching, curvature, prior
+from . import selection as choose
+from .guide import SubnetworkLaplace
+from .posterior import SubnetworkLaplacePosterior
+
+
+class DiagonalSubnetworkNormal(TorchDistribution):
+    """
+    Independent Normals with standard deviations ``scale`` on the coordinates ``idx`` of a
+    vector of length D, a point mass at ``loc`` on the others (density of the ``idx`` part).
+    """
+
+    arg_constraints = {}
+    support = constraints.real_vector
+    has_rsample = True
+
+    def __init__(self, loc, idx, scale, batch_shape=torch.Size(), validate_args=None):
+        self.loc, self.idx, self.scale = loc, idx, scale
+        super().__init__(torch.Size(batch_shape), loc.shape[-1:], validate_args=validate_args)
+
+    def rsample(self, sample_shape=torch.Size()):
+        shape = self._extended_shape(sample_shape)
+        eps = torch.randn(shape[:-1] + (len(self.idx),), dtype=self.loc.dtype, device=self.loc.device)
+        return self.loc.expand(shape).index_copy(-1, self.idx, self.loc[self.idx] + self.scale * eps)
+
+    def log_prob(self, value):
+        z = (value[..., self.idx] - self.loc[self.idx]) / self.scale
+        return -0.5 * z.pow(2).sum(-1) - self.scale.log().sum() - 0.5 * len(self.idx) * math.log(2 * math.pi)
+
+    def expand(self, batch_shape, _instance=None):
+        return DiagonalSubnetworkNormal(self.loc, self.idx, self.scale, batch_shape)
+
+
+class DiagonalLaplace(SubnetworkLaplace):
+    r"""
+    A MAP guide (as :class:`SubnetworkLaplace`) whose :meth:`laplace_approximation` returns a
+    :class:`DiagonalLaplacePosterior`: a diagonal linearized Laplace posterior over every
+    coordinate of ``selection_sites`` (all latent sites by default).
+
+    Example::
+
+        guide = DiagonalLaplace(model, selection_sites=["W0", "W1", "W2"])
+        svi = SVI(model, guide, pyro.optim.Adam({"lr": 1e-2}), Trace_ELBO())
+        ...
+        posterior = guide.laplace_approximation(x, y)
+        posterior.predict(x_test)["obs"].stddev
+
+    :param callable model: a Pyro model with continuous latents and at least one observed site.
+    :param prior_scale: multiplier of the prior precision, a positive number (``"subnet"``
+        means ``len(candidates) / D``).
+    :param list selection_sites: the latent sites that get a diagonal posterior; the others stay
+        at the MAP. ``None``: all.
+    :param callable init_loc_fn: per-site initialization of the MAP.
+    Other keywords as for :class:`SubnetworkLaplace`.
+    """
+
+    def __init__(self, model, prior_scale=1.0, init_loc_fn=init_to_median, *, selection_sites=None,
+                 mc_fisher=True, num_mc=16, chunk_size=4):
+        super().__init__(model, subnetwork_size=1.0, selection="random", prior_scale=prior_scale,
+                         init_loc_fn=init_loc_fn, mc_fisher=mc_fisher, num_mc=num_mc, chunk_size=chunk_size,
+                         selection_sites=selection_sites)
+        self.selection = None  # no ranking: every candidate coordinate gets its variance
+
+    def laplace_approximation_batched(self, batches):
+        """Diagonal GGN plus diagonal prior Hessian at the MAP; see :class:`DiagonalLaplace`."""
+        batches = batching.as_batches(batches)
+        u_hat = self._trained_map(*batches[0])
+        latent = curvature.LatentModel(self, self._raw_model, self._observed, self._factors, self._spec_options)
+        chunks = self._chunks(latent, u_hat, batches)
+        idx = choose.candidates(latent, self.selection_sites, u_hat.device)
+        c = prior.prior_scale_multiplier(self.prior_scale, len(idx) / u_hat.numel())
+        if c is None:
+            raise ValueError(f"DiagonalLaplace takes a fixed prior_scale (a positive number, \"subnet\" or "
+                             f"(\"subnet\", a)), not the fitted {self.prior_scale!r}: fit it with "
+                             "SubnetworkLaplace(..., prior_scale=\"marglik\") and pass the value it finds")
+        energy = choose.jacobian_energy(latent, u_hat, idx, chunks)
+        prec = choose.diag_precision(latent, u_hat, chunks, c, idx, energy).to(u_hat.dtype)
+        if not (prec > 0).all():
+            bad = [s for s, _ in _names(latent, idx[prec <= 0])]
+            raise ValueError(f"the diagonal precision is not positive on sites {sorted(set(bad))} (flat prior "
+                             "and no data information); give them a proper prior or leave them out of selection_sites")
+        args, kwargs = batches[0]
+        return DiagonalLaplacePosterior(self._raw_model, u_hat, idx, prec, self._observed, self._factors,
+                                        self._spec_options, args, kwargs, init_loc_fn=self._init_loc_fn)
+
+
+def _names(latent, idx):
+    return [(n, i - a) for i in idx.tolist() for n, (a, b) in latent.blocks.items() if a <= i < b]
+
+
+class DiagonalLaplacePosterior(SubnetworkLaplacePosterior):
+    r"""
+    The diagonal Laplace posterior of :class:`DiagonalLaplace`: independent Normals on the
+    coordinates ``subnetwork_indices``, the MAP on the others. It is a
+    :class:`SubnetworkLaplacePosterior` (same :meth:`predict`, :class:`~pyro.infer.Predictive`
+    and ArviZ export) whose precision is diagonal; :attr:`precision`, :attr:`precision_tril`
+    and :attr:`covariance` form their ``S x S`` matrices only when asked for, while sampling,
+    densities and the linearized predictive work on the diagonal.
+
+    :param torch.Tensor precision_diagonal: :math:`\Lambda_{dd}` for each selected coordinate.
+    Other parameters as for :class:`SubnetworkLaplacePosterior`.
+    """
+
+    def __init__(self, model, loc, subnetwork_indices, precision_diagonal, observed, factors, spec_options,
+                 args=(), kwargs=None, init_loc_fn=init_to_median):
+        AutoContinuous.__init__(self, model, init_loc_fn=init_loc_fn)
+        self._setup_prototype(*args, **(kwargs or {}))
+        self.register_buffer("loc", loc.detach())
+        self.register_buffer("subnetwork_indices", subnetwork_indices)
+        self.register_buffer("precision_diagonal", precision_diagonal.detach())
+        self._latent = curvature.LatentModel(self, model, observed, factors, spec_options)
+
+    @property
+    def variance(self):
+        """Marginal variances of the selected coordinates, ``1 / precision_diagonal``."""
+        return self.precision_diagonal.reciprocal()
+
+    @property
+    def precision(self):
+        return torch.diag(self.precision_diagonal)
+
+    @property
+    def precision_tril(self):
+        return torch.diag(self.precision_diagonal.sqrt())
+
+    @property
+    def covariance(self):
+        return torch.diag(self.variance)
+
+    def get_posterior(self, *args, **kwargs):
+        """The :class:`DiagonalSubnetworkNormal` over the flat unconstrained latent vector."""
+        return DiagonalSubnetworkNormal(self.loc, self.subnetwork_indices, self.variance.sqrt())
+
+    def _loc_scale(self, *args, **kwargs):
+        scale = torch.zeros_like(self.loc)
+        scale[self.subnetwork_indices] = self.variance.sqrt()
+        return self.loc, scale
+
+    def _predict_linearized(self, args, kwargs, num_samples):
+        sd = self.variance.sqrt()
+        out = {}
+        for name, (spec, fn, eta, J) in self._jacobian(args, kwargs).items():
+            if J is None:
+                out[name] = fn
+                continue
+            B = J * sd  # J diag(sd): its outer product is J diag(Lambda)^-1 J^T
+            closed = spec.linearized_predictive(eta, B @ B.mT)
+            if closed is not None:
+                out[name] = spec.wrap(closed)
+                continue
+            dz = sd * torch.randn(num_samples, len(sd), dtype=sd.dtype, device=sd.device)
+            out[name] = spec.mixture(eta + torch.einsum("nks,ms->mnk", J, dz))
+        return out
