@@ -75,9 +75,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _bnn import NOISE, WIDTHS, CountingModel, initial_params, make_data  # noqa: E402
 
 from pyro_pt import ParallelTempering  # noqa: E402
-from pyro_pt.capture import split_terms  # noqa: E402
-from pyro_pt.functional import FunctionalSplit  # noqa: E402
-from pyro_pt.tempering import ModelSplit  # noqa: E402
+from pyro_pt.potential import FunctionalSplit, ModelSplit  # noqa: E402
+from pyro_pt.potential.densities import split_terms  # noqa: E402
 
 BETA = 0.5
 

@@ -3,7 +3,7 @@
 A :class:`BatchedRungs` group holds the process's tempered rungs (the prior rung, drawn
 exactly, stays apart) as the slots of one :class:`~pyro_pt.batched_hmc.BatchedHMC`, whose
 leapfrog steps evaluate every slot in one call of the model's fast batched potential
-(:class:`~pyro_pt.functional.FunctionalSplit`). Each rung gets a :class:`BatchedRung` handle
+(:class:`~pyro_pt.potential.FunctionalSplit`). Each rung gets a :class:`BatchedRung` handle
 with the per-rung explorer protocol the kernel and :class:`~pyro_pt.replicas.RungBlock` use
 (``set_beta``, ``replace_state``, ``diagnostics``, ``logging``); :func:`step_rungs` steps a
 block of rungs, a group in one call.

@@ -18,7 +18,7 @@ from .rounds import TemperingRounds
 from .rung_setup import build_rungs
 from .stats import IndexProcess, SwapStatistics, ladder_statistics
 from .swap import swap_round
-from .tempering import ModelSplit
+from .potential import ModelSplit
 
 
 def _moved(before, after):

@@ -3,6 +3,7 @@
 import torch
 
 from .comm import rung_blocks
+from .potential import FlatLayout
 
 
 class RungBlock:
@@ -35,15 +36,10 @@ class RungBlock:
         self.states.append(state)
 
     def _flat(self, z):
-        return torch.cat([z[name].reshape(-1) for name in self.names])
+        return FlatLayout.of(z, self.names).flatten(z)
 
     def _unflat(self, flat, like):
-        out, pos = {}, 0
-        for name in self.names:
-            n = like[name].numel()
-            out[name] = flat[pos: pos + n].reshape(like[name].shape).to(like[name].dtype)
-            pos += n
-        return out
+        return FlatLayout.of(like, self.names).unflatten(flat)
 
     def gather(self, local_values):
         """The K values of all rungs from each rank's values for its own rungs."""

@@ -8,8 +8,7 @@ into one batched HMC group; any other explorer gets a Pyro kernel per rung.
 
 from .batched_explorer import BatchedRungs
 from .explorers import Explorer, PriorExplorer, RandomStream, make_kernel
-from .functional import FunctionalSplit
-from .tempering import TemperedPotential
+from .potential import FunctionalSplit, TemperedPotential
 
 
 def _start(split, stream, initial_params):

@@ -16,8 +16,7 @@ import pyro.distributions as dist
 import pyro.poutine as poutine
 from pyro.ops.integrator import potential_grad
 
-from pyro_pt.functional import FunctionalSplit
-from pyro_pt.tempering import ModelSplit, TemperedPotential
+from pyro_pt.potential import FunctionalSplit, ModelSplit, TemperedPotential
 
 from . import models
 
