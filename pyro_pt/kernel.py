@@ -3,22 +3,21 @@
 import math
 import time
 
-import numpy as np
 import torch
 
 from pyro.infer.autoguide.initialization import init_to_uniform
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
-from .batched_explorer import step_rungs
 from .comm import make_comm
+from .explorers import build_rungs, step_rungs
 from .ladder import geometric_ladder, inverse_temperatures, validate_temperatures
 from .options import check_options, inside_multichain_mcmc
 from .replicas import RungBlock
 from .rounds import TemperingRounds
-from .rung_setup import build_rungs
 from .stats import IndexProcess, SwapStatistics, ladder_statistics
 from .swap import swap_round
 from .potential import ModelSplit
+from .random import stream_seeds
 
 
 def _moved(before, after):
@@ -256,8 +255,7 @@ class ParallelTempering(MCMCKernel):
         """
         base = torch.randint(0, 2**62, (1,), dtype=torch.int64)
         base = int(comm.broadcast(base, src=0, what="broadcast of the seeds").item())
-        children = np.random.SeedSequence(base).generate_state(self.num_replicas + 1, np.uint64)
-        return [int(s) >> 1 for s in children]
+        return stream_seeds(base, self.num_replicas)
 
     def _agree_on_setup(self, comm, failure, warmup_steps):
         """
@@ -312,7 +310,7 @@ class ParallelTempering(MCMCKernel):
         explored = time.perf_counter()
         cold_moved = _moved(rungs.states[0], stepped[0][0]) if rungs.start == 0 else None
         rungs.states = [z for z, _ in stepped]
-        local_ll = [self._split.log_likelihood(z) if ll is None else ll for z, ll in stepped]
+        local_ll = [ll for _, ll in stepped]
         self._ll = rungs.gather(local_ll)
         swaps, attempts = [math.nan] * (self.num_replicas - 1), []
         if (self._t + 1) % self.swap_interval == 0:

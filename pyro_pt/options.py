@@ -2,8 +2,7 @@
 
 import sys
 
-from .batched_explorer import check_hmc_options
-from .explorers import EXPLORERS
+from .explorers import EXPLORERS, check_hmc_options
 from .swap import SWAP_SCHEMES
 
 

@@ -5,9 +5,10 @@ import math
 import pytest
 import torch
 
-from pyro_pt import batched_hmc
-from pyro_pt.adaptation_hmc import DualAveraging, WelfordDiagonal, warmup_windows
-from pyro_pt.batched_hmc import BatchedHMC, row_sum
+from pyro_pt.explorers import hmc as hmc_module
+from pyro_pt.explorers.hmc import BatchedHMC
+from pyro_pt.explorers.hmc_dynamics import row_sum
+from pyro_pt.explorers.hmc_warmup import DualAveraging, WelfordDiagonal, warmup_windows
 
 F64 = torch.float64
 
@@ -94,8 +95,8 @@ def test_samples_exact_tempered_posteriors():
 def test_known_bugs_fail_the_posterior_check(mutant, monkeypatch):
     tempered_prior = mutant == "tempered prior"
     if mutant == "accept sign":
-        flipped = batched_hmc.acceptance_probability
-        monkeypatch.setattr(batched_hmc, "acceptance_probability", lambda d: flipped(-d))
+        flipped = hmc_module.metropolis_probability
+        monkeypatch.setattr(hmc_module, "metropolis_probability", lambda r: flipped(-r))
     if mutant == "kinetic without metric":
         monkeypatch.setattr(BatchedHMC, "_kinetic", lambda self, p: 0.5 * row_sum(p * p))
     target = gaussian(tempered_prior)

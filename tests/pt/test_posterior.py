@@ -131,7 +131,7 @@ def first_cold_evaluations_after_swaps(monkeypatch, clear_cache=True):
 
     monkeypatch.setattr(TemperedPotential, "__call__", spy)
     if not clear_cache:
-        monkeypatch.setattr(explorers.Explorer, "replace_state", lambda self: None)
+        monkeypatch.setattr(explorers.PyroKernelExplorer, "replace_state", lambda self: None)
     x, y = linear_data()
     pyro.set_rng_seed(0)
     kernel = ParallelTempering(linear_model, temperatures=[1.0, 1.5], explorer="nuts",

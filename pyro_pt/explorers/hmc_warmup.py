@@ -2,6 +2,8 @@
 Warmup adaptation of a batch of HMC slots: step size by dual averaging, diagonal mass matrix
 by windowed variance estimation. Pure torch, vectorized over the slots (rows); every update is
 elementwise per row, so a slot's adapted state never depends on the other rows of the batch.
+:class:`HMCWarmup` runs the schedule for a :class:`~pyro_pt.explorers.hmc.BatchedHMC`, from
+outside its iteration (as BlackJAX keeps adaptation outside the kernel).
 """
 
 import math
@@ -207,3 +209,85 @@ def find_reasonable_step_sizes(step_size, mask, accepts_well, max_rounds=100):
             break
         active = active & (accepts_well(step_size, active) == increase)
     return step_size
+
+
+class HMCWarmup:
+    """
+    The warmup schedule of one :class:`~pyro_pt.explorers.hmc.BatchedHMC`: after each
+    iteration, dual averaging of the step sizes; in Stan's windows
+    (:func:`warmup_windows`), the draws' variance as the next diagonal inverse mass matrix,
+    followed by a fresh step-size search (:func:`find_reasonable_step_sizes`) and a restart of
+    dual averaging; at the end, the averaged step sizes.
+
+    It reads and sets the engine's step sizes and metric (the engine's own state, which it
+    exists to adapt) and runs one-step trajectories through the engine's integrator.
+
+    :param BatchedHMC engine: the engine being set up.
+    :param int num_slots: R.
+    :param int dim: D.
+    :param tuple buffers: Stan's ``(init_buffer, term_buffer, base_window)``.
+    """
+
+    def __init__(self, engine, num_slots, dim, buffers):
+        self.engine = engine
+        windows = warmup_windows(engine._warmup_steps, *buffers)
+        self.windows = windows if engine.adapt_mass_matrix else []
+        self.welford = WelfordDiagonal(num_slots, dim, engine._dtype, engine._device)
+        self.dual = None
+
+    def start(self):
+        """The initial step-size search, once the engine holds its first states."""
+        engine = self.engine
+        if engine.adapt_step_size and engine._warmup_steps > 0:
+            self.find_step_sizes(range(engine.num_slots))
+            self.dual = DualAveraging(self._log_step_sizes(), engine.target_accept_prob)
+
+    def restart(self, slots):
+        """``slots`` got a new target (their beta moved): search and average their steps anew."""
+        self.find_step_sizes(slots)
+        self.dual.restart(self._log_step_sizes(), slots)
+
+    def update(self, accept_prob):
+        """Adapt after the warmup iteration just completed (``accept_prob``: one per slot)."""
+        engine = self.engine
+        if engine.adapt_step_size:
+            self._set_step_sizes(self.dual.update(accept_prob))
+        t = engine._t  # iterations completed; the one just done had index t - 1
+        for start, end in self.windows:
+            if start <= t - 1 < end:
+                self.welford.update(engine._z)
+            if t == end:
+                engine._inv_mass = self.welford.variance()
+                engine._momentum_scale = 1.0 / engine._inv_mass.sqrt()
+                self.welford.reset()
+                if engine.adapt_step_size:
+                    every = range(engine.num_slots)
+                    self.find_step_sizes(every)
+                    self.dual.restart(self._log_step_sizes(), every)
+        if t == engine._warmup_steps and engine.adapt_step_size:
+            self._set_step_sizes(self.dual.final_log_step_size())
+
+    def _log_step_sizes(self):
+        return [math.log(e) for e in self.engine._step_size.tolist()]
+
+    def _set_step_sizes(self, log_step_sizes):
+        engine = self.engine
+        engine._step_size = torch.tensor([math.exp(x) for x in log_step_sizes],
+                                         dtype=engine._dtype, device=engine._device)
+
+    def find_step_sizes(self, slots):
+        """Re-initialize the step sizes of ``slots`` from the cached states (Algorithm 4)."""
+        engine = self.engine
+        log_target = math.log(0.8)
+
+        def accepts_well(step_size, active):
+            _, noise, _ = engine._draw(active.nonzero().flatten().tolist(), uniform=False)
+            p0 = noise * engine._momentum_scale
+            _, p, potential, _, _, bad = engine._leapfrog(p0, step_size, None, num_steps=1)
+            log_ratio = (engine._potential + engine._kinetic(p0)
+                         - (potential + engine._kinetic(p)))
+            return ~bad & (log_ratio > log_target)
+
+        mask = torch.zeros(engine.num_slots, dtype=torch.bool, device=engine._device)
+        mask[list(slots)] = True
+        engine._step_size = find_reasonable_step_sizes(engine._step_size, mask, accepts_well)
