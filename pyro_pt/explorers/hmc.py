@@ -135,7 +135,7 @@ class BatchedHMC:
         self._momentum_scale = 1.0 / self._inv_mass.sqrt()
         self._warmup_steps = int(warmup_steps)
         self._t = 0
-        self._warmup = HMCWarmup(self, num_slots, dim, self._buffers)
+        self._warmup = HMCWarmup(self, self._buffers)
         self._record = HMCRecord(num_slots, self._warmup_steps, self.max_delta_energy)
 
         z = z_flat.detach().clone()

@@ -10,6 +10,8 @@ import math
 
 import torch
 
+from pyro.ops.welford import WelfordCovariance
+
 
 # Fewest iterations of step-size adaptation after the last metric window.
 MIN_TERM_BUFFER = 10
@@ -134,50 +136,6 @@ class DualAveraging:
         return [xb if t > 0 else x for xb, t, x in zip(self.x_bar, self.t, self.log_step_size)]
 
 
-class WelfordDiagonal:
-    r"""
-    Running mean and variance of every coordinate of a batch of slots (Welford's algorithm),
-    regularized towards a small multiple of the identity as in Stan:
-
-    .. math:: \hat\sigma^2 = \frac{n}{n + 5}\, s^2 + 10^{-3}\, \frac{5}{n + 5},
-
-    with :math:`s^2` the sample variance of the :math:`n` draws.
-
-    **References**
-
-    [1] Welford (1962), "Note on a method for calculating corrected sums of squares and
-    products", Technometrics 4(3).
-
-    [2] Stan Reference Manual, "Euclidean metric" adaptation (the regularization above).
-
-    :param int num_slots: R.
-    :param int dim: D.
-    """
-
-    def __init__(self, num_slots, dim, dtype=torch.float64, device=None):
-        self.mean = torch.zeros(num_slots, dim, dtype=dtype, device=device)
-        self.m2 = torch.zeros_like(self.mean)
-        self.n = 0
-
-    def reset(self):
-        self.mean.zero_()
-        self.m2.zero_()
-        self.n = 0
-
-    def update(self, z):
-        """Add one draw per slot, ``z`` of shape ``[R, D]``."""
-        self.n += 1
-        delta = z - self.mean
-        self.mean += delta / self.n
-        self.m2 += delta * (z - self.mean)
-
-    def variance(self):
-        """The regularized variance ``[R, D]`` (needs at least two draws)."""
-        n = self.n
-        sample_var = self.m2 / (n - 1)
-        return (n / (n + 5.0)) * sample_var + 1e-3 * (5.0 / (n + 5.0))
-
-
 def find_reasonable_step_sizes(step_size, mask, accepts_well, max_rounds=100):
     r"""
     The initial step-size heuristic of Hoffman & Gelman (Algorithm 4), as Stan and Pyro run it
@@ -223,16 +181,15 @@ class HMCWarmup:
     exists to adapt) and runs one-step trajectories through the engine's integrator.
 
     :param BatchedHMC engine: the engine being set up.
-    :param int num_slots: R.
-    :param int dim: D.
     :param tuple buffers: Stan's ``(init_buffer, term_buffer, base_window)``.
     """
 
-    def __init__(self, engine, num_slots, dim, buffers):
+    def __init__(self, engine, buffers):
         self.engine = engine
         windows = warmup_windows(engine._warmup_steps, *buffers)
         self.windows = windows if engine.adapt_mass_matrix else []
-        self.welford = WelfordDiagonal(num_slots, dim, engine._dtype, engine._device)
+        # Stan's regularized diagonal estimate, one row per slot.
+        self.welford = WelfordCovariance(diagonal=True)
         self.dual = None
 
     def start(self):
@@ -257,7 +214,7 @@ class HMCWarmup:
             if start <= t - 1 < end:
                 self.welford.update(engine._z)
             if t == end:
-                engine._inv_mass = self.welford.variance()
+                engine._inv_mass = self.welford.get_covariance(regularize=True)
                 engine._momentum_scale = 1.0 / engine._inv_mass.sqrt()
                 self.welford.reset()
                 if engine.adapt_step_size:
