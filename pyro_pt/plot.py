@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from .stats import cumulative_barrier
+from .recorders import cumulative_barrier
 
 # Rule of thumb of the seed tutorial: a pair accepting under 10% of its swaps is a bottleneck,
 # one accepting over 80% spends a replica that a sparser ladder would not need.

@@ -20,7 +20,7 @@ EXPLORERS = ("nuts", "hmc", "rwmh")
 def make_kernel(explorer, potential_fn, explorer_kwargs):
     """
     The Pyro MCMC kernel of one rung for ``explorer``: ``"nuts"``, ``"rwmh"`` or a callable
-    (``"hmc"`` rungs are batched, see :mod:`pyro_pt.batched_explorer`).
+    (``"hmc"`` rungs are batched, see :mod:`pyro_pt.explorers.hmc_group`).
     """
     kwargs = dict(explorer_kwargs or {})
     if callable(explorer):

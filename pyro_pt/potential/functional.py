@@ -84,19 +84,7 @@ class FunctionalSplit:
         self.compiled = CompiledSplit(split, points, rtol)
         self.batched = BatchedEvaluator(self.compiled, mode=batched, max_batch=max_batch)
 
-    # ----- what the split offers, as the explorers use it -----
-
-    @property
-    def latent_names(self):
-        return self.split.latent_names
-
-    @property
-    def transforms(self):
-        return self.split.transforms
-
-    @property
-    def device(self):
-        return self.split.device
+    # ----- what the split offers, as the explorers use it (the rest: ``.split``) -----
 
     def initial_point(self):
         return self.split.initial_point()
@@ -119,14 +107,6 @@ class FunctionalSplit:
     @property
     def reason(self):
         return self.compiled.reason
-
-    @property
-    def engine(self):
-        return self.compiled.engine
-
-    @property
-    def layout(self):
-        return self.compiled.layout
 
     @property
     def dim(self):

@@ -1,9 +1,10 @@
-"""The block of rungs one process holds, and the moves of states between processes."""
+"""The block of rungs one process holds, its set-up, and the moves of states between processes."""
 
 import torch
 
-from .comm import rung_blocks
+from .comm import agree_on_setup, rung_blocks
 from .potential import FlatLayout
+from .random import stream_seeds
 
 
 class RungBlock:
@@ -26,6 +27,7 @@ class RungBlock:
         self.owner = [r for r, (a, b) in enumerate(self.blocks) for _ in range(a, b)]
         self.names = names
         self.explorers, self.states = [], []
+        self._cache = (None, None)
 
     @property
     def rungs(self):
@@ -84,3 +86,61 @@ class RungBlock:
         mine = [explorer.diagnostics() for explorer in self.explorers]
         gathered = self.comm.all_gather_object(mine)
         return [d for block in gathered for d in block]
+
+    def summary(self, scan, temperatures):
+        """
+        The rungs' part of the kernel's diagnostics after ``scan`` scans. Gathering them is a
+        collective; after the run's own call (on every rank, by MCMC) a later call on one rank
+        alone, e.g. for a plot, reuses it.
+        """
+        if self._cache[0] != scan:
+            self._cache = (scan, self.diagnostics())
+        per_rung = self._cache[1]
+        return {
+            "divergences": list(per_rung[0]["divergences"]),
+            "acceptance rate": per_rung[0]["acceptance rate"],
+            "temperatures": temperatures,
+            "local_acceptance": [d["acceptance rate"] for d in per_rung],
+            "divergences_per_temperature": [len(d["divergences"]) for d in per_rung],
+        }
+
+
+def set_up_rungs(comm, num_rungs, make_split, build, settings):
+    """
+    The model's split, this rank's block of rungs and the run's seeds, agreed on by all ranks.
+
+    Every rank joins the set-up's collectives (the seeds' broadcast, the final check) even when
+    its own part failed, so that a failure on one rank (a model that raises on its data, rungs
+    that find no valid start, memory) stops every rank with the reason instead of leaving the
+    others waiting for the backend's timeout.
+
+    :param callable make_split: ``() -> ModelSplit``.
+    :param callable build: ``(split, rungs, seeds) -> (explorers, states, lls, info)``.
+    :param dict settings: what every rank must agree on (see
+        :func:`~pyro_pt.comm.agree_on_setup`).
+    :returns: ``(block, split, local log-likelihoods, info, seeds)``.
+    """
+    failure = split = block = None
+    lls = info = None
+    try:
+        split = make_split()
+    except Exception as error:
+        failure = error
+    # One base seed from the global generator (so pyro.set_rng_seed governs the run), the same
+    # on every rank; the streams are spawned from it (pyro_pt.random).
+    base = torch.randint(0, 2**62, (1,), dtype=torch.int64)
+    base = int(comm.broadcast(base, src=0, what="broadcast of the seeds").item())
+    seeds = stream_seeds(base, num_rungs)
+    if failure is None:
+        try:
+            block = RungBlock(comm, num_rungs, split.latent_names)
+            explorers, states, lls, info = build(split, block.rungs, seeds)
+            for explorer, z in zip(explorers, states):
+                block.add(explorer, z)
+        except Exception as error:
+            failure = error
+    view = None
+    if failure is None:
+        view = [(name, tuple(block.states[0][name].shape)) for name in split.latent_names]
+    agree_on_setup(comm, failure, view, settings)
+    return block, split, lls, info, seeds
