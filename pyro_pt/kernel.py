@@ -16,7 +16,7 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from .comm import make_comm
 from .compat import refuse_multichain_mcmc
-from .explorers import build_rungs, step_rungs
+from .explorers import build_rungs
 from .ladder import Ladder, geometric_ladder, validate_temperatures
 from .options import check_options, check_split, shared_settings
 from .potential import ModelSplit
@@ -24,11 +24,6 @@ from .recorders import TemperingRecorder
 from .report import Report
 from .rungs import set_up_rungs
 from .swap import swap_round
-
-
-def _moved(before, after):
-    """Whether an explorer step changed the state (for RWMH and HMC: it was accepted)."""
-    return any(not torch.equal(before[name], after[name]) for name in before)
 
 
 class ParallelTempering(MCMCKernel):
@@ -178,6 +173,7 @@ class ParallelTempering(MCMCKernel):
         refuse_multichain_mcmc(comm)
         self._ladder.reset()  # a rerun starts from the ladder given, not the one it adapted to
         betas, num = self.betas, self.num_replicas
+
         def build(split, rungs, seeds):
             return build_rungs(split, rungs, betas, seeds, split.device, self.explorer,
                                self.explorer_kwargs, warmup_steps, self._user_initial_params)
@@ -208,11 +204,9 @@ class ParallelTempering(MCMCKernel):
     def sample(self, params):
         start = time.perf_counter()
         rungs = self._rungs
-        stepped = step_rungs(rungs.explorers, rungs.states)
+        local_ll, cold_moved = rungs.explore()
         explored = time.perf_counter()
-        cold_moved = _moved(rungs.states[0], stepped[0][0]) if rungs.start == 0 else None
-        rungs.states = [z for z, _ in stepped]
-        self._ll = rungs.gather([ll for _, ll in stepped])
+        self._ll = rungs.gather(local_ll)
         outcome = [math.nan] * (self.num_replicas - 1)
         if (self._t + 1) % self.swap_interval == 0:
             outcome = self._communicate()
@@ -246,12 +240,9 @@ class ParallelTempering(MCMCKernel):
 
     @property
     def report(self):
-        """
-        The per-round report as a pandas DataFrame: round, phase, scans, barrier (Lambda),
-        log_Z (stepping stone on that round's ladder), min and mean swap acceptance, the cold
-        rung's local acceptance (the share of scans its explorer moved), round trips and
-        seconds. Warmup rows cover one round each; sampling rows are cumulative.
-        """
+        """The per-round report as a pandas DataFrame (columns:
+        :data:`pyro_pt.report.COLUMNS`); warmup rows cover one round each, sampling rows are
+        cumulative."""
         if not self._rungs:
             raise RuntimeError("report is available after MCMC.run has set the kernel up")
         return self._report.data_frame()

@@ -3,6 +3,7 @@
 import torch
 
 from .comm import agree_on_setup, rung_blocks
+from .explorers import step_rungs
 from .potential import FlatLayout
 from .random import stream_seeds
 
@@ -42,6 +43,20 @@ class RungBlock:
 
     def _unflat(self, flat, like):
         return FlatLayout.of(like, self.names).unflatten(flat)
+
+    def explore(self):
+        """
+        One local move of every rung of the block (:func:`~pyro_pt.explorers.step_rungs`):
+        returns the new states' log-likelihoods and whether rung 0's explorer moved (for RWMH
+        and HMC: it accepted; None on ranks without rung 0).
+        """
+        stepped = step_rungs(self.explorers, self.states)
+        cold_moved = None
+        if self.start == 0:
+            before, after = self.states[0], stepped[0][0]
+            cold_moved = any(not torch.equal(before[name], after[name]) for name in before)
+        self.states = [z for z, _ in stepped]
+        return [ll for _, ll in stepped], cold_moved
 
     def gather(self, local_values):
         """The K values of all rungs from each rank's values for its own rungs."""
