@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from pyro.ops.dual_averaging import DualAveraging as PyroDualAveraging
 from pyro.ops.welford import WelfordCovariance
 
 
@@ -70,24 +71,26 @@ def warmup_windows(warmup_steps, init_buffer=75, term_buffer=50, base_window=25)
 
 class DualAveraging:
     r"""
-    Dual-averaging step-size adaptation for a batch of slots, each with its own iteration
+    Dual-averaging step-size adaptation for a batch of slots: one
+    :class:`pyro.ops.dual_averaging.DualAveraging` per slot, each with its own iteration
     counter (so one slot can restart while the others continue).
 
     With :math:`\alpha_t` the acceptance statistic of iteration :math:`t` and
-    :math:`\delta` the target,
+    :math:`\delta` the target, Pyro's scheme runs on :math:`g_t = \delta - \alpha_t`:
 
     .. math::
 
-        \bar H_t = (1 - \tfrac{1}{t + t_0}) \bar H_{t-1} + \tfrac{1}{t + t_0} (\delta - \alpha_t),
+        \bar H_t = (1 - \tfrac{1}{t + t_0}) \bar H_{t-1} + \tfrac{1}{t + t_0}\, g_t,
         \quad x_t = \mu - \tfrac{\sqrt t}{\gamma} \bar H_t,
         \quad \bar x_t = t^{-\kappa} x_t + (1 - t^{-\kappa}) \bar x_{t-1},
 
     with :math:`x = \log\epsilon` the step used during warmup and :math:`\exp \bar x` the one
-    kept afterwards; :math:`\mu = \log(10\,\epsilon_0)` at each restart.
+    kept afterwards; :math:`\mu = \log(10\,\epsilon_0)` (Pyro's ``prox_center``) at each
+    restart.
 
-    The state is R Python floats per quantity, updated slot by slot: torch's CPU kernels may
-    round ``pow`` differently in long and short vectors, which would make a slot's step size
-    depend on how many slots share the batch.
+    The state is Python floats, updated slot by slot: torch's CPU kernels may round ``pow``
+    differently in long and short vectors, which would make a slot's step size depend on how
+    many slots share the batch.
 
     **References**
 
@@ -104,36 +107,35 @@ class DualAveraging:
         self.target = target_accept_prob
         self.gamma, self.t0, self.kappa = gamma, t0, kappa
         self.log_step_size = [float(x) for x in log_step_size]
-        num_slots = len(self.log_step_size)
-        self.t = [0] * num_slots
-        self.h_bar = [0.0] * num_slots
-        self.x_bar = [0.0] * num_slots
-        self.mu = [x + math.log(10.0) for x in self.log_step_size]
+        self.t = [0] * len(self.log_step_size)
+        self._schemes = [self._scheme(x) for x in self.log_step_size]
+
+    def _scheme(self, log_step_size):
+        return PyroDualAveraging(prox_center=log_step_size + math.log(10.0), t0=self.t0,
+                                 kappa=self.kappa, gamma=self.gamma)
 
     def restart(self, log_step_size, slots):
         """Restart ``slots`` from ``log_step_size`` (one value per slot; after a metric or beta
         change)."""
         for r in slots:
             self.log_step_size[r] = float(log_step_size[r])
-            self.mu[r] = self.log_step_size[r] + math.log(10.0)
-            self.t[r], self.h_bar[r], self.x_bar[r] = 0, 0.0, 0.0
+            self._schemes[r] = self._scheme(self.log_step_size[r])
+            self.t[r] = 0
 
     def update(self, accept_prob):
         r"""One iteration of every slot (``accept_prob``: one float per slot); returns the new
         warmup :math:`\log\epsilon` of each slot."""
         for r, alpha in enumerate(accept_prob):
-            t = self.t[r] = self.t[r] + 1
-            eta = 1.0 / (t + self.t0)
-            self.h_bar[r] = (1.0 - eta) * self.h_bar[r] + eta * (self.target - alpha)
-            self.log_step_size[r] = self.mu[r] - math.sqrt(t) / self.gamma * self.h_bar[r]
-            weight = t ** -self.kappa
-            self.x_bar[r] = weight * self.log_step_size[r] + (1.0 - weight) * self.x_bar[r]
+            self._schemes[r].step(self.target - alpha)
+            self.t[r] += 1
+            self.log_step_size[r] = self._schemes[r].get_state()[0]
         return list(self.log_step_size)
 
     def final_log_step_size(self):
         r""":math:`\bar x` of each slot, the log step size to sample with after warmup."""
         # A slot restarted at the very end of warmup has no average yet: keep its step.
-        return [xb if t > 0 else x for xb, t, x in zip(self.x_bar, self.t, self.log_step_size)]
+        return [scheme.get_state()[1] if t > 0 else x
+                for scheme, t, x in zip(self._schemes, self.t, self.log_step_size)]
 
 
 def find_reasonable_step_sizes(step_size, mask, accepts_well, max_rounds=100):
