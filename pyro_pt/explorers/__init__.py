@@ -20,12 +20,12 @@ the rung runs. The prior rung (beta = 0) draws exactly from the prior.
 from ..potential import FunctionalSplit, TemperedPotential
 from ..random import RandomStream
 from .contract import ExplorerGroup, RungExplorer, SingleRungExplorer
-from .hmc_group import BatchedRungs, check_hmc_options
+from .hmc_group import HMCGroup, check_hmc_options
 from .prior import PriorExplorer
 from .pyro_kernels import EXPLORERS, PyroKernelExplorer, make_kernel
 from .rwmh import RandomWalkMetropolis
 
-__all__ = ["EXPLORERS", "BatchedRungs", "ExplorerGroup", "PriorExplorer", "PyroKernelExplorer",
+__all__ = ["EXPLORERS", "ExplorerGroup", "HMCGroup", "PriorExplorer", "PyroKernelExplorer",
            "RandomWalkMetropolis", "RungExplorer", "SingleRungExplorer", "build_rungs",
            "check_hmc_options", "make_kernel", "step_rungs"]
 
@@ -68,7 +68,7 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
         split = FunctionalSplit(split)
         info.update(potential=split.path, potential_reason=split.reason)
         if explorer == "hmc":
-            group = BatchedRungs(split, explorer_kwargs)
+            group = HMCGroup(split, explorer_kwargs)
             info.update(explorer="hmc (batched)", batched=split.batched_path,
                         batched_reason=split.batched_reason)
     for k in rungs:

@@ -1,9 +1,9 @@
 """The rungs of one process advanced together: ``explorer="hmc"``.
 
-A :class:`BatchedRungs` group holds the process's tempered rungs (the prior rung, drawn
+A :class:`HMCGroup` group holds the process's tempered rungs (the prior rung, drawn
 exactly, stays apart) as the slots of one :class:`~pyro_pt.explorers.hmc.BatchedHMC`, whose
 leapfrog steps evaluate every slot in one call of the model's fast batched potential
-(:class:`~pyro_pt.potential.FunctionalSplit`). Each rung gets a :class:`BatchedRung` handle
+(:class:`~pyro_pt.potential.FunctionalSplit`). Each rung gets a :class:`HMCRung` handle
 that meets the explorer contract (:mod:`pyro_pt.explorers.contract`); the group steps all its
 rungs in one call.
 """
@@ -35,7 +35,7 @@ def check_hmc_options(kwargs):
         )
 
 
-class BatchedRungs(ExplorerGroup):
+class HMCGroup(ExplorerGroup):
     """
     The tempered rungs of one process as the slots of one batched HMC.
 
@@ -58,7 +58,7 @@ class BatchedRungs(ExplorerGroup):
         self._betas.append(float(beta))
         self._seeds.append(engine_seed(seed))
         self._initial.append(self.fast.flatten(z))
-        return BatchedRung(self, len(self._betas) - 1)
+        return HMCRung(self, len(self._betas) - 1)
 
     def setup(self, warmup_steps):
         """Start the engine; returns the initial log-likelihoods of the slots."""
@@ -89,8 +89,8 @@ class BatchedRungs(ExplorerGroup):
             self.engine.replace_states([slot])
 
 
-class BatchedRung(RungExplorer):
-    """One rung's handle on its :class:`BatchedRungs` group."""
+class HMCRung(RungExplorer):
+    """One rung's handle on its :class:`HMCGroup` group."""
 
     def __init__(self, group, slot):
         self._group = group
