@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _bnn import CountingModel, initial_params, make_data  # noqa: E402
 
 from pyro_pt import ParallelTempering  # noqa: E402
-from pyro_pt.functional import FunctionalSplit  # noqa: E402
+from pyro_pt.potential import FunctionalSplit  # noqa: E402
 
 # ParallelTempering evaluates the model through its captured graph, without executing the
 # model: count those evaluations too, so both samplers' work per iteration can be compared.

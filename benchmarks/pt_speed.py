@@ -75,9 +75,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _bnn import NOISE, WIDTHS, CountingModel, initial_params, make_data  # noqa: E402
 
 from pyro_pt import ParallelTempering  # noqa: E402
-from pyro_pt.capture import split_terms  # noqa: E402
-from pyro_pt.functional import FunctionalSplit  # noqa: E402
-from pyro_pt.tempering import ModelSplit  # noqa: E402
+from pyro_pt.potential import FunctionalSplit, ModelSplit  # noqa: E402
+from pyro_pt.potential.densities import split_terms  # noqa: E402
 
 BETA = 0.5
 
@@ -185,7 +184,7 @@ def split_fn(split):
 
 def option_fns(split, fast, z, compile_too):
     """The strategies not chosen, for the record."""
-    layout = fast.layout
+    layout = fast.compiled.layout
     flat0 = layout.flatten(z)
 
     def terms(flat):
@@ -264,7 +263,7 @@ def section_a(args):
     start = time.perf_counter()
     fast = FunctionalSplit(split)
     setup = time.perf_counter() - start
-    print(f"FunctionalSplit: path={fast.path} engine={fast.engine} setup {setup:.2f} s "
+    print(f"FunctionalSplit: path={fast.path} engine={fast.compiled.engine} setup {setup:.2f} s "
           f"{fast.reason}")
     looped = FunctionalSplit(split, batched="loop")
     vmapped = FunctionalSplit(split, batched="vmap")
@@ -283,7 +282,7 @@ def section_a(args):
         lp, ll, grad_lp, grad_ll = fast.evaluate(flat)
         return -(lp + BETA * ll), -(grad_lp + BETA * grad_ll)
 
-    floor, traced, functional = floor_fn(x, y, fast.layout.names), split_fn(split), split_fn(fast)
+    floor, traced, functional = floor_fn(x, y, fast.compiled.layout.names), split_fn(split), split_fn(fast)
     fns = {
         "floor (plain torch)": lambda: floor(z),
         "traced (ModelSplit)": lambda: traced(z),

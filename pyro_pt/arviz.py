@@ -4,6 +4,8 @@ import numpy as np
 
 import pyro_arviz
 
+from .ladder import inverse_temperatures
+
 
 def to_inference_data(mcmc):
     r"""
@@ -89,4 +91,7 @@ def to_inference_data(mcmc):
 
 
 def _betas(temperatures):
-    return np.where(np.isinf(temperatures), 0.0, 1.0 / np.asarray(temperatures))
+    """The ladder's one beta of each temperature, for one ladder or one per chain."""
+    temperatures = np.asarray(temperatures, dtype=np.float64)
+    flat = inverse_temperatures(temperatures.reshape(-1).tolist())
+    return np.asarray(flat, dtype=np.float64).reshape(temperatures.shape)

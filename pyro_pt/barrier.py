@@ -20,7 +20,8 @@ closer in time are not independent and would bias it down), and integrated betwe
 :math:`c / (b + \beta)`, the barrier of a Gaussian posterior whose precision is the prior's plus
 :math:`\beta` times the data's (:func:`integrated_barrier`).
 
-Pure: torch and :mod:`pyro.ops.stats` only.
+Pure: torch, and :mod:`pyro.ops.stats` for the effective sample size (imported when first
+needed: importing any ``pyro`` module runs ``pyro/__init__``, which loads the inference code).
 
 **References**
 
@@ -31,7 +32,6 @@ Pure: torch and :mod:`pyro.ops.stats` only.
 import math
 
 import torch
-from pyro.ops.stats import effective_sample_size
 
 # Above this rejection rate a pair's rate no longer tracks its barrier (it saturates at 1).
 SATURATED = 0.5
@@ -42,6 +42,8 @@ def autocorrelation_time(values):
     x = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
     if x.numel() < 4 or not torch.isfinite(x).all() or float(x.std()) == 0.0:
         return 1.0
+    from pyro.ops.stats import effective_sample_size
+
     ess = float(effective_sample_size(x[None, :, None], chain_dim=0, sample_dim=1))
     return max(1.0, x.numel() / ess) if math.isfinite(ess) and ess > 0 else float(x.numel())
 

@@ -168,3 +168,38 @@ def make_comm(process_group=None):
     if process_group is not None or (dist.is_available() and dist.is_initialized()):
         return TorchComm(process_group)
     return LocalComm()
+
+
+def agree_on_setup(comm, failure, view, settings):
+    """
+    One all-gather in which each rank says whether its set-up failed, which latent shapes
+    its model has (``view``) and which ``settings`` decide the ranks' common steps: a rank that
+    failed raises its own error, the others raise one naming it; if the ranks disagree, all
+    raise (different ladders or warmups would otherwise pair the wrong rungs or hang).
+    """
+    problem = None if failure is None else f"{type(failure).__name__}: {failure}"
+    reports = comm.all_gather_object((problem, view, settings), what="set-up check")
+    if failure is not None:
+        raise failure
+    failed = [(rank, problem) for rank, (problem, _, _) in enumerate(reports) if problem]
+    if failed:
+        raise RuntimeError(
+            f"pyro_pt: ParallelTempering's set-up failed on rank(s) "
+            f"{[rank for rank, _ in failed]}, so rank {comm.rank} stops too: "
+            + "; ".join(f"rank {rank}: {problem}" for rank, problem in failed)
+        )
+    for rank, (_, other_view, other) in enumerate(reports):
+        differ = sorted(key for key in settings if other[key] != reports[0][2][key])
+        if differ:
+            raise ValueError(
+                f"ranks disagree on the kernel's settings {differ}: rank 0 has "
+                f"{ {key: reports[0][2][key] for key in differ} }, rank {rank} has "
+                f"{ {key: other[key] for key in differ} }; every rank must build "
+                f"ParallelTempering and call MCMC with the same arguments"
+            )
+        if other_view != reports[0][1]:
+            raise ValueError(
+                f"ranks disagree on the model's latent sites: rank 0 has {reports[0][1]}, "
+                f"rank {rank} has {other_view}; every rank must run the same model on the "
+                f"same shapes"
+            )

@@ -1,11 +1,14 @@
-"""Temperature ladders: geometric, explicit, and with a prior rung (T = inf, beta = 0).
+"""Temperature ladders: geometric, explicit, and with a prior rung (T = inf, beta = 0), and
+their round-based adaptation.
 
-Pure: no Pyro inference machinery. Temperatures are listed cold first, ``T_0 = 1``.
+Pure: no Pyro inference machinery. Rungs are listed cold first, ``T_0 = 1``. A run's
+:class:`Ladder` is the one place its inverse temperatures live; :func:`inverse_temperatures`
+and :func:`temperatures_of` are the one conversion pair.
 """
 
 import math
 
-from .stats import cumulative_barrier
+from .recorders import cumulative_barrier
 
 
 def geometric_ladder(num_replicas, max_temperature):
@@ -72,6 +75,59 @@ def inverse_temperatures(temperatures):
     return [0.0 if math.isinf(t) else 1.0 / t for t in temperatures]
 
 
+def temperatures_of(betas):
+    """T = 1 / beta for each rung; 0 maps to ``inf`` (the prior rung)."""
+    return [math.inf if b == 0.0 else 1.0 / b for b in betas]
+
+
+class Ladder:
+    """
+    The ladder of one run: the one place its rungs' temperatures live (the swaps, the explorers
+    and the reports read :attr:`betas` from here), and the history of its adaptation.
+
+    It starts at the ladder given (``temperatures``, kept as given); an adaptation stores the
+    temperatures of the betas it computes. :attr:`betas` are always those of the stored
+    temperatures. :meth:`reset` goes back to the start (a new run of the same kernel).
+
+    :param list temperatures: a validated ladder, cold (1.0) first.
+    """
+
+    def __init__(self, temperatures):
+        self.initial = list(temperatures)
+        self.reset()
+
+    def reset(self):
+        self.temperatures = list(self.initial)
+        self.history = []
+
+    @property
+    def betas(self):
+        return inverse_temperatures(self.temperatures)
+
+    def adapt(self, scan, rejection_rates):
+        """
+        The end of a warmup round at ``scan``: record it, and move the rungs to equal
+        increments of the barrier (:func:`equal_barrier_betas`, the same on every rank).
+        A pair never tried says nothing about its barrier: then the ladder stays as it is.
+
+        :returns: the new betas as computed (before their round trip through the stored
+            temperatures), or None if the ladder stays.
+        """
+        betas = self.betas
+        unattempted = any(math.isnan(r) for r in rejection_rates)
+        self.history.append({
+            "scans": scan,
+            "temperatures": temperatures_of(betas),
+            "rejection_rates": list(rejection_rates),
+            "barrier": math.nan if unattempted else cumulative_barrier(rejection_rates)[-1],
+        })
+        if unattempted:
+            return None
+        new = equal_barrier_betas(betas, rejection_rates)
+        self.temperatures = temperatures_of(new)
+        return new
+
+
 def equal_barrier_betas(betas, rejection_rates):
     r"""
     A new ladder with the same end points whose rungs sit at equal increments of the estimated
@@ -102,6 +158,16 @@ def equal_barrier_betas(betas, rejection_rates):
         new.append(betas[segment] + frac * (betas[segment + 1] - betas[segment]))
     new.append(betas[-1])
     return new
+
+
+def warmup_round_ends(warmup_steps, swap_interval=1):
+    """
+    The scans that end a warmup round: :func:`adaptation_round_ends` counted in swap rounds
+    (4, 8, 16, ...), so that every round holds swaps of every pair even when swaps happen only
+    every ``swap_interval`` scans.
+    """
+    ends = adaptation_round_ends(-(-warmup_steps // swap_interval))
+    return {e * swap_interval for e in ends if e * swap_interval < warmup_steps}
 
 
 def adaptation_round_ends(warmup_steps, first_round=4):

@@ -1,9 +1,6 @@
-"""Checks of ParallelTempering's arguments and of the context it runs in."""
+"""Checks of ParallelTempering's arguments, and the settings every rank must share."""
 
-import sys
-
-from .batched_explorer import check_hmc_options
-from .explorers import EXPLORERS
+from .explorers import EXPLORERS, check_hmc_options
 from .swap import SWAP_SCHEMES
 
 
@@ -28,15 +25,27 @@ def check_options(explorer, explorer_kwargs, swap_scheme, swap_interval, adapt_t
         raise TypeError(f"adapt_temperatures must be True or False, got {adapt_temperatures!r}")
 
 
-def inside_multichain_mcmc():
-    """Whether this setup() runs under Pyro's MCMC with num_chains > 1 (its samplers' frames)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        owner = frame.f_locals.get("self")
-        name = type(owner).__name__
-        if name in ("_UnarySampler", "_MultiSampler") and getattr(owner, "num_chains", 1) > 1:
-            return True
-        if name == "_Worker":
-            return True
-        frame = frame.f_back
-    return False
+def check_split(split, betas, save_params):
+    """The checks that need the model's split: a proper prior for a prior rung (beta = 0), and
+    ``save_params`` naming latent sites."""
+    if betas[-1] == 0.0:
+        split.check_proper_prior()
+    if save_params is not None:
+        unknown = set(save_params) - set(split.latent_names)
+        if unknown:
+            raise ValueError(
+                f"save_params names {sorted(unknown)} are not latent sites of the model; "
+                f"its latent sites are {split.latent_names}"
+            )
+
+
+def shared_settings(kernel, warmup_steps):
+    """The settings that decide the ranks' common steps (checked equal on every rank)."""
+    return {
+        "temperatures": [float(t) for t in kernel.temperatures],
+        "warmup_steps": warmup_steps,
+        "swap_scheme": kernel.swap_scheme,
+        "swap_interval": kernel.swap_interval,
+        "adapt_temperatures": kernel.adapt_temperatures,
+        "explorer": kernel.explorer if isinstance(kernel.explorer, str) else "callable",
+    }

@@ -4,7 +4,8 @@ import math
 
 import numpy as np
 
-from .stats import cumulative_barrier
+from .ladder import inverse_temperatures
+from .recorders import cumulative_barrier
 
 # Rule of thumb of the seed tutorial: a pair accepting under 10% of its swaps is a bottleneck,
 # one accepting over 80% spends a replica that a sparser ladder would not need.
@@ -18,7 +19,7 @@ def _from_diagnostics(diag, history=()):
     if len(temperatures) < 2:
         raise ValueError("plot_tempering needs a ladder of at least two temperatures: "
                          f"this run had {list(temperatures)} and no swaps")
-    return {"betas": np.where(np.isinf(temperatures), 0.0, 1.0 / temperatures),
+    return {"betas": np.asarray(inverse_temperatures(temperatures.tolist())),
             "temperatures": temperatures,
             "acceptance": np.asarray(diag["swap_acceptance"], dtype=np.float64),
             # (beta midpoint, lambda) per pair, as ladder_statistics estimated it.
@@ -205,7 +206,7 @@ def plot_tempering(source, axes=None, path=None):
         labels = [f"round {i + 1} (to scan {entry['scans']}), Λ≈{entry['barrier']:.2f}"
                   for i, entry in enumerate(history)] + ["sampling"]
         for row, ladder in enumerate(ladders):
-            ladder_betas = [0.0 if math.isinf(t) else 1.0 / t for t in ladder]
+            ladder_betas = inverse_temperatures(ladder)
             ax.plot(ladder_betas, [row] * len(ladder), "|-", color="tab:blue", ms=10, lw=0.5)
         ax.set_yticks(range(len(ladders)), labels, fontsize=7)
         ax.set_ylim(len(ladders) - 0.5, -0.5)  # first round on top

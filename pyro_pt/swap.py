@@ -62,20 +62,32 @@ def swap_pairs(scheme, round_index, num_temperatures, coin=None):
     return list(range(parity, num_temperatures - 1, 2))
 
 
-def accept_swap(log_ratio, uniform):
-    """
-    Metropolis decision for one swap: accept when ``uniform < min(1, exp(log_ratio))``.
+def metropolis_probability(log_ratio):
+    r"""
+    The Metropolis acceptance probability :math:`\min(1, e^{\log r})` of a move with log
+    acceptance ratio ``log_ratio`` (a float): the one rule every move uses, swaps and the
+    explorers' local moves alike. A NaN ratio (a numerical failure) gives 0: refused, never
+    accepted, so it cannot corrupt the chain.
 
-    A NaN ratio is refused, never accepted, so a numerical failure cannot corrupt the chain.
-
-    :param float log_ratio: :math:`\\Delta` from :func:`swap_log_ratio`.
-    :param float uniform: a draw from U(0, 1).
-    :returns: ``(accepted, acceptance probability)``; the probability is 0 for NaN.
+    :param float log_ratio: :math:`\log r`, e.g. :math:`\Delta` from :func:`swap_log_ratio`
+        or minus an HMC trajectory's energy error.
+    :returns: the probability, a float in [0, 1].
     """
     log_ratio = float(log_ratio)
     if math.isnan(log_ratio):
-        return False, 0.0
-    prob = 1.0 if log_ratio >= 0 else math.exp(log_ratio)
+        return 0.0
+    return 1.0 if log_ratio >= 0 else math.exp(log_ratio)
+
+
+def accept_swap(log_ratio, uniform):
+    r"""
+    Metropolis decision for one swap: accept when ``uniform < min(1, exp(log_ratio))``.
+
+    :param float log_ratio: :math:`\Delta` from :func:`swap_log_ratio`.
+    :param float uniform: a draw from U(0, 1).
+    :returns: ``(accepted, acceptance probability)``; the probability is 0 for NaN.
+    """
+    prob = metropolis_probability(log_ratio)
     return uniform < prob, prob
 
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from pyro_pt.functional import FunctionalSplit
+from pyro_pt.potential import FunctionalSplit
 
 
 def temper_the_prior_in_batched_hmc(monkeypatch):

@@ -5,9 +5,12 @@ import math
 import pytest
 import torch
 
-from pyro_pt import batched_hmc
-from pyro_pt.adaptation_hmc import DualAveraging, WelfordDiagonal, warmup_windows
-from pyro_pt.batched_hmc import BatchedHMC, row_sum
+from pyro.ops.welford import WelfordCovariance
+
+from pyro_pt.explorers import hmc as hmc_module
+from pyro_pt.explorers.hmc import BatchedHMC
+from pyro_pt.explorers.hmc_dynamics import row_sum
+from pyro_pt.explorers.hmc_warmup import DualAveraging, warmup_windows
 
 F64 = torch.float64
 
@@ -94,8 +97,8 @@ def test_samples_exact_tempered_posteriors():
 def test_known_bugs_fail_the_posterior_check(mutant, monkeypatch):
     tempered_prior = mutant == "tempered prior"
     if mutant == "accept sign":
-        flipped = batched_hmc.acceptance_probability
-        monkeypatch.setattr(batched_hmc, "acceptance_probability", lambda d: flipped(-d))
+        flipped = hmc_module.metropolis_probability
+        monkeypatch.setattr(hmc_module, "metropolis_probability", lambda r: flipped(-r))
     if mutant == "kinetic without metric":
         monkeypatch.setattr(BatchedHMC, "_kinetic", lambda self, p: 0.5 * row_sum(p * p))
     target = gaussian(tempered_prior)
@@ -336,8 +339,8 @@ def test_stan_windows_and_regularized_variance():
     assert warmup_windows(20) == [(3, 10)]  # 10 iterations left for the final step size
     assert warmup_windows(19) == []
     x = torch.randn(50, 2, 4, dtype=F64)
-    welford = WelfordDiagonal(2, 4)
+    welford = WelfordCovariance(diagonal=True)  # as HMCWarmup uses it: rows are slots
     for row in x:
         welford.update(row)
     expected = (50 / 55) * x.var(0) + 1e-3 * (5 / 55)
-    assert torch.allclose(welford.variance(), expected)
+    assert torch.allclose(welford.get_covariance(regularize=True), expected)

@@ -16,8 +16,7 @@ import pyro.distributions as dist
 import pyro.poutine as poutine
 from pyro.ops.integrator import potential_grad
 
-from pyro_pt.functional import FunctionalSplit
-from pyro_pt.tempering import ModelSplit, TemperedPotential
+from pyro_pt.potential import FunctionalSplit, ModelSplit, TemperedPotential
 
 from . import models
 
@@ -204,7 +203,7 @@ def test_drop_in_for_tempered_potential_and_pyro_gradients(splits):
     assert_close(potential, potential_ref)
     for name in grads:
         assert_close(grads[name], grads_ref[name])
-    assert fast.latent_names == split.latent_names and fast.transforms is split.transforms
+    assert fast.split is split and fast.compiled.split is split
     with torch.no_grad():
         lp, ll = fast.log_densities(z)
     assert not lp.requires_grad

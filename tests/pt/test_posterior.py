@@ -9,7 +9,8 @@ import pyro
 from pyro.infer import MCMC, NUTS
 from pyro.ops.stats import effective_sample_size
 
-from pyro_pt import ParallelTempering, explorers, tempering
+from pyro_pt import ParallelTempering, explorers
+from pyro_pt.potential import TemperedPotential
 
 from .models import (
     bimodal_mass_above_zero,
@@ -65,7 +66,7 @@ def test_tempering_the_prior_fails_the_conjugate_check(monkeypatch):
         lp, ll = self.split.log_densities(z)
         return -self.beta * (lp + ll)
 
-    monkeypatch.setattr(tempering.TemperedPotential, "__call__", tempered_prior)
+    monkeypatch.setattr(TemperedPotential, "__call__", tempered_prior)
     mean_z, cov_z, _ = conjugate_errors(10.0, "deo")
     assert max(mean_z, cov_z) > 6.0
 
@@ -121,16 +122,16 @@ def first_cold_evaluations_after_swaps(monkeypatch, clear_cache=True):
     evaluated in the next scan).
     """
     evaluations = []
-    original = tempering.TemperedPotential.__call__
+    original = TemperedPotential.__call__
 
     def spy(self, z):
         if self.beta == 1.0:
             evaluations.append(z["w"].detach().clone())
         return original(self, z)
 
-    monkeypatch.setattr(tempering.TemperedPotential, "__call__", spy)
+    monkeypatch.setattr(TemperedPotential, "__call__", spy)
     if not clear_cache:
-        monkeypatch.setattr(explorers.Explorer, "replace_state", lambda self: None)
+        monkeypatch.setattr(explorers.PyroKernelExplorer, "replace_state", lambda self: None)
     x, y = linear_data()
     pyro.set_rng_seed(0)
     kernel = ParallelTempering(linear_model, temperatures=[1.0, 1.5], explorer="nuts",

@@ -10,7 +10,7 @@ import pyro
 from pyro.infer import MCMC
 
 from pyro_pt import ParallelTempering
-from pyro_pt.stats import stepping_stone
+from pyro_pt.recorders import stepping_stone
 
 from .models import linear_data, linear_model
 
@@ -110,17 +110,27 @@ def test_rounds_count_swap_rounds_when_swaps_are_sparse():
 
 def test_a_round_with_an_untried_pair_keeps_the_ladder():
     from pyro_pt.comm import LocalComm
-    from pyro_pt.rounds import TemperingRounds
+    from pyro_pt.ladder import Ladder, temperatures_of
+    from pyro_pt.recorders import TemperingRecorder
+    from pyro_pt.report import Report
 
-    rounds = TemperingRounds(warmup_steps=20, adapt=True, num_replicas=3, comm=LocalComm())
     betas = [1.0, 0.5, 0.1]
-    for scan in range(1, 4):
-        assert rounds.record(scan, betas, [0.0] * 3, [(0, True, 0.9)], True, 0) is None
+    ladder = Ladder(temperatures_of(betas))
+    recorder = TemperingRecorder(3, warmup_steps=20)
+    report = Report(warmup_steps=20, adapt=True, comm=LocalComm())
+
+    def scan(attempts):
+        recorder.record_swaps(attempts)
+        recorder.record_scan([0.0] * 3, [math.nan] * 2)
+        return report.after_scan(ladder, recorder, True)
+
+    for _ in range(1, 4):
+        assert scan([(0, True, 0.9)]) is None
     # Scan 4 ends the first round; pair 1 was never attempted: no re-placement.
-    assert rounds.record(4, betas, [0.0] * 3, [(0, False, 0.2)], True, 0) is None
-    assert math.isnan(rounds.history[0]["rejection_rates"][1])
+    assert scan([(0, False, 0.2)]) is None
+    assert math.isnan(ladder.history[0]["rejection_rates"][1])
     # With both pairs tried, the next round does move the rungs.
-    for scan in range(5, 12):
-        rounds.record(scan, betas, [0.0] * 3, [(0, True, 0.9), (1, False, 0.1)], True, 0)
-    new = rounds.record(12, betas, [0.0] * 3, [(0, True, 0.9), (1, False, 0.1)], True, 0)
+    for _ in range(5, 12):
+        scan([(0, True, 0.9), (1, False, 0.1)])
+    new = scan([(0, True, 0.9), (1, False, 0.1)])
     assert new is not None and new[0] == 1.0 and new[-1] == 0.1 and new[1] != 0.5

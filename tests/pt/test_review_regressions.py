@@ -12,10 +12,7 @@ from .models import gaussian_data, gaussian_model, linear_data, linear_model
 
 
 def _rung_betas(kernel):
-    explorers = kernel._rungs.explorers
-    if hasattr(explorers[0], "group"):
-        return list(explorers[0].group._betas)
-    return [e.potential.beta for e in explorers]
+    return [explorer.beta for explorer in kernel._rungs.explorers]
 
 
 @pytest.mark.parametrize("explorer", ["hmc", "rwmh"])

@@ -9,7 +9,7 @@ import pyro.poutine as poutine
 from pyro.infer.autoguide.initialization import init_to_value
 from pyro.infer.mcmc.util import initialize_model
 
-from pyro_pt.tempering import ModelSplit, TemperedPotential
+from pyro_pt.potential import ModelSplit, TemperedPotential
 
 from .models import constrained_model
 

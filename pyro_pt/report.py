@@ -1,11 +1,13 @@
-"""Rounds of a tempered run: per-round statistics, ladder adaptation and the report table.
+"""The report of a tempered run: one row per round, printed above the progress bar, and the
+DataFrame.
 
-Warmup runs in rounds of doubling length (4, 8, 16, ... scans, ending before the warmup does;
-Syed et al. 2021, Sec. 5). At the end of each round the round's swap statistics give the
-pairs' rejection rates, hence the barrier and a stepping-stone log Z on the round's (fixed)
-ladder; with adaptation on, the rungs then move to equal barrier increments. The sampling
-phase is reported cumulatively at doubling scan counts and once more at the end. Every
-number here is the same on every rank, except the seconds, which are the rank's own.
+Warmup runs in rounds of doubling length (4, 8, 16, ... swap rounds, ending before the warmup
+does; Syed et al. 2021, Sec. 5; :func:`~pyro_pt.ladder.warmup_round_ends`). At the end of each
+round its swap statistics (the recorder's round view) give the pairs' rejection rates, hence the
+barrier and a stepping-stone log Z on the round's (fixed) ladder; with adaptation on, the
+ladder then moves its rungs to equal barrier increments. The sampling phase is reported
+cumulatively at doubling scan counts and once more at the end. Every number here is the same
+on every rank, except the seconds, which are the rank's own.
 """
 
 import math
@@ -14,8 +16,8 @@ import time
 
 import torch
 
-from .ladder import adaptation_round_ends, equal_barrier_betas
-from .stats import SwapStatistics, cumulative_barrier, stepping_stone
+from .ladder import warmup_round_ends
+from .recorders import global_barrier, stepping_stone
 
 COLUMNS = ("round", "phase", "scans", "barrier", "log_Z", "min_swap_acc", "mean_swap_acc",
            "cold_local_acc", "round_trips", "seconds")
@@ -50,75 +52,66 @@ def _print_line(line):
     tqdm.write(line, file=sys.stderr)
 
 
-class TemperingRounds:
+class Report:
     """
-    Bookkeeping of the rounds of one run, and the report rows they produce.
+    The rows of one run's report, and the schedule of its rounds.
 
-    The kernel calls :meth:`record` after every scan and :meth:`finish` at the end; when a
-    warmup round closes, :meth:`record` returns the new inverse temperatures if the ladder is
-    adapted.
+    The kernel calls :meth:`after_scan` after every scan and :meth:`finish` at the end.
 
     :param int warmup_steps: the run's warmup scans.
     :param bool adapt: re-place the ladder at the end of each warmup round.
-    :param int num_replicas: K.
     :param comm: the run's communicator (rank 0 owns the cold rung and prints the report).
     :param int swap_interval: scans between swap rounds; rounds are counted in swap rounds.
     """
 
-    def __init__(self, warmup_steps, adapt, num_replicas, comm, swap_interval=1):
+    def __init__(self, warmup_steps, adapt, comm, swap_interval=1):
         self.warmup_steps = warmup_steps
         self.adapt = adapt
         self.comm = comm
-        # Rounds are counted in swap rounds (4, 8, 16, ...), so that every round holds swaps of
-        # every pair even when swaps happen only every swap_interval scans.
-        ends = adaptation_round_ends(-(-warmup_steps // swap_interval))
-        self.round_ends = {e * swap_interval for e in ends if e * swap_interval < warmup_steps}
+        self.round_ends = warmup_round_ends(warmup_steps, swap_interval)
         self.rows = []
-        self.history = []
-        self._stats = SwapStatistics(num_replicas - 1)
         self._printing = comm.rank == 0 and _progress_bar_active()
         self._next_sampling_row = 16
         self._finished = False
         self._begin_round(0, 0)
 
     def _begin_round(self, scan, round_trips):
-        self._stats.reset()
-        self._ll = []
         self._cold_moves = 0
         self._round_start = (scan, round_trips, time.perf_counter())
 
-    def record(self, scan, betas, ll, attempts, cold_moved, round_trips):
+    def after_scan(self, ladder, recorder, cold_moved):
         """
-        Account one scan (``scan`` counts from 1). ``attempts`` are the swap round's
-        ``(pair, accepted, prob)``; ``cold_moved`` whether rung 0's explorer moved (None on
-        ranks without rung 0). Returns new betas when a warmup round ends with adaptation on.
+        Account the scan the recorder has just recorded; ``cold_moved`` says whether rung 0's
+        explorer moved (None on ranks without rung 0). At the end of a warmup round, with
+        adaptation on, the ladder adapts: returns its new betas (None if it stays).
         """
-        for pair, accepted, prob in attempts:
-            self._stats.record(pair, accepted, prob)
-        self._ll.append(list(ll))
+        scan, trips = recorder.scans, recorder.index.round_trips
         self._cold_moves += bool(cold_moved)
-        new_betas = None
+        moved = None
         if scan in self.round_ends:
-            self._add_row("warmup", scan, betas, round_trips)
+            self._add_row("warmup", scan, ladder.betas, recorder)
             if self.adapt:
-                new_betas = self._adapt(scan, betas)
-            self._begin_round(scan, round_trips)
+                moved = ladder.adapt(scan, recorder.round.rejection_rates())
+            recorder.begin_round()
+            self._begin_round(scan, trips)
         elif scan == self.warmup_steps:
-            self._add_row("warmup", scan, betas, round_trips)
+            self._add_row("warmup", scan, ladder.betas, recorder)
+            recorder.begin_sampling()
             self._begin_round(scan, 0)  # the sampling phase is reported from its start
         elif scan - self.warmup_steps == self._next_sampling_row:
-            self._add_row("sampling", scan, betas, round_trips, reset=False)
+            self._add_row("sampling", scan, ladder.betas, recorder)
             self._next_sampling_row *= 2
-        return new_betas
+        return moved
 
-    def finish(self, scan, betas, round_trips):
+    def finish(self, ladder, recorder):
         """The closing row of the sampling phase (once; nothing if it has just been written)."""
         if self._finished:
             return
         self._finished = True
+        scan = recorder.scans
         done = self.rows[-1]["scans"] if self.rows and self.rows[-1]["phase"] == "sampling" else 0
         if scan > self.warmup_steps and scan - self.warmup_steps != done:
-            self._add_row("sampling", scan, betas, round_trips, reset=False)
+            self._add_row("sampling", scan, ladder.betas, recorder)
 
     def _cold_acceptance(self, num_scans):
         # Only rank 0 saw rung 0 move; one scalar per round is all the traffic this costs.
@@ -127,24 +120,25 @@ class TemperingRounds:
             moves = self.comm.broadcast(moves, src=0, what="broadcast of the cold acceptance")
         return float(moves[0]) / num_scans if num_scans else math.nan
 
-    def _add_row(self, phase, scan, betas, round_trips, reset=True):
+    def _add_row(self, phase, scan, betas, recorder):
         start_scan, start_trips, start_time = self._round_start
         num_scans = scan - start_scan
-        acceptance = self._stats.acceptance()
+        acceptance = recorder.round.acceptance()
         known = [a for a in acceptance if not math.isnan(a)]
         log_z = math.nan
-        if self._ll and len(betas) > 1:
-            log_z = stepping_stone(betas, torch.tensor(self._ll, dtype=torch.float64))[0]
+        if recorder.round_ll and len(betas) > 1:
+            ll = torch.tensor(recorder.round_ll, dtype=torch.float64)
+            log_z = stepping_stone(betas, ll)[0]
         row = {
             "round": len(self.rows) + 1,
             "phase": phase,
             "scans": num_scans,
-            "barrier": sum(1.0 - a for a in known) if known else math.nan,
+            "barrier": global_barrier(recorder.round.rejection_rates()) if known else math.nan,
             "log_Z": log_z,
             "min_swap_acc": min(known) if known else math.nan,
             "mean_swap_acc": sum(known) / len(known) if known else math.nan,
             "cold_local_acc": self._cold_acceptance(num_scans),
-            "round_trips": round_trips - (start_trips if reset else 0),
+            "round_trips": recorder.index.round_trips - start_trips,
             "seconds": time.perf_counter() - start_time,
         }
         self.rows.append(row)
@@ -152,19 +146,6 @@ class TemperingRounds:
             if len(self.rows) == 1:
                 _print_line(_HEADER)
             _print_line(_format_row(row))
-
-    def _adapt(self, scan, betas):
-        """Equalize the pairs' rejection rates (Syed et al. 2021, Sec. 5.1), same on all ranks."""
-        rejections = [1.0 - a for a in self._stats.acceptance()]
-        unattempted = any(math.isnan(r) for r in rejections)
-        self.history.append({
-            "scans": scan,
-            "temperatures": [math.inf if b == 0.0 else 1.0 / b for b in betas],
-            "rejection_rates": rejections,
-            "barrier": math.nan if unattempted else cumulative_barrier(rejections)[-1],
-        })
-        # A pair never tried says nothing about its barrier: keep the ladder rather than guess.
-        return None if unattempted else equal_barrier_betas(betas, rejections)
 
     def data_frame(self):
         """The report as a pandas DataFrame, one row per round."""

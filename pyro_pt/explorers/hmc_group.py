@@ -1,17 +1,18 @@
 """The rungs of one process advanced together: ``explorer="hmc"``.
 
-A :class:`BatchedRungs` group holds the process's tempered rungs (the prior rung, drawn
-exactly, stays apart) as the slots of one :class:`~pyro_pt.batched_hmc.BatchedHMC`, whose
+A :class:`HMCGroup` group holds the process's tempered rungs (the prior rung, drawn
+exactly, stays apart) as the slots of one :class:`~pyro_pt.explorers.hmc.BatchedHMC`, whose
 leapfrog steps evaluate every slot in one call of the model's fast batched potential
-(:class:`~pyro_pt.functional.FunctionalSplit`). Each rung gets a :class:`BatchedRung` handle
-with the per-rung explorer protocol the kernel and :class:`~pyro_pt.replicas.RungBlock` use
-(``set_beta``, ``replace_state``, ``diagnostics``, ``logging``); :func:`step_rungs` steps a
-block of rungs, a group in one call.
+(:class:`~pyro_pt.potential.FunctionalSplit`). Each rung gets a :class:`HMCRung` handle
+that meets the explorer contract (:mod:`pyro_pt.explorers.contract`); the group steps all its
+rungs in one call.
 """
 
 import torch
 
-from .batched_hmc import BatchedHMC
+from ..random import engine_seed
+from .contract import ExplorerGroup, RungExplorer
+from .hmc import BatchedHMC
 
 BATCHED_HMC_OPTIONS = ("num_steps", "step_size", "target_accept_prob", "adapt_step_size",
                        "adapt_mass_matrix", "num_steps_jitter", "max_delta_energy",
@@ -34,18 +35,12 @@ def check_hmc_options(kwargs):
         )
 
 
-def _engine_seed(seed):
-    # The rung's seed also seeds its initial point; a fixed odd multiplier (Knuth's MMIX LCG)
-    # gives the momenta a stream of their own.
-    return (seed * 6364136223846793005 + 1442695040888963407) % 2**63
-
-
-class BatchedRungs:
+class HMCGroup(ExplorerGroup):
     """
     The tempered rungs of one process as the slots of one batched HMC.
 
     :param FunctionalSplit fast: the model's fast split (its batched potential).
-    :param dict options: :class:`~pyro_pt.batched_hmc.BatchedHMC` keyword arguments.
+    :param dict options: :class:`~pyro_pt.explorers.hmc.BatchedHMC` keyword arguments.
     """
 
     def __init__(self, fast, options):
@@ -61,9 +56,9 @@ class BatchedRungs:
     def add(self, beta, seed, z):
         """A new slot for a rung at ``beta`` starting at ``z``; returns its handle."""
         self._betas.append(float(beta))
-        self._seeds.append(_engine_seed(seed))
+        self._seeds.append(engine_seed(seed))
         self._initial.append(self.fast.flatten(z))
-        return BatchedRung(self, len(self._betas) - 1)
+        return HMCRung(self, len(self._betas) - 1)
 
     def setup(self, warmup_steps):
         """Start the engine; returns the initial log-likelihoods of the slots."""
@@ -79,6 +74,11 @@ class BatchedRungs:
         new, ll, _ = self.engine.step(z)
         return [(self.fast.unflatten(row), value) for row, value in zip(new, ll.tolist())]
 
+    @property
+    def betas(self):
+        """The slots' inverse temperatures (Python floats), slot order."""
+        return list(self._betas)
+
     def set_beta(self, slot, beta):
         self._betas[slot] = float(beta)
         if self._ready:
@@ -89,12 +89,20 @@ class BatchedRungs:
             self.engine.replace_states([slot])
 
 
-class BatchedRung:
-    """One rung's handle on its :class:`BatchedRungs` group."""
+class HMCRung(RungExplorer):
+    """One rung's handle on its :class:`HMCGroup` group."""
 
     def __init__(self, group, slot):
-        self.group = group
+        self._group = group
         self.slot = slot
+
+    @property
+    def group(self):
+        return self._group
+
+    @property
+    def beta(self):
+        return self.group.betas[self.slot]
 
     def set_beta(self, beta):
         """Move the rung to a new inverse temperature (ladder adaptation, during warmup)."""
@@ -117,22 +125,3 @@ class BatchedRung:
 
     def logging(self):
         return self.group.engine.logging(self.slot)
-
-
-def step_rungs(explorers, states):
-    """
-    One local move of every rung of a block: ``[(z, ll or None), ...]`` in rung order. The
-    rungs of a :class:`BatchedRungs` group move together, in one batched iteration.
-    """
-    out = [None] * len(explorers)
-    groups = {}
-    for i, (explorer, z) in enumerate(zip(explorers, states)):
-        group = getattr(explorer, "group", None)
-        if group is None:
-            out[i] = explorer.step(z)
-        else:
-            groups.setdefault(id(group), (group, []))[1].append(i)
-    for group, indices in groups.values():
-        for i, result in zip(indices, group.step([states[i] for i in indices])):
-            out[i] = result
-    return out

@@ -8,7 +8,6 @@ of the observed sites (``obs=`` and ``pyro.factor``), with plate subsampling and
 """
 
 import math
-import weakref
 
 import torch
 from torch.distributions import biject_to
@@ -106,16 +105,34 @@ class ModelSplit:
     def constrain(self, z):
         return {name: self.transforms[name].inv(value) for name, value in z.items()}
 
-    def _split_trace(self, trace, z, constrained):
-        trace.compute_log_prob(site_filter=lambda name, site: _is_counted(site))
+    def sum_terms(self, log_probs, z, constrained):
+        r"""
+        ``(lp, ll)`` from each counted site's summed log probability: the one place the two
+        sums are written, for the traced path (:meth:`log_densities`) and the captured graph
+        (:func:`~pyro_pt.potential.densities.split_terms`) alike, so both add the same terms in
+        the same order,
+
+        .. math:: lp = \sum_{s\ latent} [\log p(x_s) - \log|dT_s/dx_s|], \qquad
+                  ll = \sum_{o\ observed} \log p(y_o \mid x).
+
+        :param dict log_probs: site name -> scalar log probability (scaled and masked).
+        :param dict z: latent site -> unconstrained value.
+        :param dict constrained: latent site -> constrained value ``T^{-1}(z)``.
+        """
         lp = ll = 0.0
         for name in self.observed_names:
-            ll = ll + trace.nodes[name]["log_prob_sum"]
+            ll = ll + log_probs[name]
         for name in self.latent_names:
-            lp = lp + trace.nodes[name]["log_prob_sum"]
+            lp = lp + log_probs[name]
             # Density of z = T(x): p(x) |d x / d z|, i.e. minus log|dT/dx|.
             lp = lp - self.transforms[name].log_abs_det_jacobian(constrained[name], z[name]).sum()
         return lp, ll
+
+    def _split_trace(self, trace, z, constrained):
+        trace.compute_log_prob(site_filter=lambda name, site: _is_counted(site))
+        log_probs = {name: trace.nodes[name]["log_prob_sum"]
+                     for name in self.observed_names + self.latent_names}
+        return self.sum_terms(log_probs, z, constrained)
 
     def log_densities(self, z):
         """
@@ -191,45 +208,38 @@ class ModelSplit:
         )
 
 
-class TemperedPotential:
+class FlatLayout:
     """
-    Potential energy ``-(lp(z) + beta * ll(z))`` of one rung, as Pyro's HMC/NUTS expect.
+    The latent sites in a fixed order, flattened into one vector (each site ``.reshape(-1)``):
+    the one layout of the captured graphs, the batched explorers and the states sent between
+    processes.
 
-    It remembers ``ll`` at the points it evaluates (keyed by the identity of their tensors,
-    through weak references, so nothing is kept alive): the explorer returns one of those
-    points, and the swaps need its ``ll`` without another trace of the model.
-
-    A plain class rather than a closure so the kernel pickles for ``MCMC(num_chains>1)``.
+    :param list names: site names, in the order of the flat vector.
+    :param list shapes: the sites' shapes.
+    :param list dtypes: optional site dtypes that :meth:`unflatten` restores (the flat vector
+        has one dtype; a state sent between processes keeps each site's own).
     """
 
-    def __init__(self, split, beta):
-        self.split = split
-        self.beta = beta
-        self._seen = {}
+    def __init__(self, names, shapes, dtypes=None):
+        self.names = list(names)
+        self.shapes = [torch.Size(shape) for shape in shapes]
+        self.sizes = [shape.numel() for shape in self.shapes]
+        self.dim = sum(self.sizes)
+        self.dtypes = list(dtypes) if dtypes is not None else None
 
-    def __call__(self, z):
-        lp, ll = self.split.log_densities(z)
-        self._remember(z, ll)
-        return -(lp + self.beta * ll)
+    @classmethod
+    def of(cls, z, names):
+        """The layout of the state ``z`` (site -> tensor), sites in ``names`` order."""
+        return cls(names, [z[n].shape for n in names], [z[n].dtype for n in names])
 
-    @staticmethod
-    def _key(z):
-        return tuple(id(v) for v in z.values())
+    def flatten(self, z):
+        return torch.cat([z[name].reshape(-1) for name in self.names])
 
-    def _remember(self, z, ll):
-        if len(self._seen) > 4096:  # drop points whose tensors are gone
-            self._seen = {k: v for k, v in self._seen.items() if all(r() is not None for r in v[0])}
-        refs = tuple(weakref.ref(v) for v in z.values())
-        self._seen[self._key(z)] = (refs, ll.detach() if torch.is_tensor(ll) else ll)
-
-    def known_log_likelihood(self, z):
-        """``ll(z)`` if this potential evaluated exactly these tensors, else None."""
-        entry = self._seen.get(self._key(z))
-        if entry is None or any(r() is not v for r, v in zip(entry[0], z.values())):
-            return None
-        return float(entry[1])
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_seen"] = {}  # weak references do not pickle
-        return state
+    def unflatten(self, flat):
+        """Site values from ``flat`` of shape ``batch_shape + (dim,)`` (views of it)."""
+        parts = flat.split(self.sizes, dim=-1)
+        batch = flat.shape[:-1]
+        out = {n: p.reshape(batch + s) for n, p, s in zip(self.names, parts, self.shapes)}
+        if self.dtypes is not None:
+            out = {n: v.to(d) for (n, v), d in zip(out.items(), self.dtypes)}
+        return out

@@ -1,6 +1,6 @@
 import torch
 
-from pyro_pt.stats import IndexProcess, SwapStatistics, theoretical_round_trip_rate
+from pyro_pt.recorders import IndexProcess, SwapStatistics, theoretical_round_trip_rate
 from pyro_pt.swap import draw_round_uniforms, swap_pairs
 
 

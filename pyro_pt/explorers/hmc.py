@@ -15,46 +15,10 @@ import math
 
 import torch
 
-from .adaptation_hmc import (
-    DualAveraging,
-    WelfordDiagonal,
-    find_reasonable_step_sizes,
-    warmup_windows,
-)
-
-# torch's CPU sum splits a single long row over threads (a "two-pass" reduction once the
-# tensor has 32768 elements) but reduces each row of a multi-row tensor serially, so a plain
-# ``x.sum(-1)`` can differ in its last bits between R = 1 and R > 1. Summing blocks shorter
-# than that threshold first keeps every row's reduction order fixed.
-_ROW_BLOCK = 8192
-
-
-def row_sum(x):
-    """Per-row sum of ``x`` ``[R, D]``, bitwise independent of R and of the thread count."""
-    num_rows, dim = x.shape
-    if dim <= _ROW_BLOCK:
-        return x.sum(-1)
-    pad = (-dim) % _ROW_BLOCK
-    if pad:
-        x = torch.nn.functional.pad(x, (0, pad))
-    return x.reshape(num_rows, -1, _ROW_BLOCK).sum(-1).sum(-1)
-
-
-def _not_finite(potential, grad):
-    # One pass over the gradient: a NaN or inf entry makes its row's sum non-finite (a sum
-    # that overflows from finite entries counts too; such a trajectory is lost anyway).
-    return ~torch.isfinite(potential + row_sum(grad))
-
-
-def acceptance_probability(energy_change):
-    r"""
-    The Metropolis acceptance probability :math:`\min(1, e^{-\Delta H})` of a proposal whose
-    Hamiltonian exceeds the current one by ``energy_change`` (a float); NaN gives 0.
-    """
-    if math.isnan(energy_change):
-        return 0.0
-    return 1.0 if energy_change <= 0.0 else math.exp(-energy_change)
-
+from ..swap import metropolis_probability
+from .hmc_record import HMCRecord
+from .hmc_dynamics import draw, leapfrog, not_finite, row_sum
+from .hmc_warmup import HMCWarmup
 
 class BatchedHMC:
     r"""
@@ -72,7 +36,7 @@ class BatchedHMC:
 
     During warmup each slot adapts its step size by dual averaging towards
     ``target_accept_prob`` and its diagonal inverse mass matrix from the variance of its
-    draws in Stan's windows (:func:`~pyro_pt.adaptation_hmc.warmup_windows`); after each
+    draws in Stan's windows (:func:`~pyro_pt.explorers.hmc_warmup.warmup_windows`); after each
     window the step size is re-initialized by the doubling/halving heuristic of Hoffman &
     Gelman (Algorithm 4) and dual averaging restarts. The momenta, accept uniforms (and
     step-count jitter) of slot r come from its own ``torch.Generator``, on the states' device.
@@ -171,14 +135,8 @@ class BatchedHMC:
         self._momentum_scale = 1.0 / self._inv_mass.sqrt()
         self._warmup_steps = int(warmup_steps)
         self._t = 0
-        windows = warmup_windows(self._warmup_steps, *self._buffers)
-        self._windows = windows if self.adapt_mass_matrix else []
-        self._welford = WelfordDiagonal(num_slots, dim, self._dtype, self._device)
-        self._accepted_count = [0] * num_slots
-        self._accept_prob_sum = [0.0] * num_slots
-        self._accept_prob_n = 0
-        self._divergences = [[] for _ in range(num_slots)]
-        self._warmup_divergences = [0] * num_slots
+        self._warmup = HMCWarmup(self, self._buffers)
+        self._record = HMCRecord(num_slots, self._warmup_steps, self.max_delta_energy)
 
         z = z_flat.detach().clone()
         potential, grad, ll = self._evaluate(z)
@@ -187,7 +145,7 @@ class BatchedHMC:
                 f"potential_and_grad must return shapes [R], [R, D], [R] = [{num_slots}], "
                 f"{list(z.shape)}, [{num_slots}]; got {list(potential.shape)}, "
                 f"{list(grad.shape)}, {list(ll.shape)}")
-        bad = _not_finite(potential, grad)
+        bad = not_finite(potential, grad)
         if bool(bad.any()):
             raise ValueError(
                 f"the potential or its gradient is not finite at the initial state of slot(s) "
@@ -196,9 +154,7 @@ class BatchedHMC:
         self._z, self._potential, self._grad, self._ll = z, potential, grad, ll
         self._stale = torch.zeros(num_slots, dtype=torch.bool, device=self._device)
         self._pending_restart = set()
-        if self.adapt_step_size and self._warmup_steps > 0:
-            self._find_step_sizes(range(num_slots))
-            self._dual = DualAveraging(self._log_step_sizes(), self.target_accept_prob)
+        self._warmup.start()
         return ll.clone()
 
     def _per_slot(self, value, name, num_slots):
@@ -245,9 +201,7 @@ class BatchedHMC:
         in_warmup = self._t < self._warmup_steps
         if self._pending_restart:
             if in_warmup:
-                slots = sorted(self._pending_restart)
-                self._find_step_sizes(slots)
-                self._dual.restart(self._log_step_sizes(), slots)
+                self._warmup.restart(sorted(self._pending_restart))
             self._pending_restart = set()
 
         steps, noise, uniform = self._draw(range(self.num_slots), uniform=True)
@@ -258,7 +212,7 @@ class BatchedHMC:
         delta = torch.where(bad, torch.full_like(delta, math.nan), delta)
         # Per-slot scalars in Python: one transfer, and exp rounded alike for any R.
         deltas = delta.tolist()
-        accept_prob = [acceptance_probability(d) for d in deltas]
+        accept_prob = [metropolis_probability(-d) for d in deltas]
         accepted_list = [u < a for u, a in zip(uniform.tolist(), accept_prob)]
         accepted = torch.tensor(accepted_list, device=self._device)
         keep = accepted[:, None]
@@ -268,18 +222,9 @@ class BatchedHMC:
         self._ll = torch.where(accepted, ll, self._ll)
 
         self._t += 1
-        self._accept_prob_n += 1
-        for r, (d, a) in enumerate(zip(deltas, accept_prob)):
-            self._accept_prob_sum[r] += a
-            divergent = not d <= self.max_delta_energy  # NaN (a failed trajectory) included
-            if in_warmup:
-                self._warmup_divergences[r] += divergent
-            else:
-                self._accepted_count[r] += accepted_list[r]
-                if divergent:
-                    self._divergences[r].append(self._t - self._warmup_steps - 1)
+        self._record.add(self._t, deltas, accept_prob, accepted_list)
         if in_warmup:
-            self._adapt(accept_prob)
+            self._warmup.update(accept_prob)
         return self._z.clone(), self._ll.clone(), accepted
 
     def _evaluate(self, z):
@@ -303,117 +248,19 @@ class BatchedHMC:
         self._z = z
 
     def _draw(self, slots, uniform):
-        """
-        Slot r's random numbers from its own generator, in a fixed order (step count if
-        jittered, momentum noise, accept uniform); rows not in ``slots`` get zeros and draw
-        nothing.
-        """
+        """Slot r's random numbers from its own generator (:func:`~.hmc_dynamics.draw`)."""
         num_slots, dim = self._z.shape
-        kw = {"dtype": self._dtype, "device": self._device}
-        noise = [torch.zeros(dim, **kw)] * num_slots
-        uniforms = [torch.zeros((), **kw)] * num_slots
-        steps = [self.num_steps] * num_slots if self.num_steps_jitter > 0 else None
-        for r in slots:
-            gen = self._generators[r]
-            if steps is not None:
-                steps[r] = int(torch.randint(self.min_num_steps, self.num_steps + 1, (1,),
-                                             generator=gen, device=self._device))
-            noise[r] = torch.randn(dim, generator=gen, **kw)
-            if uniform:
-                uniforms[r] = torch.rand((), generator=gen, **kw)
-        if steps is not None:
-            steps = torch.tensor(steps, device=self._device)
-        return steps, torch.stack(noise), torch.stack(uniforms)
+        return draw(self._generators, slots, dim, self.num_steps, self.min_num_steps,
+                    self.num_steps_jitter > 0, uniform, self._dtype, self._device)
 
     def _kinetic(self, p):
         return 0.5 * row_sum(self._inv_mass * p * p)
 
     def _leapfrog(self, p0, step_size, steps, num_steps=None):
-        """
-        Leapfrog from the cached states with momenta ``p0``: ``num_steps`` steps, or ``steps[r]``
-        for slot r (later rows stay put while the longest finishes). Returns the end points
-        and a mask of slots whose trajectory met a non-finite potential or gradient.
-        """
-        z0 = self._z
-        eps = step_size[:, None]
-        half_eps = 0.5 * eps
-        scaled_eps = eps * self._inv_mass
-        z, potential, grad, ll = z0, self._potential, self._grad, self._ll
-        scratch = grad * half_eps
-        p = p0 - scratch  # our own tensor from here on: updated in place
-        bad = torch.zeros_like(self._stale)
-        any_bad = False
+        """The leapfrog trajectories from the cached states (:func:`~.hmc_dynamics.leapfrog`)."""
         n_max = num_steps or (self.num_steps if steps is None else int(steps.max()))
-        for i in range(1, n_max + 1):
-            z_new = z + torch.mul(scaled_eps, p, out=scratch)
-            if any_bad:
-                # A failed row restarts from its (finite) initial point, so the batched
-                # potential never sees NaN states; its results are discarded at the end.
-                z_new = torch.where(bad[:, None], z0, z_new)
-            u_new, g_new, ll_new = self._evaluate(z_new)
-            failed = _not_finite(u_new, g_new)
-            if steps is None:
-                z, potential, grad, ll = z_new, u_new, g_new, ll_new
-                bad = bad | failed
-                p.sub_(torch.mul(grad, half_eps if i == n_max else eps, out=scratch))
-            else:
-                live = i <= steps
-                live_col = live[:, None]
-                z = torch.where(live_col, z_new, z)
-                potential = torch.where(live, u_new, potential)
-                grad = torch.where(live_col, g_new, grad)
-                ll = torch.where(live, ll_new, ll)
-                bad = bad | (live & failed)
-                kick = torch.where((i == steps)[:, None], half_eps, eps)
-                p = torch.where(live_col, p - grad * kick, p)
-            any_bad = bool(bad.any())
-        return z, p, potential, grad, ll, bad
-
-    # ----- warmup -----
-
-    def _adapt(self, accept_prob):
-        if self.adapt_step_size:
-            self._set_step_sizes(self._dual.update(accept_prob))
-        t = self._t  # iterations completed; the one just done had index t - 1
-        for start, end in self._windows:
-            if start <= t - 1 < end:
-                self._welford.update(self._z)
-            if t == end:
-                self._inv_mass = self._welford.variance()
-                self._momentum_scale = 1.0 / self._inv_mass.sqrt()
-                self._welford.reset()
-                if self.adapt_step_size:
-                    every = range(self.num_slots)
-                    self._find_step_sizes(every)
-                    self._dual.restart(self._log_step_sizes(), every)
-        if t == self._warmup_steps:
-            if self.adapt_step_size:
-                self._set_step_sizes(self._dual.final_log_step_size())
-            # Progress-bar acceptance covers the sampling phase only.
-            self._accept_prob_sum = [0.0] * self.num_slots
-            self._accept_prob_n = 0
-
-    def _log_step_sizes(self):
-        return [math.log(e) for e in self._step_size.tolist()]
-
-    def _set_step_sizes(self, log_step_sizes):
-        self._step_size = torch.tensor([math.exp(x) for x in log_step_sizes],
-                                       dtype=self._dtype, device=self._device)
-
-    def _find_step_sizes(self, slots):
-        """Re-initialize the step sizes of ``slots`` from the cached states (Algorithm 4)."""
-        log_target = math.log(0.8)
-
-        def accepts_well(step_size, active):
-            _, noise, _ = self._draw(active.nonzero().flatten().tolist(), uniform=False)
-            p0 = noise * self._momentum_scale
-            _, p, potential, _, _, bad = self._leapfrog(p0, step_size, None, num_steps=1)
-            log_ratio = self._potential + self._kinetic(p0) - (potential + self._kinetic(p))
-            return ~bad & (log_ratio > log_target)
-
-        mask = torch.zeros_like(self._stale)
-        mask[list(slots)] = True
-        self._step_size = find_reasonable_step_sizes(self._step_size, mask, accepts_well)
+        start = (self._z, self._potential, self._grad, self._ll)
+        return leapfrog(self._evaluate, start, p0, step_size, self._inv_mass, steps, n_max)
 
     # ----- reporting -----
 
@@ -436,28 +283,9 @@ class BatchedHMC:
         return self._inv_mass.clone()
 
     def diagnostics(self):
-        """
-        One dict per slot: ``divergences`` (sampling-phase iteration indices, as Pyro's HMC),
-        ``warmup divergences`` (a count), ``acceptance rate`` (share of accepted proposals in
-        the sampling phase), ``step size`` and ``mean inverse mass``.
-        """
-        n = self._t - self._warmup_steps
-        accepted = self._accepted_count
-        step_size = self._step_size.tolist()
-        mean_inv_mass = self._inv_mass.mean(-1).tolist()
-        return [
-            {
-                "divergences": list(self._divergences[r]),
-                "warmup divergences": self._warmup_divergences[r],
-                "acceptance rate": accepted[r] / n if n > 0 else math.nan,
-                "step size": step_size[r],
-                "mean inverse mass": mean_inv_mass[r],
-            }
-            for r in range(self.num_slots)
-        ]
+        """One dict per slot (:meth:`~pyro_pt.explorers.hmc_record.HMCRecord.diagnostics`)."""
+        return self._record.diagnostics(self._t, self._step_size, self._inv_mass)
 
     def logging(self, slot=0):
         """Progress-bar fields of one slot: its step size and mean acceptance probability."""
-        n = self._accept_prob_n
-        prob = self._accept_prob_sum[slot] / n if n else math.nan
-        return {"step size": f"{float(self._step_size[slot]):.2e}", "acc. prob": f"{prob:.3f}"}
+        return self._record.logging(slot, self._step_size)

@@ -1,11 +1,11 @@
 """Tempered potentials and gradients of many replicas in one call.
 
 Replicas are independent, so the batched graph is ``torch.func.vmap`` of the single-point graph
-of :mod:`pyro_pt.capture`, captured once per batch size. A run must give the same samples
-whatever the number of processes (DESIGN §2), so a replica's numbers may not depend on how many
-or which other replicas share its call: the vmapped graphs are used only if a point gives
-bitwise the same numbers at any position, in any company and in each batch size used (checked
-on first use of every size); otherwise replicas are evaluated one at a time.
+of :class:`~pyro_pt.potential.compiled.CompiledSplit`, captured once per batch size. A run must
+give the same samples whatever the number of processes (DESIGN §2), so a replica's numbers may
+not depend on how many or which other replicas share its call: the vmapped graphs are used only
+if a point gives bitwise the same numbers at any position, in any company and in each batch size
+used (checked on first use of every size); otherwise replicas are evaluated one at a time.
 """
 
 import math
@@ -34,17 +34,19 @@ def _run(graph, batch):
 
 class BatchedEvaluator:
     """
-    ``(potential [R], grad [R, D], ll [R])`` of ``R`` flat points at inverse temperatures ``beta``.
+    ``(potential [R], grad [R, D], ll [R])`` of ``R`` flat points at inverse temperatures
+    ``beta``.
 
-    :param FunctionalSplit fast: the single-point evaluator.
-    :param str mode: ``"auto"``, ``"vmap"`` or ``"loop"`` (see :class:`FunctionalSplit`).
+    :param CompiledSplit compiled: the single-point graphs.
+    :param str mode: ``"auto"``, ``"vmap"`` or ``"loop"`` (see
+        :class:`~pyro_pt.potential.functional.FunctionalSplit`).
     :param int max_batch: most replicas in one vmapped call; more are split into chunks.
     """
 
-    def __init__(self, fast, mode="auto", max_batch=8):
+    def __init__(self, compiled, mode="auto", max_batch=8):
         if int(max_batch) < _MIN_BATCH:
             raise ValueError(f"max_batch must be at least {_MIN_BATCH}, got {max_batch!r}")
-        self.fast = fast
+        self.compiled = compiled
         self.mode = mode
         self.max_batch = int(max_batch)
         self._path = "loop" if mode == "loop" else None
@@ -61,15 +63,16 @@ class BatchedEvaluator:
     def path(self):
         """``"vmap"`` or ``"loop"`` (decided on first use)."""
         if self._path is None:
-            point = self.fast.check_points()[0]
+            point = self.compiled.check_points()[0]
             self._decide(point.dtype, point.device)
         return self._path
 
     def __call__(self, z_flat, betas):
         z_flat = z_flat.detach()
-        if z_flat.dim() != 2 or z_flat.shape[1] != self.fast.dim:
+        if z_flat.dim() != 2 or z_flat.shape[1] != self.compiled.dim:
             raise ValueError(
-                f"z_flat must have shape [R, {self.fast.dim}] (R replicas, the flat latent), "
+                f"z_flat must have shape [R, {self.compiled.dim}] (R replicas, the flat "
+                f"latent), "
                 f"got {tuple(z_flat.shape)}"
             )
         betas = torch.as_tensor(betas, dtype=z_flat.dtype, device=z_flat.device).detach()
@@ -90,7 +93,7 @@ class BatchedEvaluator:
         bad = ~(torch.isfinite(lp) & torch.isfinite(ll))
         for r in bad.nonzero().flatten().tolist():
             # the traced path's NaN / -inf semantics, replica by replica
-            lp_r, ll[r], grad_lp_r, grad_ll_r = self.fast.traced_reference(z_flat[r])
+            lp_r, ll[r], grad_lp_r, grad_ll_r = self.compiled.traced_reference(z_flat[r])
             potential[r], grad[r] = combine(lp_r, ll[r], grad_lp_r, grad_ll_r, betas[r])
         return potential, grad, ll
 
@@ -99,7 +102,7 @@ class BatchedEvaluator:
     def _looped(self, z_flat):
         rows = []
         for point in z_flat:
-            out = self.fast.evaluate(point, grads=True)
+            out = self.compiled.evaluate(point, grads=True)
             if out is None:  # traced path: answered row by row in __call__
                 nan = torch.full_like(point, math.nan)
                 out = (nan[0], nan[0], nan, nan)
@@ -128,11 +131,11 @@ class BatchedEvaluator:
     def _graph(self, size, dtype, device):
         """``(graph, passed)`` for batches of ``size``; a new size is checked against the
         batches of two."""
-        key = (size,) + self.fast.graph_key(dtype, device)
+        key = (size,) + self.compiled.graph_key(dtype, device)
         if key not in self._graphs:
-            points = self.fast.check_points(dtype, device)
+            points = self.compiled.check_points(dtype, device)
             example = torch.stack(points[:1] * size)
-            graph = compile_vmapped(self.fast.fx_graph(dtype, device), example)
+            graph = compile_vmapped(self.compiled.fx_graph(dtype, device), example)
             self._graphs[key] = (graph, True)
             if size != _MIN_BATCH:
                 passed = self._check_size(graph, size, dtype, device)
@@ -145,18 +148,18 @@ class BatchedEvaluator:
         with single evaluations within the tolerance and are bitwise the same in either slot
         next to another point.
         """
-        key = self.fast.graph_key(dtype, device)
+        key = self.compiled.graph_key(dtype, device)
         if key not in self._references:
-            points = self.fast.check_points(dtype, device)
+            points = self.compiled.check_points(dtype, device)
             graph = self._graph(_MIN_BATCH, dtype, device)[0]
             n = len(points)
             runs = [_run(graph, torch.stack([points[i], points[(i + 1) % n]])) for i in range(n)]
-            rtol = self.fast.tolerance(dtype)
+            rtol = self.compiled.tolerance(dtype)
             references = []
             for i in range(n):
                 first = tuple(t[0] for t in runs[i])
                 second = tuple(t[1] for t in runs[(i - 1) % n])
-                single = self.fast.evaluate(points[i], grads=True)
+                single = self.compiled.evaluate(points[i], grads=True)
                 for value, other, ref in zip(first, second, single):
                     problem = mismatch(value, ref, rtol)
                     if problem is not None:
@@ -171,7 +174,7 @@ class BatchedEvaluator:
         """Whether each point, in a batch of ``size`` filled with the others, gives bitwise
         its reference numbers."""
         reference = self._reference(dtype, device)
-        points = self.fast.check_points(dtype, device)
+        points = self.compiled.check_points(dtype, device)
         order = [i % len(points) for i in range(size)]
         out = _run(graph, torch.stack([points[i] for i in order]))
         return all(
@@ -184,8 +187,8 @@ class BatchedEvaluator:
         """vmap if its batches of two agree with single evaluations, are batch-invariant, and
         batches of three match them; else a loop of single evaluations."""
         self._path = "loop"
-        if self.fast.path != "functional":
-            self.reason = f"the single-point path is traced ({self.fast.reason})"
+        if self.compiled.path != "functional":
+            self.reason = f"the single-point path is traced ({self.compiled.reason})"
             return
         if self.mode == "auto" and torch.device(device).type == "cpu" and (
             torch.get_num_threads() == 1

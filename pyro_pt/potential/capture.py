@@ -12,24 +12,16 @@ Pyro messenger, Trace or distribution object is left at evaluation time. A graph
 (:class:`Uncapturable`) when the model reads a latent value back into Python (control flow on
 it), draws random numbers, or makes a tensor whose shape depends on the latent values.
 
-Distribution validation keeps its meaning inside the graph: each check that would raise
-(``torch._is_all_true`` in :class:`torch.distributions.Distribution`) becomes a flag, and the
-densities are NaN where a flag is false, which is what :meth:`ModelSplit.log_densities` returns
-where validation raises.
+What is captured is written in :mod:`pyro_pt.potential.densities`; this module holds the
+mechanics: capture, the refusals, constant folding, compilation and the comparison of a
+graph's numbers with the traced path's.
 """
 
 import contextlib
-import math
 import warnings
 
 import torch
-from torch.func import grad_and_value
 from torch.fx.experimental.proxy_tensor import make_fx
-
-from pyro.distributions.util import scale_and_mask
-from pyro.poutine.messenger import Messenger
-
-from .tempering import _is_counted
 
 _REFUSED_TAGS = {
     torch.Tag.nondeterministic_seeded: "draws random numbers",
@@ -65,147 +57,6 @@ def forked_rng(device=None):
 
 class Uncapturable(Exception):
     """The model cannot be evaluated as one fixed graph; the message says why."""
-
-
-class FlatLayout:
-    """
-    The latent sites in a fixed order, flattened into one vector (each site ``.reshape(-1)``).
-
-    :param list names: site names, in the order of the flat vector.
-    :param list shapes: the sites' shapes.
-    """
-
-    def __init__(self, names, shapes):
-        self.names = list(names)
-        self.shapes = [torch.Size(shape) for shape in shapes]
-        self.sizes = [shape.numel() for shape in self.shapes]
-        self.dim = sum(self.sizes)
-
-    def flatten(self, z):
-        return torch.cat([z[name].reshape(-1) for name in self.names])
-
-    def unflatten(self, flat):
-        """Site values from ``flat`` of shape ``batch_shape + (dim,)``."""
-        parts = flat.split(self.sizes, dim=-1)
-        batch = flat.shape[:-1]
-        return {n: p.reshape(batch + s) for n, p, s in zip(self.names, parts, self.shapes)}
-
-
-class _Substitute(Messenger):
-    """Sets the latent sites' values and keeps each counted site's scaled, masked log prob sum."""
-
-    def __init__(self, values):
-        super().__init__()
-        self.values = values
-        self.log_probs = {}
-
-    def _process_message(self, msg):
-        # What poutine.condition does, minus the bookkeeping of a trace.
-        if msg["type"] == "sample" and msg["name"] in self.values:
-            msg["value"] = self.values[msg["name"]]
-            msg["is_observed"] = True
-
-    def _postprocess_message(self, msg):
-        if not _is_counted(msg):
-            return
-        name = msg["name"]
-        if name in self.log_probs:
-            raise Uncapturable(f"sample site {name!r} appears twice in one model run")
-        log_p = msg["fn"].log_prob(msg["value"], *msg["args"], **msg["kwargs"])
-        self.log_probs[name] = scale_and_mask(log_p, msg["scale"], msg["mask"]).sum()
-
-
-@contextlib.contextmanager
-def _validation_as_flags(flags):
-    """
-    Turn the raising checks of torch distribution validation into recorded flags (only while a
-    graph is captured: a raise needs the value in Python, which a graph cannot have).
-    """
-    original = torch._is_all_true
-
-    def record(valid):
-        flags.append(torch.as_tensor(valid).all())
-        return True
-
-    torch._is_all_true = record
-    try:
-        yield
-    finally:
-        torch._is_all_true = original
-
-
-def split_terms(split, layout, flat):
-    """
-    ``(lp, ll)`` at the flat unconstrained point ``flat``, summed in the order of
-    :meth:`ModelSplit._split_trace`, through a :class:`_Substitute` messenger.
-    """
-    z = layout.unflatten(flat)
-    transforms = split.transforms
-    constrained = {name: transforms[name].inv(value) for name, value in z.items()}
-    with _Substitute(constrained) as recorder:
-        split.model(*split.model_args, **split.model_kwargs)
-    terms = recorder.log_probs
-    expected = set(split.latent_names) | set(split.observed_names)
-    if set(terms) != expected:
-        raise Uncapturable(
-            f"the model's sample sites changed: expected {sorted(expected)}, got {sorted(terms)}"
-        )
-    lp = ll = 0.0
-    for name in split.observed_names:
-        ll = ll + terms[name]
-    for name in split.latent_names:
-        lp = lp + terms[name]
-        lp = lp - transforms[name].log_abs_det_jacobian(constrained[name], z[name]).sum()
-    return lp, ll
-
-
-def _flagged(split, layout, flat):
-    flags = []
-    with _validation_as_flags(flags):
-        lp, ll = split_terms(split, layout, flat)
-    valid = torch.stack(flags).all() if flags else None
-    return lp, ll, valid
-
-
-def _nan_unless(valid, value):
-    if valid is None:
-        return value
-    return torch.where(valid, value, torch.full_like(value, math.nan))
-
-
-def densities(split, layout):
-    """``flat -> (lp, ll)`` (NaN where validation would raise), to be captured."""
-
-    def fn(flat):
-        lp, ll, valid = _flagged(split, layout, flat)
-        return _nan_unless(valid, lp), _nan_unless(valid, ll)
-
-    return fn
-
-
-def densities_and_grads(split, layout):
-    """
-    ``flat -> (lp, ll, d lp / d flat, d ll / d flat)``, to be captured.
-
-    The model runs twice, once per gradient; the network in the lp pass feeds nothing that is
-    returned, so dead-code elimination of the captured graph removes it.
-    """
-
-    def lp_fn(flat):
-        with _validation_as_flags([]):
-            return split_terms(split, layout, flat)[0]
-
-    def ll_fn(flat):
-        _, ll, valid = _flagged(split, layout, flat)
-        # torch.func's aux output must hold tensors: no flags (validation off) is "all valid".
-        return ll, (valid if valid is not None else torch.ones((), dtype=torch.bool))
-
-    def fn(flat):
-        grad_lp, lp = grad_and_value(lp_fn)(flat)
-        grad_ll, (ll, valid) = grad_and_value(ll_fn, has_aux=True)(flat)
-        return _nan_unless(valid, lp), _nan_unless(valid, ll), grad_lp, grad_ll
-
-    return fn
 
 
 def _check_operations(graph):

@@ -2,11 +2,16 @@
 Warmup adaptation of a batch of HMC slots: step size by dual averaging, diagonal mass matrix
 by windowed variance estimation. Pure torch, vectorized over the slots (rows); every update is
 elementwise per row, so a slot's adapted state never depends on the other rows of the batch.
+:class:`HMCWarmup` runs the schedule for a :class:`~pyro_pt.explorers.hmc.BatchedHMC`, from
+outside its iteration (as BlackJAX keeps adaptation outside the kernel).
 """
 
 import math
 
 import torch
+
+from pyro.ops.dual_averaging import DualAveraging as PyroDualAveraging
+from pyro.ops.welford import WelfordCovariance
 
 
 # Fewest iterations of step-size adaptation after the last metric window.
@@ -66,24 +71,26 @@ def warmup_windows(warmup_steps, init_buffer=75, term_buffer=50, base_window=25)
 
 class DualAveraging:
     r"""
-    Dual-averaging step-size adaptation for a batch of slots, each with its own iteration
+    Dual-averaging step-size adaptation for a batch of slots: one
+    :class:`pyro.ops.dual_averaging.DualAveraging` per slot, each with its own iteration
     counter (so one slot can restart while the others continue).
 
     With :math:`\alpha_t` the acceptance statistic of iteration :math:`t` and
-    :math:`\delta` the target,
+    :math:`\delta` the target, Pyro's scheme runs on :math:`g_t = \delta - \alpha_t`:
 
     .. math::
 
-        \bar H_t = (1 - \tfrac{1}{t + t_0}) \bar H_{t-1} + \tfrac{1}{t + t_0} (\delta - \alpha_t),
+        \bar H_t = (1 - \tfrac{1}{t + t_0}) \bar H_{t-1} + \tfrac{1}{t + t_0}\, g_t,
         \quad x_t = \mu - \tfrac{\sqrt t}{\gamma} \bar H_t,
         \quad \bar x_t = t^{-\kappa} x_t + (1 - t^{-\kappa}) \bar x_{t-1},
 
     with :math:`x = \log\epsilon` the step used during warmup and :math:`\exp \bar x` the one
-    kept afterwards; :math:`\mu = \log(10\,\epsilon_0)` at each restart.
+    kept afterwards; :math:`\mu = \log(10\,\epsilon_0)` (Pyro's ``prox_center``) at each
+    restart.
 
-    The state is R Python floats per quantity, updated slot by slot: torch's CPU kernels may
-    round ``pow`` differently in long and short vectors, which would make a slot's step size
-    depend on how many slots share the batch.
+    The state is Python floats, updated slot by slot: torch's CPU kernels may round ``pow``
+    differently in long and short vectors, which would make a slot's step size depend on how
+    many slots share the batch.
 
     **References**
 
@@ -100,80 +107,35 @@ class DualAveraging:
         self.target = target_accept_prob
         self.gamma, self.t0, self.kappa = gamma, t0, kappa
         self.log_step_size = [float(x) for x in log_step_size]
-        num_slots = len(self.log_step_size)
-        self.t = [0] * num_slots
-        self.h_bar = [0.0] * num_slots
-        self.x_bar = [0.0] * num_slots
-        self.mu = [x + math.log(10.0) for x in self.log_step_size]
+        self.t = [0] * len(self.log_step_size)
+        self._schemes = [self._scheme(x) for x in self.log_step_size]
+
+    def _scheme(self, log_step_size):
+        return PyroDualAveraging(prox_center=log_step_size + math.log(10.0), t0=self.t0,
+                                 kappa=self.kappa, gamma=self.gamma)
 
     def restart(self, log_step_size, slots):
         """Restart ``slots`` from ``log_step_size`` (one value per slot; after a metric or beta
         change)."""
         for r in slots:
             self.log_step_size[r] = float(log_step_size[r])
-            self.mu[r] = self.log_step_size[r] + math.log(10.0)
-            self.t[r], self.h_bar[r], self.x_bar[r] = 0, 0.0, 0.0
+            self._schemes[r] = self._scheme(self.log_step_size[r])
+            self.t[r] = 0
 
     def update(self, accept_prob):
         r"""One iteration of every slot (``accept_prob``: one float per slot); returns the new
         warmup :math:`\log\epsilon` of each slot."""
         for r, alpha in enumerate(accept_prob):
-            t = self.t[r] = self.t[r] + 1
-            eta = 1.0 / (t + self.t0)
-            self.h_bar[r] = (1.0 - eta) * self.h_bar[r] + eta * (self.target - alpha)
-            self.log_step_size[r] = self.mu[r] - math.sqrt(t) / self.gamma * self.h_bar[r]
-            weight = t ** -self.kappa
-            self.x_bar[r] = weight * self.log_step_size[r] + (1.0 - weight) * self.x_bar[r]
+            self._schemes[r].step(self.target - alpha)
+            self.t[r] += 1
+            self.log_step_size[r] = self._schemes[r].get_state()[0]
         return list(self.log_step_size)
 
     def final_log_step_size(self):
         r""":math:`\bar x` of each slot, the log step size to sample with after warmup."""
         # A slot restarted at the very end of warmup has no average yet: keep its step.
-        return [xb if t > 0 else x for xb, t, x in zip(self.x_bar, self.t, self.log_step_size)]
-
-
-class WelfordDiagonal:
-    r"""
-    Running mean and variance of every coordinate of a batch of slots (Welford's algorithm),
-    regularized towards a small multiple of the identity as in Stan:
-
-    .. math:: \hat\sigma^2 = \frac{n}{n + 5}\, s^2 + 10^{-3}\, \frac{5}{n + 5},
-
-    with :math:`s^2` the sample variance of the :math:`n` draws.
-
-    **References**
-
-    [1] Welford (1962), "Note on a method for calculating corrected sums of squares and
-    products", Technometrics 4(3).
-
-    [2] Stan Reference Manual, "Euclidean metric" adaptation (the regularization above).
-
-    :param int num_slots: R.
-    :param int dim: D.
-    """
-
-    def __init__(self, num_slots, dim, dtype=torch.float64, device=None):
-        self.mean = torch.zeros(num_slots, dim, dtype=dtype, device=device)
-        self.m2 = torch.zeros_like(self.mean)
-        self.n = 0
-
-    def reset(self):
-        self.mean.zero_()
-        self.m2.zero_()
-        self.n = 0
-
-    def update(self, z):
-        """Add one draw per slot, ``z`` of shape ``[R, D]``."""
-        self.n += 1
-        delta = z - self.mean
-        self.mean += delta / self.n
-        self.m2 += delta * (z - self.mean)
-
-    def variance(self):
-        """The regularized variance ``[R, D]`` (needs at least two draws)."""
-        n = self.n
-        sample_var = self.m2 / (n - 1)
-        return (n / (n + 5.0)) * sample_var + 1e-3 * (5.0 / (n + 5.0))
+        return [scheme.get_state()[1] if t > 0 else x
+                for scheme, t, x in zip(self._schemes, self.t, self.log_step_size)]
 
 
 def find_reasonable_step_sizes(step_size, mask, accepts_well, max_rounds=100):
@@ -207,3 +169,84 @@ def find_reasonable_step_sizes(step_size, mask, accepts_well, max_rounds=100):
             break
         active = active & (accepts_well(step_size, active) == increase)
     return step_size
+
+
+class HMCWarmup:
+    """
+    The warmup schedule of one :class:`~pyro_pt.explorers.hmc.BatchedHMC`: after each
+    iteration, dual averaging of the step sizes; in Stan's windows
+    (:func:`warmup_windows`), the draws' variance as the next diagonal inverse mass matrix,
+    followed by a fresh step-size search (:func:`find_reasonable_step_sizes`) and a restart of
+    dual averaging; at the end, the averaged step sizes.
+
+    It reads and sets the engine's step sizes and metric (the engine's own state, which it
+    exists to adapt) and runs one-step trajectories through the engine's integrator.
+
+    :param BatchedHMC engine: the engine being set up.
+    :param tuple buffers: Stan's ``(init_buffer, term_buffer, base_window)``.
+    """
+
+    def __init__(self, engine, buffers):
+        self.engine = engine
+        windows = warmup_windows(engine._warmup_steps, *buffers)
+        self.windows = windows if engine.adapt_mass_matrix else []
+        # Stan's regularized diagonal estimate, one row per slot.
+        self.welford = WelfordCovariance(diagonal=True)
+        self.dual = None
+
+    def start(self):
+        """The initial step-size search, once the engine holds its first states."""
+        engine = self.engine
+        if engine.adapt_step_size and engine._warmup_steps > 0:
+            self.find_step_sizes(range(engine.num_slots))
+            self.dual = DualAveraging(self._log_step_sizes(), engine.target_accept_prob)
+
+    def restart(self, slots):
+        """``slots`` got a new target (their beta moved): search and average their steps anew."""
+        self.find_step_sizes(slots)
+        self.dual.restart(self._log_step_sizes(), slots)
+
+    def update(self, accept_prob):
+        """Adapt after the warmup iteration just completed (``accept_prob``: one per slot)."""
+        engine = self.engine
+        if engine.adapt_step_size:
+            self._set_step_sizes(self.dual.update(accept_prob))
+        t = engine._t  # iterations completed; the one just done had index t - 1
+        for start, end in self.windows:
+            if start <= t - 1 < end:
+                self.welford.update(engine._z)
+            if t == end:
+                engine._inv_mass = self.welford.get_covariance(regularize=True)
+                engine._momentum_scale = 1.0 / engine._inv_mass.sqrt()
+                self.welford.reset()
+                if engine.adapt_step_size:
+                    every = range(engine.num_slots)
+                    self.find_step_sizes(every)
+                    self.dual.restart(self._log_step_sizes(), every)
+        if t == engine._warmup_steps and engine.adapt_step_size:
+            self._set_step_sizes(self.dual.final_log_step_size())
+
+    def _log_step_sizes(self):
+        return [math.log(e) for e in self.engine._step_size.tolist()]
+
+    def _set_step_sizes(self, log_step_sizes):
+        engine = self.engine
+        engine._step_size = torch.tensor([math.exp(x) for x in log_step_sizes],
+                                         dtype=engine._dtype, device=engine._device)
+
+    def find_step_sizes(self, slots):
+        """Re-initialize the step sizes of ``slots`` from the cached states (Algorithm 4)."""
+        engine = self.engine
+        log_target = math.log(0.8)
+
+        def accepts_well(step_size, active):
+            _, noise, _ = engine._draw(active.nonzero().flatten().tolist(), uniform=False)
+            p0 = noise * engine._momentum_scale
+            _, p, potential, _, _, bad = engine._leapfrog(p0, step_size, None, num_steps=1)
+            log_ratio = (engine._potential + engine._kinetic(p0)
+                         - (potential + engine._kinetic(p)))
+            return ~bad & (log_ratio > log_target)
+
+        mask = torch.zeros(engine.num_slots, dtype=torch.bool, device=engine._device)
+        mask[list(slots)] = True
+        engine._step_size = find_reasonable_step_sizes(engine._step_size, mask, accepts_well)

@@ -1,7 +1,10 @@
-"""Recorders of the tempering process: swap acceptance, the index process, round trips.
+"""Recorders of the tempering process: swap acceptance, the index process, round trips,
+the barrier and log Z.
 
-Pure: no Pyro inference machinery, no communication. The kernel feeds them the decisions it
-takes; tests feed them synthetic decisions (e.g. a constant acceptance probability).
+Pure: no Pyro inference machinery, no communication. The kernel feeds the one pipeline,
+:class:`TemperingRecorder`, once per scan; its per-round and per-phase views answer the report,
+the ladder's adaptation, the progress bar and the diagnostics. Tests feed the parts synthetic
+decisions (e.g. a constant acceptance probability).
 """
 
 import math
@@ -85,9 +88,19 @@ class SwapStatistics:
             s / n if n else math.nan for s, n in zip(self.prob_sum, self.attempts)
         ]
 
+    def rejection_rates(self):
+        """``1 -`` the mean acceptance probability, per pair (NaN for a pair never attempted)."""
+        return [1.0 - a for a in self.acceptance()]
+
     def mean_acceptance(self):
         rates = [a for a in self.acceptance() if not math.isnan(a)]
         return sum(rates) / len(rates) if rates else math.nan
+
+
+def global_barrier(rejection_rates):
+    r"""The global barrier :math:`\Lambda = \sum_i r_i` over the pairs that were attempted (a
+    NaN rate, a pair never tried, is left out)."""
+    return sum(r for r in rejection_rates if not math.isnan(r))
 
 
 def cumulative_barrier(rejection_rates):
@@ -150,7 +163,7 @@ def ladder_statistics(betas, acceptance, round_trips, num_rounds, log_likelihood
     """
     rejections = [1.0 - a for a in acceptance]
     known = [r for r in rejections if not math.isnan(r)]
-    barrier = sum(known)
+    barrier = global_barrier(rejections)
     out = {
         "rejection_rates": rejections,
         "barrier": barrier,
@@ -174,3 +187,85 @@ def ladder_statistics(betas, acceptance, round_trips, num_rounds, log_likelihood
         else f"log Z(beta=1) - log Z(beta={betas[-1]:.4g}), relative to the hottest rung"
     )
     return out
+
+
+class TemperingRecorder:
+    """
+    The one swap-statistics pipeline of a run: each swap round's attempts and each scan's K
+    log-likelihoods are fed here once, and kept in two views.
+
+    - :attr:`round`: swap statistics and ll rows (:attr:`round_ll`) since the current round
+      began (the report's rows, the ladder's adaptation); in the sampling phase there is one
+      round, so these are the whole sampling phase.
+    - :attr:`phase`: swap statistics since the phase (warmup or sampling) began, and the index
+      process with its round trips (the progress bar and the diagnostics).
+
+    :param int num_rungs: K.
+    :param int warmup_steps: scans of warmup.
+    """
+
+    def __init__(self, num_rungs, warmup_steps):
+        self.warmup_steps = warmup_steps
+        self.scans = 0
+        self.index = IndexProcess(num_rungs)
+        self.phase = SwapStatistics(num_rungs - 1)
+        self.round = SwapStatistics(num_rungs - 1)
+        self.round_ll = []
+        self.swap_record = []  # sampling phase: 1/0 per pair per scan, NaN when not attempted
+
+    @property
+    def sampling(self):
+        """Whether the scans recorded so far have reached the sampling phase."""
+        return self.scans > self.warmup_steps
+
+    def record_swaps(self, attempts):
+        """One swap round's ``(pair, accepted, probability)``, in the order they were taken;
+        returns each pair's outcome (1.0, 0.0, or NaN when not attempted)."""
+        outcome = [math.nan] * self.round.num_pairs
+        for pair, accepted, prob in attempts:
+            self.phase.record(pair, accepted, prob)
+            self.round.record(pair, accepted, prob)
+            outcome[pair] = float(accepted)
+            if accepted:
+                self.index.swap(pair)
+        self.index.observe()
+        return outcome
+
+    def record_scan(self, log_likelihoods, outcome):
+        """The end of a scan: the K log-likelihoods after it and its swap outcome."""
+        self.scans += 1
+        self.round_ll.append(list(log_likelihoods))
+        if self.sampling:
+            self.swap_record.append(outcome)
+
+    def begin_round(self):
+        self.round.reset()
+        self.round_ll = []
+
+    def begin_sampling(self):
+        """Statistics and round trips of the sampling phase are reported from its start."""
+        self.begin_round()
+        self.phase.reset()
+        self.index.round_trips = 0
+
+    def sampling_record(self):
+        """``(ll [draws, K], swap outcomes [draws, K - 1])`` of the sampling phase, float64."""
+        num = len(self.index.lineage)
+        ll = self.round_ll if self.sampling else []
+        return (torch.tensor(ll, dtype=torch.float64).reshape(len(ll), num),
+                torch.tensor(self.swap_record, dtype=torch.float64).reshape(
+                    len(self.swap_record), num - 1))
+
+    def summary(self, betas, num_rounds, rungs):
+        """
+        The sampling phase's statistics (:func:`ladder_statistics`), the rungs' own
+        diagnostics ``rungs`` (a dict), the swap acceptance, round trips and the record.
+        """
+        record_ll, record_swaps = self.sampling_record()
+        acceptance = self.phase.acceptance()
+        out = ladder_statistics(betas, acceptance, self.index.round_trips, num_rounds,
+                                record_ll)
+        out.update(rungs)
+        out.update(swap_acceptance=acceptance, round_trips=self.index.round_trips,
+                   tempering_record={"log_likelihood": record_ll, "swap_accepted": record_swaps})
+        return out

@@ -1,87 +1,36 @@
-"""A fast evaluator of a model's prior/likelihood split, with Pyro's traced path as fallback.
+"""A model's split captured once as graphs of tensor operations, checked against Pyro's trace.
 
-:class:`FunctionalSplit` evaluates the same ``(lp(z), ll(z))`` as
-:meth:`~pyro_pt.tempering.ModelSplit.log_densities` (DESIGN §1: ``lp`` the log prior of the
-latent sites plus the log-det-Jacobian of their transforms, ``ll`` the observed sites and
-factors, scaled and masked as ``Trace.compute_log_prob`` does), but through a graph of tensor
-operations captured once (:mod:`pyro_pt.capture`) instead of a Pyro trace per call.
+:class:`CompiledSplit` holds the captured graphs of ``flat -> (lp, ll)`` and of their gradients
+(:mod:`pyro_pt.potential.densities`, captured by :mod:`pyro_pt.potential.capture`), per dtype,
+device and validation setting, each checked at its first use against the traced path
+(:meth:`~pyro_pt.potential.split.ModelSplit.log_densities`) at the check points. It knows
+nothing of temperatures or batches: :class:`~pyro_pt.potential.batched.BatchedEvaluator` and
+:class:`~pyro_pt.potential.functional.FunctionalSplit` are built on it, never the reverse.
 """
 
 import math
 
 import torch
 
-from .batched import BatchedEvaluator
-from .capture import FlatLayout, Uncapturable, capture, compile_graph, forked_rng, mismatch
-from .capture import densities, densities_and_grads
+from .capture import Uncapturable, capture, compile_graph, forked_rng, mismatch
+from .densities import densities, densities_and_grads
+from .split import FlatLayout
 
 
-class _AttachGradients(torch.autograd.Function):
-    """``(lp, ll)`` connected to the latent values through gradients computed in the graph."""
-
-    @staticmethod
-    def forward(ctx, payload, *values):
-        layout, (lp, ll, grad_lp, grad_ll) = payload
-        ctx.layout, ctx.grads = layout, (grad_lp, grad_ll)
-        return lp.clone(), ll.clone()
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, d_lp, d_ll):
-        grad_lp, grad_ll = ctx.grads
-        flat = grad_lp * d_lp + grad_ll * d_ll
-        return (None, *ctx.layout.unflatten(flat).values())
-
-
-class FunctionalSplit:
+class CompiledSplit:
     """
-    ``(lp(z), ll(z))`` of a :class:`~pyro_pt.tempering.ModelSplit` without Pyro's per-call trace.
+    The captured graphs of a :class:`~pyro_pt.potential.split.ModelSplit`.
 
-    At construction the model is captured as one straight-line graph of aten operations
-    computing ``lp``, ``ll`` and their gradients with respect to the flat unconstrained latent
-    vector (latent sites in sorted ``latent_names`` order, each ``.reshape(-1)``), run by the
-    TorchScript interpreter. The graph is used (``path == "functional"``) only if it agrees with
-    the traced path, values and gradients, at the check points (the split's initial point and
-    perturbations of it); otherwise, or when the model cannot be one graph -- Python control
-    flow on latent values, random numbers drawn inside the model, shapes that depend on latent
-    values, sites that appear or disappear -- every call goes through
-    :meth:`ModelSplit.log_densities` (``path == "traced"``) and :attr:`reason` says why.
-
-    Wherever the graph's densities are not finite the call is answered by the traced path, so
-    NaN (invalid parameters under distribution validation), ``-inf`` and their gradients are
-    exactly the traced path's. Validation checks inside the graph are flags, not raises.
-
-    Everything else (``latent_names``, ``transforms``, ``initial_point``, ``sample_prior``, ...)
-    is the split's, so a ``FunctionalSplit`` can stand in for its ``ModelSplit``, e.g. in
-    :class:`~pyro_pt.tempering.TemperedPotential`. Its gradients are first order only.
-
-    The model's Python code runs at capture only: side effects in it (counters, prints) do not
-    happen per evaluation, and tensors it reads (data, ``pyro.param`` values) are fixed at
-    capture. A change of dtype or device triggers a new, re-checked capture.
-
-    Example::
-
-        split = ModelSplit(model, (x, y))
-        fast = FunctionalSplit(split)
-        fast.path, fast.reason                  # "functional", "" (or "traced", why)
-        lp, ll = fast.log_densities(z)          # as split.log_densities(z)
-        potential, grad, ll = fast.batched_potential_and_grad(z_flat, betas)  # [R], [R, D], [R]
+    At construction the "grads" graph is captured and checked; ``path`` is ``"functional"`` if
+    that worked, else ``"traced"`` with :attr:`reason` saying why.
 
     :param ModelSplit split: the model's prior/likelihood split.
     :param list points: optional check points (dicts of unconstrained values); default the
         split's initial point and two perturbations of it.
     :param float rtol: relative tolerance of the checks (default 1e-6 in float64, 1e-4 below).
-    :param str batched: how :meth:`batched_potential_and_grad` evaluates replicas:
-        ``"vmap"`` (one vmapped graph per call, used only if a replica's numbers are checked
-        to be bitwise the same whatever its batch, else a loop), ``"loop"`` (one graph call
-        per replica) or ``"auto"`` (``"loop"`` on a single CPU thread, where batched kernels
-        were measured slower, else ``"vmap"``).
-    :param int max_batch: most replicas evaluated in one vmapped call.
     """
 
-    def __init__(self, split, points=None, rtol=None, batched="auto", max_batch=8):
-        if batched not in ("auto", "vmap", "loop"):
-            raise ValueError(f"batched must be 'auto', 'vmap' or 'loop', got {batched!r}")
+    def __init__(self, split, points=None, rtol=None):
         self.split = split
         self.rtol = rtol
         if points is None:
@@ -106,7 +55,6 @@ class FunctionalSplit:
         self.layout = FlatLayout(names, [points[0][name].shape for name in names])
         self._points = [self.layout.flatten({n: p[n].detach() for n in names}) for p in points]
         self._graphs = {}
-        self._batched = BatchedEvaluator(self, mode=batched, max_batch=max_batch)
         self.path, self.reason, self.engine = "traced", "", None
         point = self._points[0]
         try:
@@ -114,14 +62,6 @@ class FunctionalSplit:
             self.path = "functional"
         except Uncapturable as error:
             self.reason = str(error)
-
-    # ----- drop-in for ModelSplit -----
-
-    def __getattr__(self, name):
-        split = self.__dict__.get("split")
-        if split is None or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(split, name)
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -132,31 +72,6 @@ class FunctionalSplit:
     def dim(self):
         """Size of the flat unconstrained latent vector."""
         return self.layout.dim
-
-    def flatten(self, z):
-        """The flat ``[D]`` vector of ``z`` (site -> unconstrained tensor)."""
-        return self.layout.flatten(z)
-
-    def unflatten(self, flat):
-        """Site -> unconstrained tensor, from a flat ``[D]`` vector (views of it)."""
-        return self.layout.unflatten(flat)
-
-    def log_densities(self, z):
-        """
-        ``(lp(z), ll(z))`` for unconstrained values ``z``, as :meth:`ModelSplit.log_densities`,
-        differentiable (first order) with respect to the values of ``z`` that require grad.
-        """
-        values = [z[name] for name in self.layout.names]
-        needs_grad = torch.is_grad_enabled() and any(v.requires_grad for v in values)
-        flat = torch.cat([v.detach().reshape(-1) for v in values])
-        if flat.shape[0] != self.layout.dim:  # not the captured shapes: Pyro decides
-            return self.split.log_densities(z)
-        out = self.evaluate(flat, grads=needs_grad)
-        if out is None or not bool(torch.isfinite(out[0]) & torch.isfinite(out[1])):
-            return self.split.log_densities(z)
-        if not needs_grad:
-            return out[0], out[1]
-        return _AttachGradients.apply((self.layout, out), *values)
 
     def evaluate(self, flat, grads=True):
         """
@@ -174,30 +89,6 @@ class FunctionalSplit:
         with torch.no_grad(), torch.jit.optimized_execution(False):
             return graph(flat)
 
-    def batched_potential_and_grad(self, z_flat, betas):
-        """
-        Tempered potentials ``-(lp + beta * ll)``, their gradients and ``ll`` of R replicas.
-
-        Results for one replica do not depend on which or how many other replicas share the
-        call (see :attr:`batched_path`); a NaN in one replica does not touch the others.
-
-        :param torch.Tensor z_flat: ``[R, D]`` flat unconstrained points.
-        :param torch.Tensor betas: ``[R]`` inverse temperatures.
-        :returns: ``(potential [R], grad [R, D], ll [R])``, detached.
-        """
-        return self._batched(z_flat, betas)
-
-    @property
-    def batched_path(self):
-        """``"vmap"`` or ``"loop"``: how :meth:`batched_potential_and_grad` evaluates."""
-        return self._batched.path
-
-    @property
-    def batched_reason(self):
-        return self._batched.reason
-
-    # ----- capture and checks -----
-
     def tolerance(self, dtype):
         if self.rtol is not None:
             return self.rtol
@@ -210,7 +101,7 @@ class FunctionalSplit:
     def traced_reference(self, flat):
         """``(lp, ll, d lp, d ll)`` of the traced path at a flat point (gradients NaN if not
         finite)."""
-        z = {k: v.clone().requires_grad_(True) for k, v in self.unflatten(flat).items()}
+        z = {k: v.clone().requires_grad_(True) for k, v in self.layout.unflatten(flat).items()}
         with torch.enable_grad():
             lp, ll = self.split.log_densities(z)
             grads = []
@@ -222,7 +113,7 @@ class FunctionalSplit:
                                                 allow_unused=True)
                     parts = [torch.zeros_like(v) if g is None else g
                              for g, v in zip(parts, z.values())]
-                    grads.append(self.flatten(dict(zip(z, parts))))
+                    grads.append(self.layout.flatten(dict(zip(z, parts))))
                 else:  # a term that does not depend on z
                     grads.append(torch.zeros_like(flat))
         lp, ll = (torch.as_tensor(t, dtype=flat.dtype).detach() for t in (lp, ll))

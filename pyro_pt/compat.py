@@ -1,0 +1,43 @@
+"""What pyro_pt relies on in Pyro beyond its public API, in one place.
+
+Pyro's :class:`~pyro.infer.MCMC` gives a kernel no way to know how many chains run it; the
+kernel must refuse ``num_chains > 1`` when its rungs are spread over processes (the chains
+would share, and deadlock, the ranks). :func:`inside_multichain_mcmc` finds out from the
+samplers' frames: ``_UnarySampler`` / ``_MultiSampler`` (with their ``num_chains``) and the
+``_Worker`` of parallel chains, private names of ``pyro.infer.mcmc.api``. The test
+``tests/pt/test_compat.py`` pins them to the Pyro version they were read from.
+"""
+
+import sys
+
+# The private names of pyro.infer.mcmc.api this module reads, and the Pyro they are from.
+SAMPLERS = ("_UnarySampler", "_MultiSampler")
+WORKER = "_Worker"
+CHECKED_WITH_PYRO = "1.9.2"
+
+
+def inside_multichain_mcmc(depth=1):
+    """Whether the caller (``depth`` frames up) runs under Pyro's MCMC with num_chains > 1
+    (its samplers' frames)."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        name = type(owner).__name__
+        if name in SAMPLERS and getattr(owner, "num_chains", 1) > 1:
+            return True
+        if name == WORKER:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def refuse_multichain_mcmc(comm):
+    """Raise if rungs spread over processes (``comm``) would run under ``num_chains > 1``."""
+    if comm.world_size > 1 and inside_multichain_mcmc(depth=2):
+        raise ValueError(
+            "MCMC(num_chains > 1) cannot run a ParallelTempering kernel spread over a "
+            "process group: the chains would share (and deadlock) the ranks. Use "
+            "num_chains=1; for independent ensembles launch separate torchrun jobs with "
+            "different seeds, or split the world with torch.distributed.new_group and pass "
+            "each part as process_group="
+        )

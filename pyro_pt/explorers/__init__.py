@@ -1,0 +1,95 @@
+"""Explorers: the local moves of the rungs, behind one written contract.
+
+The contract is :mod:`pyro_pt.explorers.contract` (what a step receives and returns, how the
+log-likelihood is reported, groups); a Pyro kernel is a group of one. The implementations:
+
+- :mod:`~pyro_pt.explorers.pyro_kernels`: Pyro's NUTS, or a user's kernel, per rung;
+- :mod:`~pyro_pt.explorers.rwmh`: random-walk Metropolis (a Pyro ``MCMCKernel``);
+- :mod:`~pyro_pt.explorers.prior`: the prior rung, exact draws;
+- :mod:`~pyro_pt.explorers.hmc_group`: ``explorer="hmc"``, the tempered rungs of a process as
+  one group over a batched HMC (:mod:`~pyro_pt.explorers.hmc`, its dynamics
+  :mod:`~pyro_pt.explorers.hmc_dynamics`, warmup :mod:`~pyro_pt.explorers.hmc_warmup` and
+  record :mod:`~pyro_pt.explorers.hmc_record`).
+
+This module builds the rungs one process holds (:func:`build_rungs`) and steps them
+(:func:`step_rungs`). Every rung starts from its own draw of ``init_strategy`` (or the user's
+``initial_params``), drawn with its own random stream, so the start does not depend on where
+the rung runs. The prior rung (beta = 0) draws exactly from the prior.
+"""
+
+from ..potential import FunctionalSplit, TemperedPotential
+from ..random import RandomStream
+from .contract import ExplorerGroup, RungExplorer, SingleRungExplorer
+from .hmc_group import HMCGroup, check_hmc_options
+from .prior import PriorExplorer
+from .pyro_kernels import EXPLORERS, PyroKernelExplorer, make_kernel
+from .rwmh import RandomWalkMetropolis
+
+__all__ = ["EXPLORERS", "ExplorerGroup", "HMCGroup", "PriorExplorer", "PyroKernelExplorer",
+           "RandomWalkMetropolis", "RungExplorer", "SingleRungExplorer", "build_rungs",
+           "check_hmc_options", "make_kernel", "step_rungs"]
+
+
+def step_rungs(explorers, states):
+    """
+    One local move of every rung of a block: ``[(z, ll), ...]`` in rung order. Each group
+    moves once, all its rungs in one call.
+    """
+    out = [None] * len(explorers)
+    groups = {}
+    for i, explorer in enumerate(explorers):
+        groups.setdefault(id(explorer.group), (explorer.group, []))[1].append(i)
+    for group, indices in groups.values():
+        for i, result in zip(indices, group.step([states[i] for i in indices])):
+            out[i] = result
+    return out
+
+
+def _start(split, stream, initial_params):
+    if initial_params is not None:
+        return {name: v.detach().clone() for name, v in initial_params.items()}
+    with stream:
+        return split.initial_point()
+
+
+def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, warmup_steps,
+                initial_params=None):
+    """
+    The explorers, initial states and initial log-likelihoods of ``rungs`` (rung indices).
+
+    :returns: ``(explorers, states, log_likelihoods, info)``; ``info`` says which explorer and
+        which potential path (fast functional graph or Pyro's trace) the rungs use, and why.
+    """
+    explorers, states, lls = [], [], []
+    group = None
+    info = {"explorer": explorer if isinstance(explorer, str) else "callable"}
+    if any(betas[k] > 0.0 for k in rungs):
+        # Every explorer evaluates the model through its captured graph where that is exact.
+        split = FunctionalSplit(split)
+        info.update(potential=split.path, potential_reason=split.reason)
+        if explorer == "hmc":
+            group = HMCGroup(split, explorer_kwargs)
+            info.update(explorer="hmc (batched)", batched=split.batched_path,
+                        batched_reason=split.batched_reason)
+    for k in rungs:
+        stream = RandomStream(seeds[k], device=device)
+        if betas[k] == 0.0:
+            rung = PriorExplorer(stream, split)
+            z, ll = rung.move(None)
+        elif group is not None:
+            z = _start(split, stream, initial_params)
+            rung, ll = group.add(betas[k], seeds[k], z), None
+        else:
+            potential = TemperedPotential(split, betas[k])
+            kernel = make_kernel(explorer, potential, explorer_kwargs)
+            rung = PyroKernelExplorer(kernel, stream, potential)
+            z = _start(split, stream, initial_params)
+            rung.setup(z, warmup_steps)
+            ll = split.log_likelihood(z)
+        explorers.append(rung)
+        states.append(z)
+        lls.append(ll)
+    if group is not None:
+        started = iter(group.setup(warmup_steps))
+        lls = [next(started) if ll is None else ll for ll in lls]
+    return explorers, states, lls, info

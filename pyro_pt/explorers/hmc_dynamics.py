@@ -1,0 +1,105 @@
+"""Hamiltonian dynamics of R slots at once: momenta, kinetic energy, the leapfrog integrator.
+
+Every operation is elementwise or a per-row reduction of fixed order (:func:`row_sum`), so a
+slot's trajectory does not depend on which other slots share its batch (see
+:mod:`pyro_pt.explorers.hmc`).
+
+**References**
+
+[1] Neal (2011), "MCMC using Hamiltonian dynamics", Handbook of MCMC, ch. 5.
+"""
+
+import torch
+
+# torch's CPU sum splits a single long row over threads (a "two-pass" reduction once the
+# tensor has 32768 elements) but reduces each row of a multi-row tensor serially, so a plain
+# ``x.sum(-1)`` can differ in its last bits between R = 1 and R > 1. Summing blocks shorter
+# than that threshold first keeps every row's reduction order fixed.
+_ROW_BLOCK = 8192
+
+
+def row_sum(x):
+    """Per-row sum of ``x`` ``[R, D]``, bitwise independent of R and of the thread count."""
+    num_rows, dim = x.shape
+    if dim <= _ROW_BLOCK:
+        return x.sum(-1)
+    pad = (-dim) % _ROW_BLOCK
+    if pad:
+        x = torch.nn.functional.pad(x, (0, pad))
+    return x.reshape(num_rows, -1, _ROW_BLOCK).sum(-1).sum(-1)
+
+
+def not_finite(potential, grad):
+    # One pass over the gradient: a NaN or inf entry makes its row's sum non-finite (a sum
+    # that overflows from finite entries counts too; such a trajectory is lost anyway).
+    return ~torch.isfinite(potential + row_sum(grad))
+
+
+def draw(generators, slots, dim, num_steps, min_num_steps, jittered, uniform, dtype, device):
+    """
+    Slot r's random numbers from its own generator, in a fixed order (step count if
+    ``jittered``, momentum noise, accept uniform if ``uniform``); rows not in ``slots`` get
+    zeros and draw nothing.
+
+    :returns: ``(steps [R] or None, noise [R, D], uniforms [R])``.
+    """
+    num_slots = len(generators)
+    kw = {"dtype": dtype, "device": device}
+    noise = [torch.zeros(dim, **kw)] * num_slots
+    uniforms = [torch.zeros((), **kw)] * num_slots
+    steps = [num_steps] * num_slots if jittered else None
+    for r in slots:
+        gen = generators[r]
+        if steps is not None:
+            steps[r] = int(torch.randint(min_num_steps, num_steps + 1, (1,),
+                                         generator=gen, device=device))
+        noise[r] = torch.randn(dim, generator=gen, **kw)
+        if uniform:
+            uniforms[r] = torch.rand((), generator=gen, **kw)
+    if steps is not None:
+        steps = torch.tensor(steps, device=device)
+    return steps, torch.stack(noise), torch.stack(uniforms)
+
+
+def leapfrog(evaluate, start, p0, step_size, inv_mass, steps, n_max):
+    """
+    Leapfrog from ``start = (z, potential, grad, ll)`` with momenta ``p0``: ``n_max`` steps, or
+    ``steps[r]`` for slot r (later rows stay put while the longest finishes).
+
+    :param callable evaluate: ``z [R, D] -> (potential [R], grad [R, D], ll [R])``.
+    :returns: ``(z, p, potential, grad, ll, bad)`` at the end points, ``bad`` the slots whose
+        trajectory met a non-finite potential or gradient.
+    """
+    z0, potential, grad, ll = start
+    z = z0
+    eps = step_size[:, None]
+    half_eps = 0.5 * eps
+    scaled_eps = eps * inv_mass
+    scratch = grad * half_eps
+    p = p0 - scratch  # our own tensor from here on: updated in place
+    bad = torch.zeros(z0.shape[0], dtype=torch.bool, device=z0.device)
+    any_bad = False
+    for i in range(1, n_max + 1):
+        z_new = z + torch.mul(scaled_eps, p, out=scratch)
+        if any_bad:
+            # A failed row restarts from its (finite) initial point, so the batched
+            # potential never sees NaN states; its results are discarded at the end.
+            z_new = torch.where(bad[:, None], z0, z_new)
+        u_new, g_new, ll_new = evaluate(z_new)
+        failed = not_finite(u_new, g_new)
+        if steps is None:
+            z, potential, grad, ll = z_new, u_new, g_new, ll_new
+            bad = bad | failed
+            p.sub_(torch.mul(grad, half_eps if i == n_max else eps, out=scratch))
+        else:
+            live = i <= steps
+            live_col = live[:, None]
+            z = torch.where(live_col, z_new, z)
+            potential = torch.where(live, u_new, potential)
+            grad = torch.where(live_col, g_new, grad)
+            ll = torch.where(live, ll_new, ll)
+            bad = bad | (live & failed)
+            kick = torch.where((i == steps)[:, None], half_eps, eps)
+            p = torch.where(live_col, p - grad * kick, p)
+        any_bad = bool(bad.any())
+    return z, p, potential, grad, ll, bad

@@ -1,0 +1,42 @@
+"""The prior rung (beta = 0): exact, independent draws from the prior."""
+
+from .contract import SingleRungExplorer
+
+
+class PriorExplorer(SingleRungExplorer):
+    """
+    The prior rung (beta = 0): every step is an exact, independent draw from the prior.
+
+    :param RandomStream stream: the rung's random stream.
+    :param ModelSplit split: the model's split; its latent sites must have proper priors.
+    """
+
+    def __init__(self, stream, split):
+        self.stream = stream
+        self.split = split
+
+    def setup(self, z, warmup_steps):
+        pass
+
+    def move(self, z):
+        """An exact prior draw and its log-likelihood (known from the same model trace)."""
+        with self.stream:
+            z, ll = self.split.sample_prior()
+        return z, float(ll)
+
+    def replace_state(self):
+        pass
+
+    @property
+    def beta(self):
+        return 0.0
+
+    def set_beta(self, beta):
+        if beta != 0.0:
+            raise ValueError("the prior rung stays at beta = 0")
+
+    def diagnostics(self):
+        return {"divergences": [], "acceptance rate": 1.0}
+
+    def logging(self):
+        return {}

@@ -1,0 +1,103 @@
+"""Pyro MCMC kernels as explorers: NUTS, random-walk Metropolis or a user's kernel per rung.
+
+A :class:`PyroKernelExplorer` pairs an MCMC kernel targeting one rung's tempered density with
+that rung's random stream, and is a group of one (:mod:`pyro_pt.explorers.contract`). Its
+adapted state (step size, mass matrix, proposal scale) belongs to the rung; the states of the
+replicas move between rungs on swaps, and :meth:`PyroKernelExplorer.replace_state` invalidates
+the kernel's cached potential and gradient (Pyro's HMC and NUTS ignore the ``params`` they are
+given while their cache is set).
+"""
+
+from pyro.infer.mcmc import NUTS
+from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
+
+from .contract import SingleRungExplorer
+from .rwmh import RandomWalkMetropolis
+
+EXPLORERS = ("nuts", "hmc", "rwmh")
+
+
+def make_kernel(explorer, potential_fn, explorer_kwargs):
+    """
+    The Pyro MCMC kernel of one rung for ``explorer``: ``"nuts"``, ``"rwmh"`` or a callable
+    (``"hmc"`` rungs are batched, see :mod:`pyro_pt.explorers.hmc_group`).
+    """
+    kwargs = dict(explorer_kwargs or {})
+    if callable(explorer):
+        build = explorer
+    elif explorer == "nuts":
+        build = lambda fn, **kw: NUTS(potential_fn=fn, **kw)  # noqa: E731
+    elif explorer == "rwmh":
+        build = RandomWalkMetropolis
+    else:
+        raise ValueError(
+            f"explorer must be one of {EXPLORERS} or a callable potential_fn -> MCMCKernel, "
+            f"got {explorer!r}"
+        )
+    try:
+        kernel = build(potential_fn, **kwargs)
+    except TypeError as e:
+        raise TypeError(
+            f"explorer_kwargs {kwargs} were not accepted by explorer {explorer!r}: {e}"
+        ) from e
+    if not isinstance(kernel, MCMCKernel):
+        raise TypeError(
+            "explorer callable must return a pyro.infer.mcmc.mcmc_kernel.MCMCKernel built "
+            f"from the potential_fn it is given, got {type(kernel).__name__}"
+        )
+    if not callable(getattr(kernel, "clear_cache", None)):
+        raise TypeError(
+            f"explorer kernel {type(kernel).__name__} has no clear_cache(): ParallelTempering "
+            "must invalidate a rung's cached state when a swap replaces it; add a "
+            "clear_cache() method (Pyro's HMC and NUTS have one)"
+        )
+    return kernel
+
+
+class PyroKernelExplorer(SingleRungExplorer):
+    """
+    One rung's local kernel and random stream.
+
+    :param MCMCKernel kernel: a kernel targeting the rung's tempered density.
+    :param RandomStream stream: the rung's random stream.
+    :param TemperedPotential potential: the rung's potential, which ``kernel`` was built on.
+    """
+
+    def __init__(self, kernel, stream, potential):
+        self.kernel = kernel
+        self.stream = stream
+        self.potential = potential
+
+    @property
+    def beta(self):
+        return self.potential.beta
+
+    def set_beta(self, beta):
+        """Move the rung to a new inverse temperature (ladder adaptation, during warmup)."""
+        self.potential.beta = beta
+        self.replace_state()  # the cached potential and gradient were for the old beta
+
+    def setup(self, z, warmup_steps):
+        with self.stream:
+            self.kernel.initial_params = z
+            self.kernel.setup(warmup_steps)
+
+    def move(self, z):
+        """One local move from ``z``: the new state and its ll (remembered by the rung's
+        potential if the kernel evaluates through it, else from the model's traced split)."""
+        with self.stream:
+            z = self.kernel.sample(z)
+        ll = None
+        if getattr(self.kernel, "potential_fn", None) is self.potential:
+            ll = self.potential.known_log_likelihood(z)
+        return z, self.potential.split.log_likelihood(z) if ll is None else ll
+
+    def replace_state(self):
+        """Forget the cached state (and its potential and gradient) after a swap."""
+        self.kernel.clear_cache()  # make_kernel checked that it exists
+
+    def diagnostics(self):
+        return self.kernel.diagnostics()
+
+    def logging(self):
+        return self.kernel.logging()

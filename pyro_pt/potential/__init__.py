@@ -1,0 +1,32 @@
+r"""The potential: a Pyro model split into ``lp(z)`` and ``ll(z)``, and its evaluation.
+
+The contract (DESIGN §1): with ``z`` the unconstrained latent values (sites in sorted name
+order, flattened by one :class:`~pyro_pt.potential.split.FlatLayout`), ``lp(z)`` is the log
+prior of the latent sites plus the log-det-Jacobian of their transforms and ``ll(z)`` the
+scaled, masked log probability of the observed sites and factors; the rung at inverse
+temperature :math:`\beta` has the potential energy :math:`-(lp(z) + \beta\, ll(z))`. Every way of
+evaluating it gives the traced path's numbers: NaN where distribution validation fails,
+``-inf`` where a value is impossible.
+
+- :mod:`~pyro_pt.potential.split`: :class:`ModelSplit` (one Pyro trace per evaluation: the
+  reference), the one sum of terms, the one flat layout.
+- :mod:`~pyro_pt.potential.tempered`: :class:`TemperedPotential`, one rung's potential for
+  Pyro's kernels (it remembers ``ll`` at the points it evaluated).
+- :mod:`~pyro_pt.potential.densities` and :mod:`~pyro_pt.potential.capture`: what a captured
+  graph computes, and how it is captured, refused or compiled.
+- :mod:`~pyro_pt.potential.compiled`: :class:`CompiledSplit`, the captured graphs, checked
+  against the traced path.
+- :mod:`~pyro_pt.potential.batched`: the tempered potentials of many replicas in one call,
+  bitwise the same whatever the batch.
+- :mod:`~pyro_pt.potential.functional`: :class:`FunctionalSplit`, the split as the explorers use
+  it: the captured graph where it is exact, Pyro's trace elsewhere.
+
+Dependencies point one way: split <- densities <- compiled <- batched <- functional.
+"""
+
+from .compiled import CompiledSplit
+from .functional import FunctionalSplit
+from .split import FlatLayout, ModelSplit
+from .tempered import TemperedPotential
+
+__all__ = ["CompiledSplit", "FlatLayout", "FunctionalSplit", "ModelSplit", "TemperedPotential"]

@@ -1,0 +1,132 @@
+"""The densities a captured graph computes: ``flat -> (lp, ll)`` and their gradients.
+
+The model runs under a minimal messenger that substitutes the constrained latent values and
+keeps the scaled, masked log probability of each counted site, as ``Trace.compute_log_prob``
+does; :meth:`~pyro_pt.potential.split.ModelSplit.sum_terms` then adds them exactly as the traced
+path does. Distribution validation keeps its meaning inside a graph: each check that would
+raise (``torch._is_all_true`` in :class:`torch.distributions.Distribution`) becomes a flag, and
+the densities are NaN where a flag is false, which is what
+:meth:`~pyro_pt.potential.split.ModelSplit.log_densities` returns where validation raises.
+"""
+
+import contextlib
+import math
+
+import torch
+from torch.func import grad_and_value
+
+from pyro.distributions.util import scale_and_mask
+from pyro.poutine.messenger import Messenger
+
+from .capture import Uncapturable
+from .split import _is_counted
+
+
+class _Substitute(Messenger):
+    """Sets the latent sites' values and keeps each counted site's scaled, masked log prob sum."""
+
+    def __init__(self, values):
+        super().__init__()
+        self.values = values
+        self.log_probs = {}
+
+    def _process_message(self, msg):
+        # What poutine.condition does, minus the bookkeeping of a trace.
+        if msg["type"] == "sample" and msg["name"] in self.values:
+            msg["value"] = self.values[msg["name"]]
+            msg["is_observed"] = True
+
+    def _postprocess_message(self, msg):
+        if not _is_counted(msg):
+            return
+        name = msg["name"]
+        if name in self.log_probs:
+            raise Uncapturable(f"sample site {name!r} appears twice in one model run")
+        log_p = msg["fn"].log_prob(msg["value"], *msg["args"], **msg["kwargs"])
+        self.log_probs[name] = scale_and_mask(log_p, msg["scale"], msg["mask"]).sum()
+
+
+@contextlib.contextmanager
+def _validation_as_flags(flags):
+    """
+    Turn the raising checks of torch distribution validation into recorded flags (only while a
+    graph is captured: a raise needs the value in Python, which a graph cannot have).
+    """
+    original = torch._is_all_true
+
+    def record(valid):
+        flags.append(torch.as_tensor(valid).all())
+        return True
+
+    torch._is_all_true = record
+    try:
+        yield
+    finally:
+        torch._is_all_true = original
+
+
+def split_terms(split, layout, flat):
+    """
+    ``(lp, ll)`` at the flat unconstrained point ``flat``, through a :class:`_Substitute`
+    messenger and :meth:`~pyro_pt.potential.split.ModelSplit.sum_terms`, the traced path's sum.
+    """
+    z = layout.unflatten(flat)
+    constrained = split.constrain(z)
+    with _Substitute(constrained) as recorder:
+        split.model(*split.model_args, **split.model_kwargs)
+    terms = recorder.log_probs
+    expected = set(split.latent_names) | set(split.observed_names)
+    if set(terms) != expected:
+        raise Uncapturable(
+            f"the model's sample sites changed: expected {sorted(expected)}, got {sorted(terms)}"
+        )
+    return split.sum_terms(terms, z, constrained)
+
+
+def _flagged(split, layout, flat):
+    flags = []
+    with _validation_as_flags(flags):
+        lp, ll = split_terms(split, layout, flat)
+    valid = torch.stack(flags).all() if flags else None
+    return lp, ll, valid
+
+
+def _nan_unless(valid, value):
+    if valid is None:
+        return value
+    return torch.where(valid, value, torch.full_like(value, math.nan))
+
+
+def densities(split, layout):
+    """``flat -> (lp, ll)`` (NaN where validation would raise), to be captured."""
+
+    def fn(flat):
+        lp, ll, valid = _flagged(split, layout, flat)
+        return _nan_unless(valid, lp), _nan_unless(valid, ll)
+
+    return fn
+
+
+def densities_and_grads(split, layout):
+    """
+    ``flat -> (lp, ll, d lp / d flat, d ll / d flat)``, to be captured.
+
+    The model runs twice, once per gradient; the network in the lp pass feeds nothing that is
+    returned, so dead-code elimination of the captured graph removes it.
+    """
+
+    def lp_fn(flat):
+        with _validation_as_flags([]):
+            return split_terms(split, layout, flat)[0]
+
+    def ll_fn(flat):
+        _, ll, valid = _flagged(split, layout, flat)
+        # torch.func's aux output must hold tensors: no flags (validation off) is "all valid".
+        return ll, (valid if valid is not None else torch.ones((), dtype=torch.bool))
+
+    def fn(flat):
+        grad_lp, lp = grad_and_value(lp_fn)(flat)
+        grad_ll, (ll, valid) = grad_and_value(ll_fn, has_aux=True)(flat)
+        return _nan_unless(valid, lp), _nan_unless(valid, ll), grad_lp, grad_ll
+
+    return fn

@@ -1,0 +1,166 @@
+"""A fast evaluator of a model's prior/likelihood split, with Pyro's traced path as fallback.
+
+:class:`FunctionalSplit` evaluates the same ``(lp(z), ll(z))`` as
+:meth:`~pyro_pt.potential.split.ModelSplit.log_densities` (DESIGN §1: ``lp`` the log prior of
+the latent sites plus the log-det-Jacobian of their transforms, ``ll`` the observed sites and
+factors, scaled and masked as ``Trace.compute_log_prob`` does), but through a graph of tensor
+operations captured once (:class:`~pyro_pt.potential.compiled.CompiledSplit`) instead of a Pyro
+trace per call, and the tempered potentials of many replicas in one call
+(:class:`~pyro_pt.potential.batched.BatchedEvaluator`). It is a composition of the three:
+what it offers of the split is written out below, nothing is forwarded implicitly.
+"""
+
+import torch
+
+from .batched import BatchedEvaluator
+from .compiled import CompiledSplit
+
+
+class _AttachGradients(torch.autograd.Function):
+    """``(lp, ll)`` connected to the latent values through gradients computed in the graph."""
+
+    @staticmethod
+    def forward(ctx, payload, *values):
+        layout, (lp, ll, grad_lp, grad_ll) = payload
+        ctx.layout, ctx.grads = layout, (grad_lp, grad_ll)
+        return lp.clone(), ll.clone()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_lp, d_ll):
+        grad_lp, grad_ll = ctx.grads
+        flat = grad_lp * d_lp + grad_ll * d_ll
+        return (None, *ctx.layout.unflatten(flat).values())
+
+
+class FunctionalSplit:
+    """
+    ``(lp(z), ll(z))`` of a :class:`~pyro_pt.potential.split.ModelSplit` without Pyro's
+    per-call trace, for one point or a batch of tempered replicas.
+
+    At construction the model is captured as one straight-line graph of aten operations
+    computing ``lp``, ``ll`` and their gradients with respect to the flat unconstrained latent
+    vector (latent sites in sorted ``latent_names`` order, each ``.reshape(-1)``), run by the
+    TorchScript interpreter. The graph is used (``path == "functional"``) only if it agrees with
+    the traced path, values and gradients, at the check points (the split's initial point and
+    perturbations of it); otherwise, or when the model cannot be one graph -- Python control
+    flow on latent values, random numbers drawn inside the model, shapes that depend on latent
+    values, sites that appear or disappear -- every call goes through
+    :meth:`ModelSplit.log_densities` (``path == "traced"``) and :attr:`reason` says why.
+
+    Wherever the graph's densities are not finite the call is answered by the traced path, so
+    NaN (invalid parameters under distribution validation), ``-inf`` and their gradients are
+    exactly the traced path's. Validation checks inside the graph are flags, not raises. Its
+    gradients are first order only.
+
+    The model's Python code runs at capture only: side effects in it (counters, prints) do not
+    happen per evaluation, and tensors it reads (data, ``pyro.param`` values) are fixed at
+    capture. A change of dtype or device triggers a new, re-checked capture.
+
+    Example::
+
+        split = ModelSplit(model, (x, y))
+        fast = FunctionalSplit(split)
+        fast.path, fast.reason                  # "functional", "" (or "traced", why)
+        lp, ll = fast.log_densities(z)          # as split.log_densities(z)
+        potential, grad, ll = fast.batched_potential_and_grad(z_flat, betas)  # [R], [R, D], [R]
+
+    :param ModelSplit split: the model's prior/likelihood split.
+    :param list points: optional check points (dicts of unconstrained values); default the
+        split's initial point and two perturbations of it.
+    :param float rtol: relative tolerance of the checks (default 1e-6 in float64, 1e-4 below).
+    :param str batched: how :meth:`batched_potential_and_grad` evaluates replicas:
+        ``"vmap"`` (one vmapped graph per call, used only if a replica's numbers are checked
+        to be bitwise the same whatever its batch, else a loop), ``"loop"`` (one graph call
+        per replica) or ``"auto"`` (``"loop"`` on a single CPU thread, where batched kernels
+        were measured slower, else ``"vmap"``).
+    :param int max_batch: most replicas evaluated in one vmapped call.
+    """
+
+    def __init__(self, split, points=None, rtol=None, batched="auto", max_batch=8):
+        if batched not in ("auto", "vmap", "loop"):
+            raise ValueError(f"batched must be 'auto', 'vmap' or 'loop', got {batched!r}")
+        self.split = split
+        self.compiled = CompiledSplit(split, points, rtol)
+        self.batched = BatchedEvaluator(self.compiled, mode=batched, max_batch=max_batch)
+
+    # ----- what the split offers, as the explorers use it (the rest: ``.split``) -----
+
+    def initial_point(self):
+        return self.split.initial_point()
+
+    def sample_prior(self):
+        return self.split.sample_prior()
+
+    def log_likelihood(self, z):
+        """``ll(z)`` as a float, from the traced path (the reference the graphs are checked
+        against)."""
+        return self.split.log_likelihood(z)
+
+    # ----- the captured graph -----
+
+    @property
+    def path(self):
+        """``"functional"`` (the captured graph) or ``"traced"`` (Pyro's trace per call)."""
+        return self.compiled.path
+
+    @property
+    def reason(self):
+        return self.compiled.reason
+
+    @property
+    def dim(self):
+        """Size of the flat unconstrained latent vector."""
+        return self.compiled.dim
+
+    def flatten(self, z):
+        """The flat ``[D]`` vector of ``z`` (site -> unconstrained tensor)."""
+        return self.compiled.layout.flatten(z)
+
+    def unflatten(self, flat):
+        """Site -> unconstrained tensor, from a flat ``[D]`` vector (views of it)."""
+        return self.compiled.layout.unflatten(flat)
+
+    def evaluate(self, flat, grads=True):
+        """The graph's raw ``(lp, ll)`` (and their gradients if ``grads``) at a flat point, NaN
+        where validation fails; None where the traced path must answer."""
+        return self.compiled.evaluate(flat, grads)
+
+    def log_densities(self, z):
+        """
+        ``(lp(z), ll(z))`` for unconstrained values ``z``, as :meth:`ModelSplit.log_densities`,
+        differentiable (first order) with respect to the values of ``z`` that require grad.
+        """
+        values = [z[name] for name in self.compiled.layout.names]
+        needs_grad = torch.is_grad_enabled() and any(v.requires_grad for v in values)
+        flat = torch.cat([v.detach().reshape(-1) for v in values])
+        if flat.shape[0] != self.compiled.layout.dim:  # not the captured shapes: Pyro decides
+            return self.split.log_densities(z)
+        out = self.compiled.evaluate(flat, grads=needs_grad)
+        if out is None or not bool(torch.isfinite(out[0]) & torch.isfinite(out[1])):
+            return self.split.log_densities(z)
+        if not needs_grad:
+            return out[0], out[1]
+        return _AttachGradients.apply((self.compiled.layout, out), *values)
+
+    def batched_potential_and_grad(self, z_flat, betas):
+        """
+        Tempered potentials ``-(lp + beta * ll)``, their gradients and ``ll`` of R replicas.
+
+        Results for one replica do not depend on which or how many other replicas share the
+        call (see :attr:`batched_path`); a NaN in one replica does not touch the others.
+
+        :param torch.Tensor z_flat: ``[R, D]`` flat unconstrained points.
+        :param torch.Tensor betas: ``[R]`` inverse temperatures.
+        :returns: ``(potential [R], grad [R, D], ll [R])``, detached.
+        """
+        return self.batched(z_flat, betas)
+
+    @property
+    def batched_path(self):
+        """``"vmap"`` or ``"loop"``: how :meth:`batched_potential_and_grad` evaluates."""
+        return self.batched.path
+
+    @property
+    def batched_reason(self):
+        return self.batched.reason

@@ -1,0 +1,49 @@
+"""The tempered potential of one rung, as Pyro's HMC, NUTS and the RWMH explorer call it."""
+
+import weakref
+
+import torch
+
+
+class TemperedPotential:
+    """
+    Potential energy ``-(lp(z) + beta * ll(z))`` of one rung, as Pyro's HMC/NUTS expect.
+
+    It remembers ``ll`` at the points it evaluates (keyed by the identity of their tensors,
+    through weak references, so nothing is kept alive): the explorer returns one of those
+    points, and the swaps need its ``ll`` without another trace of the model.
+
+    A plain class rather than a closure so the kernel pickles for ``MCMC(num_chains>1)``.
+    """
+
+    def __init__(self, split, beta):
+        self.split = split
+        self.beta = beta
+        self._seen = {}
+
+    def __call__(self, z):
+        lp, ll = self.split.log_densities(z)
+        self._remember(z, ll)
+        return -(lp + self.beta * ll)
+
+    @staticmethod
+    def _key(z):
+        return tuple(id(v) for v in z.values())
+
+    def _remember(self, z, ll):
+        if len(self._seen) > 4096:  # drop points whose tensors are gone
+            self._seen = {k: v for k, v in self._seen.items() if all(r() is not None for r in v[0])}
+        refs = tuple(weakref.ref(v) for v in z.values())
+        self._seen[self._key(z)] = (refs, ll.detach() if torch.is_tensor(ll) else ll)
+
+    def known_log_likelihood(self, z):
+        """``ll(z)`` if this potential evaluated exactly these tensors, else None."""
+        entry = self._seen.get(self._key(z))
+        if entry is None or any(r() is not v for r, v in zip(entry[0], z.values())):
+            return None
+        return float(entry[1])
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_seen"] = {}  # weak references do not pickle
+        return state

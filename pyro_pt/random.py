@@ -1,0 +1,67 @@
+"""The one seeding scheme: every random stream of a run derived from Pyro's seed.
+
+One base seed is drawn from torch's global generator (so ``pyro.set_rng_seed`` governs the
+run) and broadcast from rank 0; :func:`stream_seeds` spawns from it, with
+:class:`numpy.random.SeedSequence`, one seed per rung and one for the swaps, so the streams are
+independent and a rung's stream does not depend on the process that holds it. A rung's seed
+drives its :class:`RandomStream` (its initial point; Pyro's kernels' momenta and accept draws);
+the batched HMC takes its momenta from a stream of its own, :func:`engine_seed` of the rung's
+seed. Pure: torch and numpy only.
+"""
+
+import numpy as np
+import torch
+
+
+def stream_seeds(base, num_rungs):
+    """
+    ``num_rungs + 1`` independent 63-bit seeds spawned from ``base``: one per rung, in rung
+    order, then the swaps' (shared by all ranks).
+
+    :param int base: the run's base seed (the same on every rank).
+    :param int num_rungs: K.
+    """
+    children = np.random.SeedSequence(base).generate_state(num_rungs + 1, np.uint64)
+    return [int(s) >> 1 for s in children]
+
+
+def engine_seed(seed):
+    """The seed of the batched HMC's momenta for a rung with ``seed``: the rung's seed already
+    seeds its initial point, and a fixed odd multiplier (Knuth's MMIX LCG) gives the momenta a
+    stream of their own."""
+    return (seed * 6364136223846793005 + 1442695040888963407) % 2**63
+
+
+class RandomStream:
+    """
+    A private torch random stream, swapped in for the global one while a rung works.
+
+    Pyro's kernels draw momenta and acceptances from the global generators; giving each rung
+    its own state keeps a seeded run reproducible whatever order or process the rungs run in.
+    On a CUDA device the device's generator is swapped too (the momenta are drawn there).
+
+    :param int seed: the rung's seed.
+    :param torch.device device: where the rung's tensors live (default CPU).
+    """
+
+    def __init__(self, seed, device=None):
+        self.state = torch.Generator().manual_seed(seed).get_state()
+        self.device = device if device is not None and device.type == "cuda" else None
+        if self.device is not None:
+            self.cuda_state = torch.Generator(device=self.device).manual_seed(seed).get_state()
+
+    def __enter__(self):
+        self._outer = torch.get_rng_state()
+        torch.set_rng_state(self.state)
+        if self.device is not None:
+            self._outer_cuda = torch.cuda.get_rng_state(self.device)
+            torch.cuda.set_rng_state(self.cuda_state, self.device)
+        return self
+
+    def __exit__(self, *exc):
+        self.state = torch.get_rng_state()
+        torch.set_rng_state(self._outer)
+        if self.device is not None:
+            self.cuda_state = torch.cuda.get_rng_state(self.device)
+            torch.cuda.set_rng_state(self._outer_cuda, self.device)
+        return False

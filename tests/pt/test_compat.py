@@ -1,0 +1,33 @@
+"""pyro_pt.compat reads private names of Pyro's MCMC: pinned to the Pyro they were read from."""
+
+import inspect
+
+import pyro
+import pyro.infer.mcmc.api as api
+
+from pyro_pt import compat
+
+
+def test_pinned_to_the_pyro_version_it_was_checked_with():
+    # A new Pyro may rename its samplers or their num_chains: re-read pyro.infer.mcmc.api,
+    # then update the pin.
+    assert pyro.__version__ == compat.CHECKED_WITH_PYRO
+    for name in compat.SAMPLERS:
+        assert "num_chains" in inspect.signature(getattr(api, name).__init__).parameters, name
+    assert isinstance(getattr(api, compat.WORKER), type)
+
+
+def _called_from(name, num_chains):
+    """inside_multichain_mcmc() called from a method of an object of class ``name``."""
+    owner = type(name, (), {"num_chains": num_chains,
+                            "run": lambda self: compat.inside_multichain_mcmc()})()
+    return owner.run()
+
+
+def test_sees_the_samplers_frames():
+    assert _called_from("_UnarySampler", 2) is True
+    assert _called_from("_MultiSampler", 3) is True
+    assert _called_from("_Worker", 1) is True  # a worker of parallel chains
+    assert _called_from("_UnarySampler", 1) is False
+    assert _called_from("Other", 2) is False
+    assert compat.inside_multichain_mcmc() is False

@@ -1,0 +1,133 @@
+"""Same seed, same draws: small runs of every explorer and swap scheme, bitwise against a record.
+
+The record (``golden/runs.json``) was made from the code before pyro_pt was restructured into
+its concept folders (issue 12); any change of the cold chain, a swap decision, a diagnostic or
+a report number fails here. Floats are stored as JSON numbers, which round-trip exactly.
+
+To re-record (only for a change that is meant to alter draws, said so in its commit)::
+
+    PYTHONPATH=$PWD python -m tests.pt.test_golden --record
+"""
+
+import json
+import math
+import pathlib
+import sys
+
+import pytest
+import torch
+
+import pyro
+from pyro.infer import MCMC
+
+from pyro_pt import ParallelTempering
+
+from .models import bimodal_model, constrained_model, linear_data, linear_model
+
+RECORD = pathlib.Path(__file__).parent / "golden" / "runs.json"
+
+# name -> (model, kernel kwargs, warmup, samples); small, so the whole file runs in seconds.
+CONFIGS = {
+    "rwmh_deo_adapt": ("linear", dict(num_replicas=4, max_temperature=20.0, explorer="rwmh"),
+                       24, 12),
+    "rwmh_seo_fixed": ("constrained", dict(num_replicas=3, max_temperature=9.0,
+                                           explorer="rwmh", swap_scheme="seo",
+                                           adapt_temperatures=False), 8, 12),
+    "rwmh_sequential_interval2": ("linear", dict(temperatures=[1.0, 2.0, 5.0],
+                                                 explorer="rwmh", swap_scheme="sequential",
+                                                 swap_interval=2), 16, 10),
+    "hmc_deo_adapt": ("linear", dict(num_replicas=4, max_temperature=30.0, explorer="hmc",
+                                     explorer_kwargs={"num_steps": 4}), 30, 10),
+    "hmc_prior_rung_seo": ("linear", dict(num_replicas=4, max_temperature=math.inf,
+                                          explorer="hmc", swap_scheme="seo",
+                                          explorer_kwargs={"num_steps": 3}), 24, 10),
+    "nuts_deo_fixed": ("linear", dict(num_replicas=3, max_temperature=10.0, explorer="nuts",
+                                      explorer_kwargs={"max_tree_depth": 3},
+                                      adapt_temperatures=False), 10, 8),
+    "nuts_bimodal_adapt": ("bimodal", dict(num_replicas=3, max_temperature=50.0,
+                                           explorer="nuts",
+                                           explorer_kwargs={"max_tree_depth": 3}), 12, 8),
+    "rwmh_prior_rung_adapt": ("linear", dict(num_replicas=3, max_temperature=math.inf,
+                                             explorer="rwmh"), 24, 10),
+}
+
+
+def _model(name):
+    if name == "linear":
+        return linear_model, linear_data()
+    if name == "constrained":
+        return constrained_model, (torch.tensor([0.3, 1.2, 0.8, 2.0]),)
+    return bimodal_model, ()
+
+
+def _plain(value):
+    """Tensors and tuples as nested lists of Python numbers (floats round-trip in JSON)."""
+    if torch.is_tensor(value):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+def run_config(name):
+    model_name, kwargs, warmup, samples = CONFIGS[name]
+    model, args = _model(model_name)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the batched potential's path depends on the thread count
+    try:
+        pyro.set_rng_seed(0)
+        kernel = ParallelTempering(model, **kwargs)
+        mcmc = MCMC(kernel, samples, warmup, disable_progbar=True)
+        mcmc.run(*args)
+    finally:
+        torch.set_num_threads(threads)
+    diagnostics = kernel.diagnostics()
+    report = kernel.report.drop(columns=["seconds"]).to_dict(orient="list")
+    return _plain({
+        "samples": mcmc.get_samples(),
+        "diagnostics": diagnostics,
+        "report": report,
+        "adaptation_history": kernel.adaptation_history,
+        "temperatures": kernel.temperatures,
+        "explorer_info": kernel.explorer_info,
+        "logging": kernel.logging(),
+        "local_diagnostics": [e.diagnostics() for e in kernel._rungs.explorers],
+    })
+
+
+def _same(a, b, where):
+    """Exact equality of nested records, NaN equal to NaN; raises naming the first difference."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert sorted(a) == sorted(b), f"{where}: keys {sorted(a)} != {sorted(b)}"
+        for key in a:
+            _same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), f"{where}: length {len(a)} != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        assert math.isnan(b), f"{where}: NaN != {b!r}"
+    else:
+        assert type(a) is type(b) and a == b, f"{where}: {a!r} != {b!r}"
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_bitwise_same_as_the_record(name):
+    recorded = json.loads(RECORD.read_text())[name]
+    _same(run_config(name), recorded, name)
+
+
+def record():
+    runs = {name: run_config(name) for name in sorted(CONFIGS)}
+    RECORD.write_text(json.dumps(runs, sort_keys=True, separators=(",", ":")) + "\n")
+    print(f"wrote {RECORD} ({RECORD.stat().st_size} bytes)")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--record"]:
+        sys.exit("usage: python -m tests.pt.test_golden --record")
+    record()
