@@ -50,7 +50,9 @@ class SubnetworkNormal(TorchDistribution):
     def rsample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
         eps = torch.randn(shape[:-1] + (len(self.idx), 1), dtype=self.loc.dtype, device=self.loc.device)
-        dz = torch.linalg.solve_triangular(self.precision_tril.mT, eps, upper=True).squeeze(-1)
+        # one solve with all draws as right-hand sides: a batch of solves would copy C per draw
+        eps = eps.reshape(-1, len(self.idx)).T
+        dz = torch.linalg.solve_triangular(self.precision_tril.mT, eps, upper=True).T.reshape(shape[:-1] + (-1,))
         return self.loc.expand(shape).index_copy(-1, self.idx, self.loc[self.idx] + dz)
 
     def log_prob(self, value):

@@ -33,7 +33,9 @@ from . import batching
 from .curvature import output_jacobians
 from .likelihoods import OutputSpec, unwrap
 
-CHUNK_SIZE = 32  # inputs per chunk of a prediction (see benchmarks/subnet_predict.py)
+# Inputs per chunk: each Jacobian row costs a backward pass over its whole chunk, each chunk a
+# model trace; 8 was the fastest of 1-16 on the 670K-weight MLP (benchmarks/subnet_predict.py).
+CHUNK_SIZE = 8
 
 
 def spec_all(latent, fn, name):
@@ -148,7 +150,9 @@ def subnetwork_draws(posterior, num_samples):
     r"""``num_samples`` draws of :math:`u_S - \hat u_S \sim \mathcal N(0, \Sigma_S)`, ``[M, S]``."""
     C = posterior.precision_tril
     eps = torch.randn(num_samples, C.shape[0], 1, dtype=C.dtype, device=C.device)
-    return torch.linalg.solve_triangular(C.mT, eps, upper=True).squeeze(-1)
+    # one solve with M right-hand sides (a batch of M solves would copy C per draw), and never
+    # the D-vectors of SubnetworkNormal's draws
+    return torch.linalg.solve_triangular(C.mT, eps.squeeze(-1).T, upper=True).T
 
 
 def linearized_outputs(posterior, args, kwargs, dz, chunk_size=None):

@@ -1,0 +1,133 @@
+"""
+Linearized predictive of a subnetwork Laplace posterior: time and memory against the number of inputs.
+
+The 784 -> 512 -> 512 -> 10 ReLU MLP of ``subnet_curvature.py`` (669,706 weights, Categorical
+likelihood, Normal(0, 1) priors), fitted on its 256 synthetic training points with S random
+subnetwork coordinates, then ``posterior.predict(x_test)`` on n synthetic test inputs. Each
+prediction runs in its own subprocess, so that its peak resident memory is its own: ``VmHWM``
+reset just before ``predict`` (the "+" figure is the growth over the fitted posterior). The
+ratio of the times at the largest and the smallest n is printed next to the ratio of the n
+(linear cost: the two agree).
+
+    python benchmarks/subnet_predict.py                          # n = 1000 and 10000, S = 2000
+    python benchmarks/subnet_predict.py --unsplit 250 500        # also one unsplit call (the old O(n^2) path)
+    python benchmarks/subnet_predict.py --chunks 8 32 128 --sizes 1000   # chunk sizes side by side
+
+Nothing here asserts a time.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(HERE), HERE]  # this checkout's pyro_subnet, then subnet_curvature
+from subnet_curvature import WIDTHS, network, pyro_model, reset_peak, rss_mib  # noqa: E402
+
+
+def worker(n, S, chunk, seed, out):
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", torch.get_num_threads())))
+    from pyro_subnet import SubnetworkLaplace
+
+    net, x, y = network(seed)
+    D = sum(p.numel() for p in net.parameters())
+    idx = torch.randperm(D, generator=torch.Generator().manual_seed(seed + 2))[:S].sort().values
+    guide = SubnetworkLaplace(pyro_model, selection=idx)
+    guide(x, y)
+    with torch.no_grad():
+        guide.loc.copy_(torch.nn.utils.parameters_to_vector(net.parameters()))
+    post = guide.laplace_approximation(x, y)
+    x_test = torch.randn(n, WIDTHS[0], generator=torch.Generator().manual_seed(seed + 3))
+    base = rss_mib("VmRSS")
+    reset_peak()
+    t = time.perf_counter()
+    probs = post.predict(x_test, chunk_size=chunk)["obs"].probs
+    seconds = time.perf_counter() - t
+    peak = rss_mib("VmHWM")
+    torch.save(probs[:100].clone(), out + ".pt")
+    with open(out, "w") as f:
+        json.dump({"seconds": seconds, "peak_mib": peak, "base_mib": base}, f)
+
+
+def run(n, S, chunk, seed, timeout):
+    out = tempfile.mktemp(prefix="subnet_predict_")
+    cmd = [sys.executable, __file__, "--worker", str(n), "--S", str(S), "--seed", str(seed), "--out", out]
+    if chunk:
+        cmd += ["--chunk", str(chunk)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout} s"
+    if r.returncode != 0:
+        return None, (r.stderr.strip().splitlines() or ["failed"])[-1]
+    with open(out) as f:
+        res = json.load(f)
+    res["probs"] = torch.load(out + ".pt")
+    os.remove(out)
+    os.remove(out + ".pt")
+    return res, None
+
+
+def line(label, res):
+    return (f"{label}: {res['seconds']:.2f} s, peak RSS {res['peak_mib']:.0f} MiB "
+            f"(+{res['peak_mib'] - res['base_mib']:.0f} MiB over the fitted posterior)")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000], help="numbers of test inputs")
+    p.add_argument("--S", type=int, default=2000, help="subnetwork size")
+    p.add_argument("--chunks", type=int, nargs="+", default=[None],
+                   help="inputs per chunk of predict (default: pyro_subnet's)")
+    p.add_argument("--unsplit", type=int, nargs="*", default=[],
+                   help="also predict these n as one unsplit call (chunk_size = n: the quadratic path)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch threads in every run")
+    p.add_argument("--timeout", type=int, default=1800)
+    p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--chunk", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    os.environ["BENCH_THREADS"] = str(a.threads)
+    torch.set_num_threads(a.threads)
+    if a.worker:
+        return worker(a.worker, a.S, a.chunk, a.seed, a.out)
+
+    from pyro_subnet.predictive import CHUNK_SIZE
+
+    D = sum(w.numel() for w in network(a.seed)[0].parameters())
+    print(f"MLP {'-'.join(map(str, WIDTHS))} (D={D}), S={a.S}, Categorical (probit predictive), "
+          f"{a.threads} torch thread(s)")
+    for chunk in a.chunks:
+        results = {}
+        for n in a.sizes:
+            res, err = run(n, a.S, chunk, a.seed, a.timeout)
+            label = f"n={n:>6}, chunk_size={chunk or CHUNK_SIZE}"
+            print(f"{label}: failed: {err}" if err else line(label, res), flush=True)
+            if res:
+                results[n] = res
+        if len(results) >= 2:
+            lo, hi = min(results), max(results)
+            print(f"  time ratio n={hi} / n={lo}: {results[hi]['seconds'] / results[lo]['seconds']:.2f} "
+                  f"(inputs ratio {hi / lo:.0f})")
+    for n in a.unsplit:
+        res, err = run(n, a.S, n, a.seed, a.timeout)
+        label = f"n={n:>6}, one unsplit call"
+        print(f"{label}: failed: {err}" if err else line(label, res), flush=True)
+        if res:
+            ref, err = run(n, a.S, None, a.seed, a.timeout)
+            if ref:
+                diff = float((ref["probs"] - res["probs"]).abs().max())
+                print(f"  chunked {ref['seconds']:.2f} s: unsplit / chunked time {res['seconds'] / ref['seconds']:.1f}; "
+                      f"max |p difference| {diff:.1e} (float32)")
+
+
+if __name__ == "__main__":
+    main()
