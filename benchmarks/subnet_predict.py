@@ -7,7 +7,8 @@ subnetwork coordinates, then ``posterior.predict(x_test)`` on n synthetic test i
 prediction runs in its own subprocess, so that its peak resident memory is its own: ``VmHWM``
 reset just before ``predict`` (the "+" figure is the growth over the fitted posterior). The
 ratio of the times at the largest and the smallest n is printed next to the ratio of the n
-(linear cost: the two agree).
+(linear cost: the two agree). On a shared machine the wall time of one run waits on other
+jobs, so the CPU time of the process (one torch thread) is printed beside it.
 
     python benchmarks/subnet_predict.py                          # n = 1000 and 10000, S = 2000
     python benchmarks/subnet_predict.py --unsplit 250 500        # also one unsplit call (the old O(n^2) path)
@@ -46,13 +47,13 @@ def worker(n, S, chunk, seed, out):
     x_test = torch.randn(n, WIDTHS[0], generator=torch.Generator().manual_seed(seed + 3))
     base = rss_mib("VmRSS")
     reset_peak()
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     probs = post.predict(x_test, chunk_size=chunk)["obs"].probs
-    seconds = time.perf_counter() - t
+    seconds, cpu = time.perf_counter() - t, time.process_time() - c
     peak = rss_mib("VmHWM")
     torch.save(probs[:100].clone(), out + ".pt")
     with open(out, "w") as f:
-        json.dump({"seconds": seconds, "peak_mib": peak, "base_mib": base}, f)
+        json.dump({"seconds": seconds, "cpu": cpu, "peak_mib": peak, "base_mib": base}, f)
 
 
 def run(n, S, chunk, seed, timeout):
@@ -76,7 +77,7 @@ def run(n, S, chunk, seed, timeout):
 
 
 def line(label, res):
-    return (f"{label}: {res['seconds']:.2f} s, peak RSS {res['peak_mib']:.0f} MiB "
+    return (f"{label}: {res['seconds']:.2f} s ({res['cpu']:.2f} s CPU), peak RSS {res['peak_mib']:.0f} MiB "
             f"(+{res['peak_mib'] - res['base_mib']:.0f} MiB over the fitted posterior)")
 
 
@@ -115,8 +116,8 @@ def main():
                 results[n] = res
         if len(results) >= 2:
             lo, hi = min(results), max(results)
-            print(f"  time ratio n={hi} / n={lo}: {results[hi]['seconds'] / results[lo]['seconds']:.2f} "
-                  f"(inputs ratio {hi / lo:.0f})")
+            print(f"  time ratio n={hi} / n={lo}: {results[hi]['seconds'] / results[lo]['seconds']:.2f} wall, "
+                  f"{results[hi]['cpu'] / results[lo]['cpu']:.2f} CPU (inputs ratio {hi / lo:.0f})")
     for n in a.unsplit:
         res, err = run(n, a.S, n, a.seed, a.timeout)
         label = f"n={n:>6}, one unsplit call"

@@ -121,7 +121,8 @@ def linearize(posterior, args, kwargs, reduce, chunk_size=None):
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     latent, u_hat, idx = posterior._latent, posterior.loc.detach(), posterior.subnetwork_indices
     devices = [u_hat.device.index or 0] if u_hat.is_cuda else []
-    with torch.random.fork_rng(devices=devices):
+    # Jacobians need autograd even when the caller (an export, a no_grad block) turned it off
+    with torch.random.fork_rng(devices=devices), torch.enable_grad():
         whole, calls, axes = prediction_calls(latent, u_hat, args, kwargs, chunk_size)
         active, blocks, shapes = None, {}, {}
         for call in calls:

@@ -1,14 +1,23 @@
-"""to_inference_data: groups, shapes and values that az.loo / az.compare can use."""
+"""to_inference_data: groups, shapes and values that az.loo / az.compare can use, from the
+linearized model the posterior describes (default) or from the network itself."""
 
+import math
 import warnings
 
+import pyro
+import pyro.distributions as dist
 import pytest
 import torch
-from subnet_models import mlp_data, mlp_model, random_loc
+from pyro.infer import SVI, Trace_ELBO
+from subnet_models import mlp, mlp_data, mlp_model, random_loc, unpack
 
 from pyro_subnet import SubnetworkLaplace, to_inference_data
 
 az = pytest.importorskip("arviz")
+
+
+def _draw(idata, name, m=0):
+    return torch.as_tensor(idata.posterior[name].values[0, m])
 
 
 def test_inference_data_groups_and_loo():
@@ -17,7 +26,7 @@ def test_inference_data_groups_and_loo():
     guide(x, y)
     random_loc(guide, seed=3, scale=0.5)
     post = guide.laplace_approximation(x, y)
-    idata = to_inference_data(post, x, y, num_samples=200)
+    idata = to_inference_data(post, x, y, num_samples=200, predictive="network")
     for group in ("posterior", "posterior_predictive", "log_likelihood", "observed_data"):
         assert hasattr(idata, group)
     assert idata.posterior["W1"].shape == (1, 200, 5, 2)
@@ -25,21 +34,41 @@ def test_inference_data_groups_and_loo():
     assert idata.log_likelihood["obs"].shape == (1, 200, 25)
     assert idata.posterior_predictive["obs"].shape == (1, 200, 25, 2)
     assert torch.allclose(torch.as_tensor(idata.observed_data["obs"].values), y)
+    assert idata.posterior.attrs["predictive"] == "network"
 
     # the pointwise log-likelihood at a draw equals the model's own log density there
-    W1 = torch.as_tensor(idata.posterior["W1"].values[0, 0])
-    b1, W2, b2 = (torch.as_tensor(idata.posterior[k].values[0, 0]) for k in ("b1", "W2", "b2"))
-    sigma = torch.as_tensor(idata.posterior["sigma"].values[0, 0])
+    W1, b1, W2, b2, sigma = (_draw(idata, k) for k in ("W1", "b1", "W2", "b2", "sigma"))
     f = torch.tanh(x @ W1.T + b1) @ W2.T + b2
     ll = torch.distributions.Normal(f, sigma).log_prob(y).sum(-1)
     assert torch.allclose(torch.as_tensor(idata.log_likelihood["obs"].values[0, 0]), ll)
+
+    # the default export: the same groups and shapes, from the linearized network
+    lin = to_inference_data(post, x, y, num_samples=200)
+    assert lin.posterior.attrs["predictive"] == "linearized"
+    for group, name, shape in [("posterior", "W1", (1, 200, 5, 2)), ("log_likelihood", "obs", (1, 200, 25)),
+                               ("posterior_predictive", "obs", (1, 200, 25, 2))]:
+        assert getattr(lin, group)[name].shape == shape
+    # its log-likelihood at a draw is that of f(x, u_hat) + J_S (u_S - u_hat_S), J_S by jacrev
+    idx, u_hat = post.subnetwork_indices, post.loc
+    u = torch.cat([_draw(lin, k, 5).reshape(-1) for k in ("W1", "b1", "W2", "b2")])
+    assert torch.allclose(u, u_hat[:-1].index_copy(0, idx, u[idx]), atol=1e-12)  # only S moved
+
+    def f_of(v):
+        W1, b1, W2, b2, _ = unpack(u_hat.index_put((idx,), v), 2)
+        return mlp(x, W1, b1, W2, b2)
+
+    J = torch.func.jacrev(f_of)(u_hat[idx])
+    f_lin = f_of(u_hat[idx]) + J @ (u[idx] - u_hat[idx])
+    sigma = _draw(lin, "sigma", 5)
+    ll = torch.distributions.Normal(f_lin, sigma).log_prob(y).sum(-1)
+    assert torch.allclose(torch.as_tensor(lin.log_likelihood["obs"].values[0, 5]), ll, rtol=0, atol=1e-10)
 
     guide.selection, guide.subnetwork_size = "wasserstein", 1
     map_like = to_inference_data(guide.laplace_approximation(x, y), x, y, num_samples=200)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         loo = az.loo(idata)
-        cmp = az.compare({"subnet": idata, "one_coordinate": map_like})
+        cmp = az.compare({"subnet": lin, "one_coordinate": map_like})
     assert torch.isfinite(torch.tensor(loo.elpd_loo))
     assert set(cmp.index) == {"subnet", "one_coordinate"}
 
@@ -47,3 +76,49 @@ def test_inference_data_groups_and_loo():
         to_inference_data(post, x, num_samples=5)
     with pytest.raises(TypeError, match="SubnetworkLaplacePosterior"):
         to_inference_data(guide, x, y)
+    with pytest.raises(ValueError, match="predictive must be one of"):
+        to_inference_data(post, x, y, predictive="sampled")
+
+
+SIGMA = 0.5
+
+
+def linreg_model(x, y=None):
+    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(x @ w, SIGMA), obs=y)
+
+
+@pytest.mark.parametrize("predictive", ["linearized", "network"])
+def test_linear_gaussian_exports_are_exact(predictive):
+    n, p, M = 20, 3, 4000
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, p, generator=g)
+    y = x @ torch.tensor([1.0, -0.5, 0.3]) + SIGMA * torch.randn(n, generator=g)
+    prec = x.T @ x / SIGMA**2 + torch.eye(p)
+    cov = torch.linalg.inv(prec)
+    mean = cov @ x.T @ y / SIGMA**2
+    guide = SubnetworkLaplace(linreg_model, subnetwork_size=1.0)
+    guide(x, y)
+    with torch.no_grad():
+        guide.loc.copy_(mean)  # the exact posterior mode: the Laplace approximation is exact here
+    post = guide.laplace_approximation(x, y)
+    assert torch.allclose(post.covariance, cov, rtol=1e-10)
+
+    idata = to_inference_data(post, x, y, num_samples=M, predictive=predictive, chunk_size=6)
+    w = torch.as_tensor(idata.posterior["w"].values[0])  # [M, p]
+    ll = torch.as_tensor(idata.log_likelihood["obs"].values[0])  # [M, n]
+    # each draw's pointwise log-likelihood is the closed form log N(y | x w, sigma^2) at its w
+    exact = torch.distributions.Normal(w @ x.T, SIGMA).log_prob(y)
+    assert torch.allclose(ll, exact, rtol=0, atol=1e-10)
+    # the draws are N(mean, cov)
+    assert ((w.mean(0) - mean).abs() < 5 * (cov.diagonal() / M).sqrt()).all()
+    # the mean pointwise likelihood is the exact posterior predictive density, within MC error
+    var = (x @ cov * x).sum(-1) + SIGMA**2
+    density = torch.distributions.Normal(x @ mean, var.sqrt()).log_prob(y).exp()
+    lik = ll.exp()
+    assert ((lik.mean(0) - density).abs() < 5 * lik.std(0) / math.sqrt(M)).all()
+    # and the posterior predictive draws are N(x mean, var)
+    rep = torch.as_tensor(idata.posterior_predictive["obs"].values[0])
+    assert ((rep.mean(0) - x @ mean).abs() < 5 * (var / M).sqrt()).all()
+    assert ((rep.var(0) / var - 1).abs() < 5 * math.sqrt(2 / M)).all()

@@ -220,7 +220,8 @@ def test_prediction_jacobian_and_predict_equal_jacrev_reference(family, standard
     chunk = chunk_size or predictive.CHUNK_SIZE
     calls = predictive.prediction_calls(post._latent, u_hat, *call, chunk)[1]
     assert len(calls) == (1 if standardize else -(-37 // chunk))  # split unless the data points interact
-    spec, fn, eta, J = post._jacobian(*call, chunk_size)["obs"]
+    with torch.no_grad():  # as a user may call predict
+        spec, fn, eta, J = post._jacobian(*call, chunk_size)["obs"]
     assert torch.allclose(eta, eta_ref, rtol=0, atol=1e-10)
     assert J.shape == J_ref.shape and torch.allclose(J, J_ref, rtol=0, atol=1e-10)
 
