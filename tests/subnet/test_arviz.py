@@ -122,3 +122,66 @@ def test_linear_gaussian_exports_are_exact(predictive):
     rep = torch.as_tensor(idata.posterior_predictive["obs"].values[0])
     assert ((rep.mean(0) - x @ mean).abs() < 5 * (var / M).sqrt()).all()
     assert ((rep.var(0) / var - 1).abs() < 5 * math.sqrt(2 / M)).all()
+
+
+def bnn_model(x, y=None):
+    """A 1-20-1 tanh network with unit noise."""
+    W1 = pyro.sample("W1", dist.Normal(0.0, 1.0).expand([20, 1]).to_event(2))
+    b1 = pyro.sample("b1", dist.Normal(0.0, 1.0).expand([20]).to_event(1))
+    W2 = pyro.sample("W2", dist.Normal(0.0, 1.0).expand([1, 20]).to_event(2))
+    b2 = pyro.sample("b2", dist.Normal(0.0, 1.0).expand([1]).to_event(1))
+    f = (torch.tanh(x @ W1.T + b1) @ W2.T + b2).squeeze(-1)
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(f, 1.0), obs=y)
+
+
+def _bnn_map(x, y, g):
+    """The MAP by L-BFGS on the log joint written by hand (the MAP phase is not under test)."""
+    u = torch.randn(61, generator=g).requires_grad_()
+    opt = torch.optim.LBFGS([u], max_iter=500, tolerance_grad=1e-10, line_search_fn="strong_wolfe")
+
+    def loss():
+        opt.zero_grad()
+        W1, b1, W2, b2 = u[:20].reshape(20, 1), u[20:40], u[40:60].reshape(1, 20), u[60:]
+        f = (torch.tanh(x @ W1.T + b1) @ W2.T + b2).squeeze(-1)
+        value = 0.5 * (u**2).sum() + 0.5 * ((y - f) ** 2).sum()
+        value.backward()
+        return value
+
+    opt.step(loss)
+    assert u.grad.abs().max() < 1e-4  # a stationary point of the log joint
+    return u.detach()
+
+
+def test_small_bnn_loo_agrees_with_the_linearized_predictive():
+    """
+    ``elpd_loo`` is the export's lppd minus ``p_loo``: the lppd must be the linearized
+    predictive's (to Monte Carlo error), the importance weights well behaved, and with 60 points
+    of unit noise ``p_loo`` a few per cent of the lppd.
+    """
+    g = torch.Generator().manual_seed(0)
+    x = 4 * torch.rand(60, 1, generator=g) - 2
+    y = torch.sin(2 * x[:, 0]) + torch.randn(60, generator=g)
+    u_map = _bnn_map(x, y, g)
+    exports = {}
+    for S in (20, 10):
+        guide = SubnetworkLaplace(bnn_model, selection=torch.randperm(61, generator=g)[:S].sort().values)
+        guide(x, y)
+        with torch.no_grad():
+            guide.loc.copy_(u_map)
+        post = guide.laplace_approximation(x, y)
+        lppd_lin = float(post.predict(x)["obs"].log_prob(y).sum())
+        idata = exports[S] = to_inference_data(post, x, y, num_samples=2000)
+        ll = torch.as_tensor(idata.log_likelihood["obs"].values[0])
+        lppd = float((ll.logsumexp(0) - math.log(len(ll))).sum())
+        assert abs(lppd - lppd_lin) < 0.005 * abs(lppd_lin)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loo = az.loo(idata, pointwise=True)
+        assert (loo.pareto_k.values < 0.7).mean() >= 0.9
+        assert abs(loo.elpd_loo - lppd_lin) < 0.05 * abs(lppd_lin)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cmp = az.compare({f"S={S}": e for S, e in exports.items()})
+    assert set(cmp.index) == {"S=20", "S=10"}
+    assert not cmp[["elpd_loo", "p_loo", "elpd_diff", "weight", "se", "dse"]].isna().any().any()
