@@ -20,7 +20,6 @@ Nothing here asserts a time.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE]  # this checkout's pyro_subnet, then subnet_curvature
-from subnet_curvature import WIDTHS, network, pyro_model, reset_peak, rss_mib  # noqa: E402
+from subnet_curvature import WIDTHS, network, pyro_model, reset_peak, rss_mib, run_subprocess  # noqa: E402
 
 
 def worker(n, S, chunk, seed, out):
@@ -61,19 +60,7 @@ def run(n, S, chunk, seed, timeout):
     cmd = [sys.executable, __file__, "--worker", str(n), "--S", str(S), "--seed", str(seed), "--out", out]
     if chunk:
         cmd += ["--chunk", str(chunk)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout} s"
-    if r.returncode != 0:
-        return None, (r.stderr.strip().splitlines() or ["failed"])[-1]
-    with open(out) as f:
-        res = json.load(f)
-    res["probs"] = torch.load(out + ".pt")
-    os.remove(out)
-    os.remove(out + ".pt")
-    return res, None
+    return run_subprocess(cmd, out, timeout, "probs")
 
 
 def line(label, res):

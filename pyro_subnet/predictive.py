@@ -55,20 +55,19 @@ def _join(blocks, shapes, axis):
     return torch.cat(parts, axis).reshape((-1,) + rest)
 
 
-def _natural_all(latent, tr):
-    return {n: spec_all(latent, tr.nodes[n]["fn"], n) for n in latent.observed}
-
-
 def _split_is_exact(latent, points, call, parts, axes, whole_map):
     """Whether ``parts`` give each element of each observed site the whole call's natural parameters."""
     for u in points:
         try:
             whole = whole_map if u is points[0] else _trace(latent, u, call)
-            traces = [_trace(latent, u, p) for p in parts]
+            pieces = {name: [] for name in latent.observed}
+            for p in parts:  # keep each chunk's parameters, not its trace
+                tr = _trace(latent, u, p)
+                for name in latent.observed:
+                    spec = spec_all(latent, tr.nodes[name]["fn"], name)
+                    pieces[name].append((spec.natural(tr.nodes[name]["fn"]), spec.element_shape))
             for name in latent.observed:
-                specs = [spec_all(latent, t.nodes[name]["fn"], name) for t in traces]
-                joined = _join([s.natural(t.nodes[name]["fn"]) for s, t in zip(specs, traces)],
-                               [s.element_shape for s in specs], axes[name])
+                joined = _join(*zip(*pieces[name]), axes[name])
                 full = spec_all(latent, whole.nodes[name]["fn"], name).natural(whole.nodes[name]["fn"])
                 tol = 1e-5 * float(full.abs().max()) + 1e-12
                 if joined.shape != full.shape or not torch.allclose(joined, full, rtol=0, atol=tol, equal_nan=True):

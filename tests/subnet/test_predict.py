@@ -7,7 +7,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from subnet_models import DIN, HI, LO, H, mlp, mlp_data, mlp_model, random_loc, unpack
+from subnet_models import DIN, HI, LO, H, mlp, mlp_data, mlp_model, random_loc, sample_mlp, unpack
 
 from pyro_subnet import SubnetworkLaplace, predictive
 
@@ -156,11 +156,7 @@ def family_model(x, y=None, family="normal", standardize=False):
     k = _OUT[family]
     if standardize:
         x = (x - x.mean(0)) / x.std(0)
-    W1 = pyro.sample("W1", dist.Normal(0.0, 1.0).expand([H, DIN]).to_event(2))
-    b1 = pyro.sample("b1", dist.Normal(0.0, 1.0).expand([H]).to_event(1))
-    W2 = pyro.sample("W2", dist.Normal(0.0, 1.0).expand([k, H]).to_event(2))
-    b2 = pyro.sample("b2", dist.Normal(0.0, 1.0).expand([k]).to_event(1))
-    f = mlp(x, W1, b1, W2, b2)
+    f = sample_mlp(x, k)
     if family == "normal":
         sigma = pyro.sample("sigma", dist.Uniform(LO, HI))
     with pyro.plate("data", x.shape[0]):
