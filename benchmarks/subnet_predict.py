@@ -3,12 +3,13 @@ Linearized predictive of a subnetwork Laplace posterior: time and memory against
 
 The 784 -> 512 -> 512 -> 10 ReLU MLP of ``subnet_curvature.py`` (669,706 weights, Categorical
 likelihood, Normal(0, 1) priors), fitted on its 256 synthetic training points with S random
-subnetwork coordinates, then ``posterior.predict(x_test)`` on n synthetic test inputs. Each
-prediction runs in its own subprocess, so that its peak resident memory is its own: ``VmHWM``
-reset just before ``predict`` (the "+" figure is the growth over the fitted posterior). The
-ratio of the times at the largest and the smallest n is printed next to the ratio of the n
-(linear cost: the two agree). On a shared machine the wall time of one run waits on other
-jobs, so the CPU time of the process (one torch thread) is printed beside it.
+subnetwork coordinates, then ``posterior.predict(x_test)`` on n synthetic test inputs, every n
+in one subprocess after a warm-up call: the smallest n, the largest, the smallest again. Peak
+memory is the resident high-water mark ``VmHWM`` reset just before each ``predict`` (the "+"
+figure is its growth over the resident size then). The ratio of the time at the largest n to
+the mean time at the smallest is printed next to the ratio of the n (linear cost: the two
+agree). On a shared machine the wall time waits on other jobs, so the CPU time of the process
+(one torch thread) is printed beside it.
 
     python benchmarks/subnet_predict.py                          # n = 1000 and 10000, S = 2000
     python benchmarks/subnet_predict.py --unsplit 250 500        # also one unsplit call (the old O(n^2) path)
@@ -31,7 +32,8 @@ sys.path[:0] = [os.path.dirname(HERE), HERE]  # this checkout's pyro_subnet, the
 from subnet_curvature import WIDTHS, network, pyro_model, reset_peak, rss_mib, run_subprocess  # noqa: E402
 
 
-def worker(n, S, chunk, seed, out):
+def worker(sizes, S, chunk, seed, out):
+    """Fits once, then times predict on each n of ``sizes`` in turn, in this one process."""
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", torch.get_num_threads())))
     from pyro_subnet import SubnetworkLaplace
 
@@ -43,22 +45,24 @@ def worker(n, S, chunk, seed, out):
     with torch.no_grad():
         guide.loc.copy_(torch.nn.utils.parameters_to_vector(net.parameters()))
     post = guide.laplace_approximation(x, y)
-    x_test = torch.randn(n, WIDTHS[0], generator=torch.Generator().manual_seed(seed + 3))
+    x_test = torch.randn(max(sizes), WIDTHS[0], generator=torch.Generator().manual_seed(seed + 3))
     post.predict(x_test[:100], chunk_size=chunk)  # warm-up: the first call's one-off costs (~1 s) are not per input
-    base = rss_mib("VmRSS")
-    reset_peak()
-    t, c = time.perf_counter(), time.process_time()
-    probs = post.predict(x_test, chunk_size=chunk)["obs"].probs
-    seconds, cpu = time.perf_counter() - t, time.process_time() - c
-    peak = rss_mib("VmHWM")
+    results = []
+    for n in sizes:
+        base = rss_mib("VmRSS")
+        reset_peak()
+        t, c = time.perf_counter(), time.process_time()
+        probs = post.predict(x_test[:n], chunk_size=chunk)["obs"].probs
+        seconds, cpu = time.perf_counter() - t, time.process_time() - c
+        results.append({"n": n, "seconds": seconds, "cpu": cpu, "peak_mib": rss_mib("VmHWM"), "base_mib": base})
     torch.save(probs[:100].clone(), out + ".pt")
     with open(out, "w") as f:
-        json.dump({"seconds": seconds, "cpu": cpu, "peak_mib": peak, "base_mib": base}, f)
+        json.dump({"runs": results}, f)
 
 
-def run(n, S, chunk, seed, timeout):
+def run(sizes, S, chunk, seed, timeout):
     out = tempfile.mktemp(prefix="subnet_predict_")
-    cmd = [sys.executable, __file__, "--worker", str(n), "--S", str(S), "--seed", str(seed), "--out", out]
+    cmd = [sys.executable, __file__, "--worker", *map(str, sizes), "--S", str(S), "--seed", str(seed), "--out", out]
     if chunk:
         cmd += ["--chunk", str(chunk)]
     return run_subprocess(cmd, out, timeout, "probs")
@@ -66,7 +70,7 @@ def run(n, S, chunk, seed, timeout):
 
 def line(label, res):
     return (f"{label}: {res['seconds']:.2f} s ({res['cpu']:.2f} s CPU), peak RSS {res['peak_mib']:.0f} MiB "
-            f"(+{res['peak_mib'] - res['base_mib']:.0f} MiB over the fitted posterior)")
+            f"(+{res['peak_mib'] - res['base_mib']:.0f} MiB over the resident size before it)")
 
 
 def main():
@@ -80,7 +84,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads in every run")
     p.add_argument("--timeout", type=int, default=1800)
-    p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--worker", type=int, nargs="+", help=argparse.SUPPRESS)
     p.add_argument("--chunk", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -95,24 +99,28 @@ def main():
     print(f"MLP {'-'.join(map(str, WIDTHS))} (D={D}), S={a.S}, Categorical (probit predictive), "
           f"{a.threads} torch thread(s)")
     for chunk in a.chunks:
-        results = {}
-        for n in a.sizes:
-            res, err = run(n, a.S, chunk, a.seed, a.timeout)
-            label = f"n={n:>6}, chunk_size={chunk or CHUNK_SIZE}"
-            print(f"{label}: failed: {err}" if err else line(label, res), flush=True)
-            if res:
-                results[n] = res
-        if len(results) >= 2:
-            lo, hi = min(results), max(results)
-            print(f"  time ratio n={hi} / n={lo}: {results[hi]['seconds'] / results[lo]['seconds']:.2f} wall, "
-                  f"{results[hi]['cpu'] / results[lo]['cpu']:.2f} CPU (inputs ratio {hi / lo:.0f})")
+        # one process, smallest n again after the largest: a neighbour's load shows as a change
+        order = sorted(a.sizes) + ([min(a.sizes)] if len(a.sizes) > 1 else [])
+        res, err = run(order, a.S, chunk, a.seed, a.timeout)
+        if err:
+            print(f"chunk_size={chunk or CHUNK_SIZE}: failed: {err}")
+            continue
+        for r in res["runs"]:
+            print(line(f"n={r['n']:>6}, chunk_size={chunk or CHUNK_SIZE}", r), flush=True)
+        if len(a.sizes) > 1:
+            lo = [r for r in res["runs"] if r["n"] == min(a.sizes)]
+            hi = next(r for r in res["runs"] if r["n"] == max(a.sizes))
+            wall, cpu = (sum(r[k] for r in lo) / len(lo) for k in ("seconds", "cpu"))
+            print(f"  time ratio n={hi['n']} / n={lo[0]['n']} (mean of its two runs): {hi['seconds'] / wall:.2f} wall, "
+                  f"{hi['cpu'] / cpu:.2f} CPU (inputs ratio {hi['n'] / lo[0]['n']:.0f})")
     for n in a.unsplit:
-        res, err = run(n, a.S, n, a.seed, a.timeout)
+        res, err = run([n], a.S, n, a.seed, a.timeout)
         label = f"n={n:>6}, one unsplit call"
-        print(f"{label}: failed: {err}" if err else line(label, res), flush=True)
+        print(f"{label}: failed: {err}" if err else line(label, res["runs"][0]), flush=True)
         if res:
-            ref, err = run(n, a.S, None, a.seed, a.timeout)
+            ref, err = run([n], a.S, None, a.seed, a.timeout)
             if ref:
+                ref, res = dict(ref["runs"][0], probs=ref["probs"]), dict(res["runs"][0], probs=res["probs"])
                 diff = float((ref["probs"] - res["probs"]).abs().max())
                 print(f"  chunked {ref['seconds']:.2f} s: unsplit / chunked time {res['seconds'] / ref['seconds']:.1f}; "
                       f"max |p difference| {diff:.1e} (float32)")
