@@ -70,7 +70,7 @@ def run(sizes, S, chunk, seed, timeout):
 
 def line(label, res):
     return (f"{label}: {res['seconds']:.2f} s ({res['cpu']:.2f} s CPU), peak RSS {res['peak_mib']:.0f} MiB "
-            f"(+{res['peak_mib'] - res['base_mib']:.0f} MiB over the resident size before it)")
+            f"(+{max(0.0, res['peak_mib'] - res['base_mib']):.0f} MiB over the resident size before it)")
 
 
 def main():
