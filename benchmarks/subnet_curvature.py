@@ -117,10 +117,12 @@ def worker(kind, S, out, seed, chunk):
         json.dump({"seconds": seconds, "peak_mib": peak, "base_mib": base}, f)
 
 
-def run_worker(kind, S, seed, chunk, timeout):
-    out = tempfile.mktemp(prefix=f"subnet_{kind}_")
-    cmd = [sys.executable, __file__, "--worker", kind, "--sizes", str(S), "--seed", str(seed), "--out", out,
-           "--chunk", str(chunk)]
+def run_subprocess(cmd, out, timeout, tensor_key):
+    """
+    Runs ``cmd`` (a worker that writes a JSON file ``out`` and a tensor ``out + ".pt"``) with this
+    checkout first on the path; returns ``(results with the tensor under tensor_key, None)`` or
+    ``(None, error)``.
+    """
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                         os.environ.get("PYTHONPATH", "")]))
     try:
@@ -131,10 +133,17 @@ def run_worker(kind, S, seed, chunk, timeout):
         return None, (r.stderr.strip().splitlines() or ["failed"])[-1]
     with open(out) as f:
         res = json.load(f)
-    res["ggn"] = torch.load(out + ".pt")
+    res[tensor_key] = torch.load(out + ".pt")
     os.remove(out)
     os.remove(out + ".pt")
     return res, None
+
+
+def run_worker(kind, S, seed, chunk, timeout):
+    out = tempfile.mktemp(prefix=f"subnet_{kind}_")
+    cmd = [sys.executable, __file__, "--worker", kind, "--sizes", str(S), "--seed", str(seed), "--out", out,
+           "--chunk", str(chunk)]
+    return run_subprocess(cmd, out, timeout, "ggn")
 
 
 def main():

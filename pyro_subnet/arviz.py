@@ -1,21 +1,50 @@
-"""
+r"""
 ArviZ export of a :class:`~pyro_subnet.SubnetworkLaplacePosterior`, so that ``az.loo`` and
 ``az.compare`` can rank it against MAP, MCMC or parallel tempering on the same data.
+
+The model the posterior describes is the linearized one (Immer et al., 2021): with draws
+:math:`u_S^{(m)} \sim \mathcal N(\hat u_S, \Sigma_S)` of the subnetwork (every other coordinate
+at the MAP), each observed site's natural parameters are
+
+.. math::
+
+    \eta^{(m)} = \hat\eta + J_S\,(u_S^{(m)} - \hat u_S),
+
+and the export holds :math:`\log p(y_n \mid \eta^{(m)}_n)` and a draw from
+:math:`p(\cdot \mid \eta^{(m)})`. Its pointwise predictive density
+:math:`\frac1M \sum_m p(y_n \mid \eta_n^{(m)})` is the Monte Carlo form of
+``posterior.predict(x).log_prob(y)``. Sampling the network itself, :math:`\eta(u^{(m)})`,
+describes another model: a Gaussian over weights pushed through a nonlinear network is not what
+the Laplace approximation fitted, and on a small BNN its draws can be far worse than the MAP
+(with Pareto k above 1 for most points in ``az.loo``); it remains available as
+``predictive="network"``.
+
+**References**
+
+[1] A. Immer, M. Korzepa, M. Bauer, "Improving predictions of Bayesian neural nets via local
+    linearization", AISTATS 2021.
 """
 
 import torch
 
+import pyro_arviz
 
-def to_inference_data(posterior, *args, num_samples=500, **kwargs):
+PREDICTIVES = ("linearized", "network")
+
+
+def to_inference_data(posterior, *args, num_samples=500, predictive="linearized", chunk_size=None, **kwargs):
     r"""
     Draws ``num_samples`` latent vectors from a subnetwork Laplace posterior and returns an
-    :class:`arviz.InferenceData` with groups
+    :class:`arviz.InferenceData` (an ``xarray.DataTree`` under ArviZ >= 1) with groups
 
     - ``posterior``: every latent site (constrained), one chain of ``num_samples`` draws;
-    - ``log_likelihood``: the pointwise log-likelihood of each observed site at each draw
-      (the network itself, not its linearization);
-    - ``posterior_predictive``: one draw of each observed site per posterior draw;
-    - ``observed_data``: the observed values.
+    - ``log_likelihood``: the pointwise log-likelihood of each observed site at each draw, in
+      the linearized model (default) or the network itself (``predictive="network"``);
+    - ``posterior_predictive``: one draw of each observed site per posterior draw, from the same;
+    - ``observed_data``: the observed values;
+
+    and, on the first three, the attribute ``predictive`` saying which model the draws went
+    through (with ``subnetwork_size``).
 
     Example::
 
@@ -25,11 +54,13 @@ def to_inference_data(posterior, *args, num_samples=500, **kwargs):
     :param SubnetworkLaplacePosterior posterior: from ``guide.laplace_approximation``.
     :param args: the model's arguments, including the observed data.
     :param int num_samples: number of posterior draws.
-    :returns: ``arviz.InferenceData``
+    :param str predictive: ``"linearized"`` (the model the posterior describes) or ``"network"``.
+    :param int chunk_size: inputs per chunk of the linearization (see :mod:`pyro_subnet.predictive`).
+    :returns: ``arviz.InferenceData`` under ArviZ < 1, ``xarray.DataTree`` under ArviZ >= 1
+        (:mod:`pyro_arviz`).
     """
-    import arviz as az
-
     from .posterior import SubnetworkLaplacePosterior
+    from .predictive import linearized_outputs
 
     if not isinstance(posterior, SubnetworkLaplacePosterior):
         raise TypeError(
@@ -38,30 +69,54 @@ def to_inference_data(posterior, *args, num_samples=500, **kwargs):
         )
     if not (isinstance(num_samples, int) and num_samples >= 1):
         raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    if predictive not in PREDICTIVES:
+        raise ValueError(f"predictive must be one of {PREDICTIVES}, got {predictive!r}")
     latent = posterior._latent
-    post, pred, loglik, observed = {}, {}, {}, {}
     with torch.no_grad():
-        for u in posterior.get_posterior().sample((num_samples,)):
-            tr, _ = latent.trace(u, args, kwargs)
-            for name in latent.latent_names:
-                post.setdefault(name, []).append(tr.nodes[name]["value"])
-            for name in latent.observed:
-                site = tr.nodes[name]
-                if not site["is_observed"]:
-                    raise ValueError(
-                        f"observed site '{name}' has no data in this call; pass the model's "
-                        "arguments including the observed values, e.g. to_inference_data(posterior, x, y)"
-                    )
-                observed[name] = site["value"]
-                loglik.setdefault(name, []).append(site["fn"].log_prob(site["value"]))
-                pred.setdefault(name, []).append(site["fn"].sample())
+        tr, _ = latent.trace(posterior.loc, args, kwargs)
+    observed = {}
+    for name in latent.observed:
+        site = tr.nodes.get(name)
+        if site is None or not site["is_observed"]:
+            raise ValueError(
+                f"observed site '{name}' has no data in this call; pass the model's "
+                "arguments including the observed values, e.g. to_inference_data(posterior, x, y)"
+            )
+        observed[name] = site["value"]
+    draws = posterior.get_posterior().sample((num_samples,))
+    post, pred, loglik = {}, {}, {}
+    with torch.no_grad():
+        if predictive == "network":
+            for u in draws:
+                tr, _ = latent.trace(u, args, kwargs)
+                for name in latent.latent_names:
+                    post.setdefault(name, []).append(tr.nodes[name]["value"])
+                for name in latent.observed:
+                    fn = tr.nodes[name]["fn"]
+                    loglik.setdefault(name, []).append(fn.log_prob(observed[name]))
+                    pred.setdefault(name, []).append(fn.sample())
+            post, pred, loglik = ({k: torch.stack(v) for k, v in d.items()} for d in (post, pred, loglik))
+        else:
+            values = latent.values(draws)[0]
+            post = {name: values[name] for name in latent.latent_names}
+            idx = posterior.subnetwork_indices
+            dz = draws[:, idx] - posterior.loc[idx]
+            for name, (spec, fn, etas) in linearized_outputs(posterior, args, kwargs, dz, chunk_size).items():
+                y = observed[name]
+                if etas is None:  # nothing of this site depends on the subnetwork
+                    loglik[name] = fn.log_prob(y).expand((num_samples,) + fn.batch_shape)
+                    pred[name] = fn.sample((num_samples,))
+                else:
+                    loglik[name] = spec.log_prob(etas, y)
+                    pred[name] = spec.wrap(spec.build(etas)).sample()
 
-    def stack(d):
-        return {k: torch.stack(v)[None].cpu().numpy() for k, v in d.items()}
+    def numpy(d):
+        return {k: v[None].cpu().numpy() for k, v in d.items()}
 
-    return az.from_dict(
-        posterior=stack(post),
-        posterior_predictive=stack(pred),
-        log_likelihood=stack(loglik),
-        observed_data={k: v.cpu().numpy() for k, v in observed.items()},
-    )
+    attrs = {"predictive": predictive, "subnetwork_size": len(posterior.subnetwork_indices)}
+    return pyro_arviz.build({
+        "posterior": pyro_arviz.dataset(numpy(post), attrs=attrs),
+        "posterior_predictive": pyro_arviz.dataset(numpy(pred), attrs=attrs),
+        "log_likelihood": pyro_arviz.dataset(numpy(loglik), attrs=attrs),
+        "observed_data": pyro_arviz.dataset({k: v.cpu().numpy() for k, v in observed.items()}, sample_dims=()),
+    }, library="pyro_subnet")

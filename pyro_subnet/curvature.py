@@ -137,22 +137,23 @@ class LatentModel:
             total = total + scale_and_mask(lp, site["scale"], site["mask"]).sum()
         return total
 
-    def specs(self, tr, wrt):
+    def specs(self, tr, wrt, active=None):
         """
         One :class:`OutputSpec` per observed site of a trace whose subnetwork variables are
         ``wrt``; the active parameters are those that depend on ``wrt`` (not merely on a
-        ``pyro.param``, which would cost zero Fisher rows and lose the closed-form predictive).
+        ``pyro.param``, which would cost zero Fisher rows and lose the closed-form predictive),
+        unless ``active`` (``{site: names}``, e.g. from another chunk of the same call) says.
         """
         out = {}
         for name in self.observed:
             fn = tr.nodes[name]["fn"]
-            base = unwrap(fn)[0]
-            active = []
-            for n in OutputSpec.natural_names(base):
-                v = getattr(base, n)
-                if torch.is_tensor(v) and v.requires_grad and _depends_on(v, wrt):
-                    active.append(n)
-            out[name] = OutputSpec(fn, active, name=name, **self.spec_options).set_map(fn)
+            if active is not None:
+                names = active[name]
+            else:
+                base = unwrap(fn)[0]
+                names = [n for n in OutputSpec.natural_names(base)
+                         if torch.is_tensor(v := getattr(base, n)) and v.requires_grad and _depends_on(v, wrt)]
+            out[name] = OutputSpec(fn, names, name=name, **self.spec_options).set_map(fn)
         return out
 
 
@@ -180,6 +181,49 @@ def _rows_per_pass(latent, idx):
     return max(1, min(4096, _FLOAT_BUDGET // max(size, 1)))
 
 
+def traced_outputs(latent, u_hat, idx, args, kwargs, active=None):
+    """
+    The model traced at ``u_hat`` with the coordinates ``idx`` as variables ``delta``.
+
+    :returns: ``(delta, trace, specs, eta, starts)``: the :class:`OutputSpec` of every observed
+        site, the flat natural parameters ``eta`` of those that depend on ``delta`` (one tensor,
+        so that one backward pass serves all of them) and where each site's part starts.
+    """
+    delta = u_hat[idx].clone().requires_grad_(True)
+    tr, _ = latent.trace(u_hat, args, kwargs, idx, delta)
+    specs = latent.specs(tr, delta, active)
+    etas, starts, pos = [], {}, 0
+    for name, spec in specs.items():
+        if spec.dim:
+            etas.append(spec.natural(tr.nodes[name]["fn"]).reshape(-1))
+            starts[name], pos = pos, pos + etas[-1].numel()
+    return delta, tr, specs, torch.cat(etas) if etas else None, starts
+
+
+def vjp_rows(eta, delta, L, start, max_rows):
+    r"""
+    Yields blocks ``[rows, S]`` of :math:`L_e^\top J_e` for the elements ``e`` of one site, whose
+    natural parameters are ``eta[start : start + n k]`` (``L`` is ``[n, k, r]``): batched
+    vector-Jacobian products whose cotangent ``(e, j)`` is column ``j`` of ``L_e``, placed at
+    element ``e``'s parameters. ``L = I`` gives the rows of the Jacobians themselves.
+    """
+    n, k, r = L.shape
+    # the cotangents are rows x outputs of the call: bounded too, for calls left unsplit
+    per = max(1, min(max_rows, _FLOAT_BUDGET // eta.numel()) // r)
+    for a in range(0, n, per):
+        b = min(n, a + per)
+        m = b - a
+        C = L.new_zeros(m, r, eta.numel())
+        ar = torch.arange(a, b, device=L.device)
+        cols = start + (ar[:, None] * k + torch.arange(k, device=L.device)).reshape(m, k)
+        C.scatter_(2, cols[:, None, :].expand(m, r, k), L[a:b].transpose(1, 2))
+        (G,) = torch.autograd.grad(
+            eta, delta, C.reshape(m * r, -1), retain_graph=True, is_grads_batched=True,
+            allow_unused=True, materialize_grads=True,
+        )
+        yield G
+
+
 def fisher_rows(latent, u_hat, idx, batches, max_rows=None):
     r"""
     Yields blocks of rows :math:`L_n^\top J_{Sn}` (``[rows, S]``) for every observed element of
@@ -189,37 +233,34 @@ def fisher_rows(latent, u_hat, idx, batches, max_rows=None):
     max_rows = max_rows or _rows_per_pass(latent, idx)
     u_hat = u_hat.detach()
     for args, kwargs in batches:
-        delta = u_hat[idx].clone().requires_grad_(True)
-        tr, _ = latent.trace(u_hat, args, kwargs, idx, delta)
-        etas, cots = [], []
-        for name, spec in latent.specs(tr, delta).items():
-            if spec.dim == 0:
-                continue
-            site = tr.nodes[name]
+        delta, tr, specs, eta, starts = traced_outputs(latent, u_hat, idx, args, kwargs)
+        for name, start in starts.items():
+            site, spec = tr.nodes[name], specs[name]
             L = spec.fisher_sqrt(site["fn"]) * _site_weight(site, spec).to(u_hat).sqrt()[:, None, None]
-            etas.append(spec.natural(site["fn"]).reshape(-1))
-            cots.append(L)
-        if not etas:
+            yield from vjp_rows(eta, delta, L, start, max_rows)
+
+
+def output_jacobians(latent, u_hat, idx, args, kwargs, active=None, max_rows=None):
+    r"""
+    The natural parameters of each observed site of one model call and their Jacobians w.r.t.
+    the coordinates ``idx``, by the batched products of :func:`vjp_rows` with ``L = I``.
+
+    :returns: ``{site: (spec, fn, eta, J)}`` with ``eta`` ``[num_elements, dim]`` and ``J``
+        ``[num_elements, dim, S]`` (both ``None`` for a site that does not depend on ``idx``).
+    """
+    max_rows = max_rows or _rows_per_pass(latent, idx)
+    delta, tr, specs, eta, starts = traced_outputs(latent, u_hat.detach(), idx, args, kwargs, active)
+    out = {}
+    for name, spec in specs.items():
+        fn = tr.nodes[name]["fn"]
+        if name not in starts:
+            out[name] = (spec, fn, None, None)
             continue
-        eta = torch.cat(etas)
-        offsets = torch.tensor([0] + [e.numel() for e in etas]).cumsum(0).tolist()
-        for (L, start) in zip(cots, offsets):
-            n, k, r = L.shape
-            # the cotangents are rows x outputs of the call: bounded too, for calls left unsplit
-            per = max(1, min(max_rows, _FLOAT_BUDGET // eta.numel()) // r)
-            for a in range(0, n, per):
-                b = min(n, a + per)
-                m = b - a
-                # cotangent (e, j) is column j of L_e, placed at element e's parameters
-                C = L.new_zeros(m, r, eta.numel())
-                ar = torch.arange(a, b, device=L.device)
-                cols = start + (ar[:, None] * k + torch.arange(k, device=L.device)).reshape(m, k)
-                C.scatter_(2, cols[:, None, :].expand(m, r, k), L[a:b].transpose(1, 2))
-                (G,) = torch.autograd.grad(
-                    eta, delta, C.reshape(m * r, -1), retain_graph=True, is_grads_batched=True,
-                    allow_unused=True, materialize_grads=True,
-                )
-                yield G
+        n, k = spec.num_elements, spec.dim
+        eye = torch.eye(k, dtype=eta.dtype, device=eta.device).expand(n, k, k)
+        J = torch.cat(list(vjp_rows(eta, delta, eye, starts[name], max_rows))).reshape(n, k, len(idx))
+        out[name] = (spec, fn, eta[starts[name] : starts[name] + n * k].detach().reshape(n, k), J)
+    return out
 
 
 def ggn(latent, u_hat, idx, batches, max_rows=None):

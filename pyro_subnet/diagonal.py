@@ -163,18 +163,16 @@ class DiagonalLaplacePosterior(SubnetworkLaplacePosterior):
         scale[self.subnetwork_indices] = self.variance.sqrt()
         return self.loc, scale
 
-    def _predict_linearized(self, args, kwargs, num_samples):
+    def _offset_draws(self, num_samples):
         sd = self.variance.sqrt()
-        out = {}
-        for name, (spec, fn, eta, J) in self._jacobian(args, kwargs).items():
-            if J is None:
-                out[name] = fn
-                continue
-            B = J * sd  # J diag(sd): its outer product is J diag(Lambda)^-1 J^T
-            closed = spec.linearized_predictive(eta, B @ B.mT)
-            if closed is not None:
-                out[name] = spec.wrap(closed)
-                continue
-            dz = sd * torch.randn(num_samples, len(sd), dtype=sd.dtype, device=sd.device)
-            out[name] = spec.mixture(eta + torch.einsum("nks,ms->mnk", J, dz))
-        return out
+        return sd * torch.randn(num_samples, len(sd), dtype=sd.dtype, device=sd.device)
+
+    def _whiten(self, J):
+        return J * self.variance.sqrt()  # J diag(sd): its outer product is J diag(Lambda)^-1 J^T
+
+    def log_marginal_likelihood(self, prior_scale=None):
+        """Not defined for the diagonal baseline (its precision drops the GGN's off-diagonal terms)."""
+        raise NotImplementedError(
+            "the Laplace evidence needs the full-covariance posterior: use SubnetworkLaplace(model, "
+            "subnetwork_size=..., prior_scale=...) and its posterior.log_marginal_likelihood()"
+        )

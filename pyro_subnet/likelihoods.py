@@ -35,15 +35,7 @@ import math
 
 import torch
 from pyro.distributions.torch_distribution import ExpandedDistribution, MaskedDistribution
-from torch.distributions import (
-    Bernoulli,
-    Categorical,
-    Independent,
-    MixtureSameFamily,
-    Normal,
-    Poisson,
-    biject_to,
-)
+from torch.distributions import Bernoulli, Categorical, Independent, MixtureSameFamily, Normal, Poisson, biject_to
 
 _PROBIT = math.pi / 8
 
@@ -76,12 +68,96 @@ def unwrap(fn):
     return fn, element_shape, reinterpreted, weight
 
 
+def _normal_fisher(spec, base, eta):
+    n = spec.num_elements
+    diag = [base.scale.detach().expand(spec.element_shape).reshape(n, 1).reciprocal() if name == "loc"
+            else eta.new_full((n, 1), math.sqrt(2.0)) for name in spec.active]
+    return torch.diag_embed(torch.cat(diag, -1))
+
+
+def _bernoulli_fisher(spec, base, eta):
+    p = torch.sigmoid(eta)
+    return (p * (1 - p)).sqrt().unsqueeze(-1)
+
+
+def _categorical_fisher(spec, base, eta):
+    p = torch.softmax(eta, -1)
+    sp = p.sqrt()
+    return torch.diag_embed(sp) - p.unsqueeze(-1) * sp.unsqueeze(-2)
+
+
+def _normal_predictive(spec, eta, var):
+    scale = unwrap(spec._map_fn)[0].scale.detach().expand(spec.element_shape).reshape(-1, 1)
+    loc = spec.build(eta).loc
+    return Normal(loc, (var + scale**2).sqrt().reshape(loc.shape))
+
+
+def _probit(spec, eta, var):
+    return spec.build(eta / (1 + _PROBIT * var).sqrt())
+
+
+def _monte_carlo_fisher(spec, base, eta):
+    # Scores of draws from the model itself: E[s s^T] is the Fisher (not the empirical one).
+    with torch.no_grad():
+        y = spec.build(eta, base).sample((spec.num_mc,))
+    etas = eta.expand((spec.num_mc,) + eta.shape).clone().requires_grad_(True)
+    (scores,) = torch.autograd.grad(spec.build(etas, base).log_prob(y).sum(), etas)  # [M, n, dim]
+    return scores.detach().permute(1, 2, 0) / math.sqrt(spec.num_mc)
+
+
+class Family:
+    """
+    A row of the table of families :data:`FAMILIES`.
+
+    :param dict links: natural parameter name -> ``(to natural, from natural)``, in order.
+    :param callable fisher_sqrt: ``(spec, base, eta) -> L`` with ``F = L L^T`` per element.
+    :param callable predictive: ``(spec, eta, var) -> distribution``, the closed-form
+        linearized predictive when exactly the parameters ``closed_for`` are active (else Monte
+        Carlo).
+    """
+
+    def __init__(self, links, fisher_sqrt, predictive=None, closed_for=()):
+        self.links, self.fisher_sqrt = links, fisher_sqrt
+        self.predictive, self.closed_for = predictive, list(closed_for)
+
+    @staticmethod
+    def generic(base):
+        """The row of a family without a closed form: every real parameter, unconstrained."""
+        names = []
+        for n, c in base.arg_constraints.items():
+            if c.is_discrete or (n == "probs" and "logits" in names) or n not in vars(base):
+                continue
+            if n == "logits" and "probs" in names:
+                names.remove("probs")
+            names.append(n)
+        links = {n: (biject_to(base.arg_constraints[n]).inv, biject_to(base.arg_constraints[n])) for n in names}
+        return Family(links, _monte_carlo_fisher)
+
+
+_IDENTITY = (lambda v: v, lambda v: v)
+_LOG = (torch.log, torch.exp)
+FAMILIES = {
+    # a scale that depends on the subnetwork makes the Normal predictive non-Gaussian
+    Normal: Family({"loc": _IDENTITY, "scale": _LOG}, _normal_fisher, _normal_predictive, ["loc"]),
+    Bernoulli: Family({"logits": _IDENTITY}, _bernoulli_fisher, _probit, ["logits"]),
+    Categorical: Family({"logits": _IDENTITY}, _categorical_fisher, _probit, ["logits"]),
+    Poisson: Family({"rate": _LOG}, lambda spec, base, eta: eta.exp().sqrt().unsqueeze(-1)),
+}
+
+
+def _discrete(base):
+    """The discrete arguments of ``base`` (a Binomial's ``total_count``), which are kept as they are."""
+    return {n: getattr(base, n) for n, c in base.arg_constraints.items() if c.is_discrete and n in vars(base)}
+
+
 def family_of(base):
-    """The closed-form family ``base`` belongs to, else its own type."""
-    for family in (Normal, Bernoulli, Categorical, Poisson):
-        if isinstance(base, family):
-            return family
-    return type(base)
+    """The closed-form family ``base`` belongs to (a key of :data:`FAMILIES`), else its own type."""
+    return next((f for f in FAMILIES if isinstance(base, f)), type(base))
+
+
+def row_of(base):
+    """The :class:`Family` row of ``base``."""
+    return FAMILIES.get(family_of(base)) or Family.generic(base)
 
 
 class OutputSpec:
@@ -99,53 +175,29 @@ class OutputSpec:
     def __init__(self, fn, active, mc_fisher=True, num_mc=16, name="?"):
         base, self.element_shape, self.reinterpreted, _ = unwrap(fn)
         self.family = family_of(base)
-        self.name = name
-        self.num_mc = num_mc
-        self.closed_form = self.family in (Normal, Bernoulli, Categorical, Poisson)
-        if not self.closed_form and not mc_fisher:
+        self.row = row_of(base)
+        self.name, self.num_mc = name, num_mc
+        if self.family not in FAMILIES and not mc_fisher:
             raise ValueError(
                 f"observed site '{name}' has a {self.family.__name__} distribution, which has no "
                 "closed-form Fisher here; pass mc_fisher=True to estimate it by Monte Carlo, or "
                 "use a Normal, Bernoulli, Categorical or Poisson likelihood"
             )
-        self.active = [n for n in self.natural_names(base) if n in active]
+        self.active = [n for n in self.row.links if n in active]
         self.num_elements = self.element_shape.numel()
         self._event = {n: self._param(base, n).shape[len(self.element_shape):] for n in self.active}
         self.sizes = [self._event[n].numel() for n in self.active]
         self.dim = sum(self.sizes)
 
-    # ---- parameters -------------------------------------------------------------------------
     @staticmethod
     def natural_names(base):
         """The names of ``base``'s natural parameters, active or not."""
-        family = family_of(base)
-        if family is Normal:
-            return ["loc", "scale"]
-        if family in (Bernoulli, Categorical):
-            return ["logits"]
-        if family is Poisson:
-            return ["rate"]
-        names = []
-        for n, c in base.arg_constraints.items():
-            if c.is_discrete or (n == "probs" and "logits" in names) or n not in vars(base):
-                continue
-            if n == "logits" and "probs" in names:
-                names.remove("probs")
-            names.append(n)
-        return names
+        return list(row_of(base).links)
 
     def _param(self, base, name):
         """The natural (unconstrained) parameter ``name``, broadcast to ``element_shape``."""
-        value = getattr(base, name)
-        if self.family is Normal and name == "scale" or self.family is Poisson:
-            value = value.log()
-        elif not self.closed_form:
-            value = biject_to(base.arg_constraints[name]).inv(value)
-        if self.family is Categorical:
-            event = value.shape[-1:]
-        else:
-            event = value.shape[len(base.batch_shape):]
-        return value.expand(self.element_shape + event)
+        value = self.row.links[name][0](getattr(base, name))
+        return value.expand(self.element_shape + value.shape[len(base.batch_shape):])
 
     def natural(self, fn):
         """Flattened active natural parameters of ``fn``, a tensor ``[num_elements, dim]``."""
@@ -157,12 +209,10 @@ class OutputSpec:
         """Inverse of :meth:`natural` on ``[..., num_elements, dim]``: name -> parameter."""
         out, pos = {}, 0
         for n, k in zip(self.active, self.sizes):
-            part = eta[..., pos : pos + k]
-            out[n] = part.reshape(eta.shape[:-2] + self.element_shape + self._event[n])
+            out[n] = eta[..., pos : pos + k].reshape(eta.shape[:-2] + self.element_shape + self._event[n])
             pos += k
         return out
 
-    # ---- Fisher -----------------------------------------------------------------------------
     def fisher_sqrt(self, fn):
         r"""
         A square root :math:`L_e` of each element's Fisher, :math:`F_e = L_e L_e^\top`, w.r.t. the
@@ -170,42 +220,11 @@ class OutputSpec:
         distribution are applied (``L`` times the square root of the weight).
         """
         base, _, _, weight = unwrap(fn)
-        eta = self.natural(fn).detach()
-        n = self.num_elements
-        if self.family is Normal:
-            diag = []
-            for name in self.active:
-                if name == "loc":
-                    diag.append(base.scale.detach().expand(self.element_shape).reshape(n, 1).reciprocal())
-                else:
-                    diag.append(eta.new_full((n, 1), math.sqrt(2.0)))
-            L = torch.diag_embed(torch.cat(diag, -1))
-        elif self.family is Bernoulli:
-            p = torch.sigmoid(eta)
-            L = (p * (1 - p)).sqrt().unsqueeze(-1)
-        elif self.family is Categorical:
-            p = torch.softmax(eta, -1)
-            sp = p.sqrt()
-            L = torch.diag_embed(sp) - p.unsqueeze(-1) * sp.unsqueeze(-2)
-        elif self.family is Poisson:
-            L = eta.exp().sqrt().unsqueeze(-1)
-        else:
-            L = self._mc_fisher_sqrt(base, eta)
+        L = self.row.fisher_sqrt(self, base, self.natural(fn).detach())
         if weight is not None:
-            w = weight.expand(self.element_shape).reshape(n, 1, 1)
-            L = L * w.sqrt()
+            L = L * weight.expand(self.element_shape).reshape(self.num_elements, 1, 1).sqrt()
         return L
 
-    def _mc_fisher_sqrt(self, base, eta):
-        # Scores of draws from the model itself: E[s s^T] is the Fisher (not the empirical one).
-        eta = eta.detach()
-        with torch.no_grad():
-            y = self.build(eta, base).sample((self.num_mc,))
-        etas = eta.expand((self.num_mc,) + eta.shape).clone().requires_grad_(True)
-        (scores,) = torch.autograd.grad(self.build(etas, base).log_prob(y).sum(), etas)  # [M, n, dim]
-        return scores.detach().permute(1, 2, 0) / math.sqrt(self.num_mc)
-
-    # ---- distributions ----------------------------------------------------------------------
     def build(self, eta, map_fn=None):
         """
         The base distribution (without event wrappers) for natural parameters ``eta`` of shape
@@ -214,24 +233,9 @@ class OutputSpec:
         """
         base = unwrap(map_fn if map_fn is not None else self._map_fn)[0]
         params = self.split(eta)
-        if self.family is Normal:
-            loc = params.get("loc", base.loc.detach())
-            scale = params["scale"].exp() if "scale" in params else base.scale.detach()
-            return Normal(loc, scale, validate_args=False)
-        if self.family in (Bernoulli, Categorical):
-            return self.family(logits=params["logits"], validate_args=False)
-        if self.family is Poisson:
-            return Poisson(params["rate"].exp(), validate_args=False)
-        kwargs = {}
-        for name in self.natural_names(base):
-            if name in params:
-                kwargs[name] = biject_to(base.arg_constraints[name])(params[name])
-            else:
-                kwargs[name] = getattr(base, name).detach()
-        for name, c in base.arg_constraints.items():
-            if c.is_discrete and name in vars(base):
-                kwargs[name] = getattr(base, name)
-        return self.family(**kwargs, validate_args=False)
+        kwargs = {n: link[1](params[n]) if n in params else getattr(base, n).detach()
+                  for n, link in self.row.links.items()}
+        return self.family(**kwargs, **_discrete(base), validate_args=False)
 
     def set_map(self, fn):
         """Remembers the site's distribution at the MAP (for inactive parameters)."""
@@ -241,6 +245,22 @@ class OutputSpec:
     def wrap(self, base):
         """Re-applies the site's event dims to a base distribution."""
         return Independent(base, self.reinterpreted) if self.reinterpreted else base
+
+    def log_prob(self, eta, value):
+        """
+        The site's log density of ``value`` (masks applied) under natural parameters ``eta``
+        of shape ``[..., num_elements, dim]``: a tensor ``[..., *batch_shape]``.
+        """
+        weight = unwrap(self._map_fn)[3]
+        lp = self.build(eta).log_prob(value)
+        if weight is not None:
+            lp = lp * weight
+        return lp.sum(tuple(range(-self.reinterpreted, 0))) if self.reinterpreted else lp
+
+    @property
+    def has_closed_predictive(self):
+        """Whether :meth:`linearized_predictive` has a closed form for the active parameters."""
+        return self.row.predictive is not None and self.active == self.row.closed_for
 
     def linearized_predictive(self, eta, cov):
         r"""
@@ -253,14 +273,9 @@ class OutputSpec:
         depend on the subnetwork); Bernoulli and Categorical: the probit approximation
         :math:`\mathrm{softmax}(\eta / \sqrt{1 + \pi/8\, \mathrm{diag}(J\Sigma J^\top)})`.
         """
-        var = cov.diagonal(dim1=-2, dim2=-1)
-        if self.family is Normal and self.active == ["loc"]:
-            scale = unwrap(self._map_fn)[0].scale.detach().expand(self.element_shape).reshape(-1, 1)
-            base = self.build(eta)
-            return Normal(base.loc, (var + scale**2).sqrt().reshape(base.loc.shape))
-        if self.family in (Bernoulli, Categorical) and self.active == ["logits"]:
-            return self.build(eta / (1 + _PROBIT * var).sqrt())
-        return None
+        if not self.has_closed_predictive:
+            return None
+        return self.row.predictive(self, eta, cov.diagonal(dim1=-2, dim2=-1))
 
     def mixture(self, etas):
         """
@@ -270,8 +285,7 @@ class OutputSpec:
         m = etas.shape[0]
         base = self.build(etas)  # batch [M, *element_shape]
         map_base = unwrap(self._map_fn)[0]
-        names = self.natural_names(map_base)
-        names += [n for n, c in map_base.arg_constraints.items() if c.is_discrete and n in vars(map_base)]
+        names = list(self.row.links) + list(_discrete(map_base))
         # the mixture dim must be the rightmost batch dim, left of the reinterpreted event dims
         outer = len(self.element_shape) - self.reinterpreted
         params = {}

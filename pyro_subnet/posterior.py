@@ -24,9 +24,9 @@ from pyro.infer.autoguide import AutoContinuous
 from pyro.infer.autoguide.initialization import init_to_median
 from torch.distributions import biject_to
 
+from . import predictive
 from .curvature import LatentModel
 from .evidence import cholesky_with_jitter
-from .likelihoods import OutputSpec, unwrap
 
 
 class SubnetworkNormal(TorchDistribution):
@@ -51,7 +51,9 @@ class SubnetworkNormal(TorchDistribution):
     def rsample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
         eps = torch.randn(shape[:-1] + (len(self.idx), 1), dtype=self.loc.dtype, device=self.loc.device)
-        dz = torch.linalg.solve_triangular(self.precision_tril.mT, eps, upper=True).squeeze(-1)
+        # one solve with all draws as right-hand sides: a batch of solves would copy C per draw
+        eps = eps.reshape(-1, len(self.idx)).T
+        dz = torch.linalg.solve_triangular(self.precision_tril.mT, eps, upper=True).T.reshape(shape[:-1] + (-1,))
         return self.loc.expand(shape).index_copy(-1, self.idx, self.loc[self.idx] + dz)
 
     def log_prob(self, value):
@@ -145,36 +147,25 @@ class SubnetworkLaplacePosterior(AutoContinuous):
         """Marginal posterior quantiles of each latent site (constrained space)."""
         return normal_quantiles(self, quantiles)
 
-    def _jacobian(self, args, kwargs):
-        """MAP natural parameters and their Jacobians w.r.t. the S coordinates, per site."""
-        idx = self.subnetwork_indices
-        delta = self.loc[idx].clone().requires_grad_(True)
-        tr, _ = self._latent.trace(self.loc, args, kwargs, idx, delta)
-        missing = [n for n in self._latent.observed if n not in tr.nodes]
-        if missing:
-            raise ValueError(f"the model did not run its observed sites {missing} with these arguments; "
-                             "call predict with the arguments of the model (data may be None)")
-        out = {}
-        for name, spec in self._latent.specs(tr, delta).items():
-            fn = tr.nodes[name]["fn"]
-            eta = spec.natural(fn) if spec.dim else None
-            J = None
-            if spec.dim:
-                flat = eta.reshape(-1)
-                rows = []
-                step = max(1, min(1024, 2**24 // flat.numel()))  # one-hot cotangents, a block at a time
-                for a in range(0, flat.numel(), step):
-                    m = min(step, flat.numel() - a)
-                    v = flat.new_zeros(m, flat.numel())
-                    ar = torch.arange(m, device=v.device)
-                    v[ar, a + ar] = 1
-                    rows.append(torch.autograd.grad(flat, delta, v, retain_graph=True, is_grads_batched=True,
-                                                    allow_unused=True, materialize_grads=True)[0])
-                J = torch.cat(rows).reshape(eta.shape + (len(idx),))
-            out[name] = (spec, fn, None if eta is None else eta.detach(), J)
-        return out
+    def _offset_draws(self, num_samples):
+        r"""``num_samples`` draws of :math:`u_S - \hat u_S \sim \mathcal N(0, \Sigma_S)`, ``[M, S]``."""
+        C = self.precision_tril
+        eps = torch.randn(num_samples, C.shape[0], 1, dtype=C.dtype, device=C.device)
+        # one solve with M right-hand sides (a batch of M solves would copy C per draw), and never
+        # the D-vectors of SubnetworkNormal's draws
+        return torch.linalg.solve_triangular(C.mT, eps.squeeze(-1).T, upper=True).T
 
-    def predict(self, *args, linearized=True, num_samples=100, **kwargs):
+    def _whiten(self, J):
+        r"""``B`` with :math:`B B^\top = J \Sigma_S J^\top` for Jacobian rows ``J`` (``[m, S]``):
+        :math:`B = J C^{-\top}`, one triangular solve."""
+        return torch.linalg.solve_triangular(self.precision_tril, J.T, upper=False).T
+
+    def _jacobian(self, args, kwargs, chunk_size=None):
+        """``{site: (spec, fn, eta, J)}``: MAP natural parameters and their Jacobians w.r.t. the S
+        coordinates (see :func:`pyro_subnet.predictive.linearize`)."""
+        return predictive.linearize(self, args, kwargs, lambda spec, J: J, chunk_size)
+
+    def predict(self, *args, linearized=True, num_samples=100, chunk_size=None, **kwargs):
         r"""
         Posterior predictive distribution of each observed site.
 
@@ -182,13 +173,15 @@ class SubnetworkLaplacePosterior(AutoContinuous):
         :math:`\eta(x, u) \approx \eta(x, \hat u) + J_S(x)(u_S - \hat u_S)`: Normal
         likelihoods get :math:`\mathcal N(\mu, J_S\Sigma_S J_S^\top + \sigma^2)` (marginal per
         element), Bernoulli and Categorical the probit approximation, other families a
-        ``num_samples``-component Monte Carlo mixture of the linearized model. With
-        ``linearized=False`` the mixture is over draws of the network itself.
+        ``num_samples``-component Monte Carlo mixture of the linearized model. The cost is
+        linear in the number of inputs: the call is split along its data plate into chunks of
+        ``chunk_size`` inputs (see :mod:`pyro_subnet.predictive`). With ``linearized=False``
+        the mixture is over draws of the network itself.
 
         :return: ``{observed site name: torch.distributions.Distribution}``.
         """
         if linearized:
-            return self._predict_linearized(args, kwargs, num_samples)
+            return predictive.linearized_predictive(self, args, kwargs, num_samples, chunk_size)
         draws = self.get_posterior().sample((num_samples,))
         etas, specs = {}, {}
         with torch.no_grad():
@@ -196,32 +189,9 @@ class SubnetworkLaplacePosterior(AutoContinuous):
                 tr, _ = self._latent.trace(u, args, kwargs)
                 for name in self._latent.observed:
                     fn = tr.nodes[name]["fn"]
-                    spec = specs.setdefault(name, self._spec_all(fn, name))
+                    spec = specs.setdefault(name, predictive.spec_all(self._latent, fn, name))
                     etas.setdefault(name, []).append(spec.natural(fn))
         return {n: specs[n].mixture(torch.stack(e)) for n, e in etas.items()}
-
-    def _spec_all(self, fn, name):
-        names = OutputSpec.natural_names(unwrap(fn)[0])
-        return OutputSpec(fn, names, name=name, **self._latent.spec_options).set_map(fn)
-
-    def _predict_linearized(self, args, kwargs, num_samples):
-        C = self.precision_tril
-        out = {}
-        for name, (spec, fn, eta, J) in self._jacobian(args, kwargs).items():
-            if J is None:  # nothing of this site depends on the subnetwork
-                out[name] = fn
-                continue
-            n, k, S = J.shape
-            B = torch.linalg.solve_triangular(C, J.reshape(n * k, S).T, upper=False).T.reshape(n, k, S)
-            cov = B @ B.mT
-            closed = spec.linearized_predictive(eta, cov)
-            if closed is not None:
-                out[name] = spec.wrap(closed)
-                continue
-            eps = torch.randn(num_samples, S, 1, dtype=C.dtype, device=C.device)
-            dz = torch.linalg.solve_triangular(C.mT, eps, upper=True).squeeze(-1)
-            out[name] = spec.mixture(eta + torch.einsum("nks,ms->mnk", J, dz))
-        return out
 
 
 @torch.no_grad()

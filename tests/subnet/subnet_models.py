@@ -12,13 +12,18 @@ def mlp(x, W1, b1, W2, b2):
     return torch.tanh(x @ W1.T + b1) @ W2.T + b2
 
 
-def mlp_model(x, y=None, k=2, likelihood="normal"):
-    """A one-hidden-layer tanh MLP; Normal(., sigma) with sigma ~ Uniform(LO, HI), or Categorical."""
+def sample_mlp(x, k):
+    """The latent weights W1, b1, W2, b2 (Normal(0, 1) priors) and the MLP's output at ``x``."""
     W1 = pyro.sample("W1", dist.Normal(0.0, 1.0).expand([H, DIN]).to_event(2))
     b1 = pyro.sample("b1", dist.Normal(0.0, 1.0).expand([H]).to_event(1))
     W2 = pyro.sample("W2", dist.Normal(0.0, 1.0).expand([k, H]).to_event(2))
     b2 = pyro.sample("b2", dist.Normal(0.0, 1.0).expand([k]).to_event(1))
-    f = mlp(x, W1, b1, W2, b2)
+    return mlp(x, W1, b1, W2, b2)
+
+
+def mlp_model(x, y=None, k=2, likelihood="normal"):
+    """A one-hidden-layer tanh MLP; Normal(., sigma) with sigma ~ Uniform(LO, HI), or Categorical."""
+    f = sample_mlp(x, k)
     if likelihood == "normal":
         sigma = pyro.sample("sigma", dist.Uniform(LO, HI))
         with pyro.plate("data", x.shape[0]):

@@ -1,13 +1,15 @@
 """Item (e): linearized predictives against exact / Monte Carlo GLM predictives."""
 
+import math
+
 import numpy as np
 import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from subnet_models import mlp_data, mlp_model, random_loc
+from subnet_models import DIN, HI, LO, H, mlp, mlp_data, mlp_model, random_loc, sample_mlp, unpack
 
-from pyro_subnet import SubnetworkLaplace
+from pyro_subnet import SubnetworkLaplace, predictive
 
 
 def logreg_model(x, y=None):
@@ -142,3 +144,105 @@ def test_normal_with_pyro_param_scale_stays_closed_form():
     pred = post.predict(x[:3])["obs"]
     assert isinstance(pred, torch.distributions.Normal)
     assert torch.allclose(pred.variance, (x[:3] @ torch.linalg.inv(prec) * x[:3]).sum(-1) + 0.25, rtol=1e-10)
+
+
+# ---- the prediction Jacobian against torch.func.jacrev, per family, chunked or not ---------------
+
+_OUT = {"normal": 2, "bernoulli": 1, "categorical": 3, "poisson": 1}
+
+
+def family_model(x, y=None, family="normal", standardize=False):
+    """The tanh MLP of ``subnet_models`` with each family's likelihood; ``standardize`` makes the
+    data points interact (inputs standardized over the call), so the call cannot be split."""
+    k = _OUT[family]
+    if standardize:
+        x = (x - x.mean(0)) / x.std(0)
+    f = sample_mlp(x, k)
+    if family == "normal":
+        sigma = pyro.sample("sigma", dist.Uniform(LO, HI))
+    with pyro.plate("data", x.shape[0]):
+        if family == "normal":
+            pyro.sample("obs", dist.Normal(f, sigma).to_event(1), obs=y)
+        elif family == "bernoulli":
+            pyro.sample("obs", dist.Bernoulli(logits=f.squeeze(-1)), obs=y)
+        elif family == "categorical":
+            pyro.sample("obs", dist.Categorical(logits=f), obs=y)
+        else:
+            pyro.sample("obs", dist.Poisson(f.squeeze(-1).exp()), obs=y)
+
+
+def reference_natural(u, x, family, standardize):
+    """The natural parameters ``[elements, dim]`` of the observed site, written by hand."""
+    k = _OUT[family]
+    if standardize:
+        x = (x - x.mean(0)) / x.std(0)
+    W1, b1, W2, b2, rest = unpack(u, k)
+    f = mlp(x, W1, b1, W2, b2)
+    if family == "normal":
+        log_sigma = torch.log(LO + (HI - LO) * torch.sigmoid(rest[0]))
+        return torch.stack([f.reshape(-1), log_sigma.expand(f.numel())], -1)
+    # a Categorical keeps its logits normalized: those are its natural parameters
+    return torch.log_softmax(f, -1) if family == "categorical" else f.reshape(-1, 1)
+
+
+def _family_posterior(family, selection, standardize=False):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(15, DIN, generator=g)
+    y = {"normal": torch.randn(15, 2, generator=g), "bernoulli": torch.randint(0, 2, (15,), generator=g).double(),
+         "categorical": torch.randint(0, 3, (15,), generator=g),
+         "poisson": torch.poisson(torch.ones(15), generator=g)}[family]
+    guide = SubnetworkLaplace(family_model, selection=selection)
+    guide(x, y, family=family, standardize=standardize)
+    random_loc(guide, seed=2, scale=0.6)
+    return guide.laplace_approximation(x, y, family=family, standardize=standardize)
+
+
+@pytest.mark.parametrize("family,standardize", [
+    ("normal", False), ("bernoulli", False), ("categorical", False), ("poisson", False), ("categorical", True),
+])
+@pytest.mark.parametrize("chunk_size", [4, None])
+def test_prediction_jacobian_and_predict_equal_jacrev_reference(family, standardize, chunk_size):
+    k = _OUT[family]
+    D = H * DIN + H + k * H + k + (family == "normal")
+    # sigma (the last coordinate) selected too for Normal: its scale is active, the predictive Monte Carlo
+    sel = torch.tensor(sorted({0, 3, 7, 11, 12, 16, D - 2, D - 1}))
+    post = _family_posterior(family, sel, standardize)
+    xt = torch.randn(37, DIN, generator=torch.Generator().manual_seed(9))
+    idx, u_hat = post.subnetwork_indices, post.loc
+    natural = lambda v: reference_natural(u_hat.index_put((idx,), v), xt, family, standardize)  # noqa: E731
+    eta_ref = natural(u_hat[idx])
+    J_ref = torch.func.jacrev(natural)(u_hat[idx])
+
+    call = ((xt,), {"family": family, "standardize": standardize})
+    chunk = chunk_size or predictive.CHUNK_SIZE
+    calls = predictive.prediction_calls(post._latent, u_hat, *call, chunk)[1]
+    assert len(calls) == (1 if standardize else -(-37 // chunk))  # split unless the data points interact
+    with torch.no_grad():  # as a user may call predict
+        spec, fn, eta, J = post._jacobian(*call, chunk_size)["obs"]
+    assert torch.allclose(eta, eta_ref, rtol=0, atol=1e-10)
+    assert J.shape == J_ref.shape and torch.allclose(J, J_ref, rtol=0, atol=1e-10)
+
+    kwargs = {"family": family, "standardize": standardize, "chunk_size": chunk_size}
+    cov = torch.einsum("nks,st,nlt->nkl", J_ref, post.covariance, J_ref)
+    var = cov.diagonal(dim1=-2, dim2=-1)
+    if family in ("bernoulli", "categorical"):
+        pred = post.predict(xt, **kwargs)["obs"]
+        expect = eta_ref / (1 + math.pi / 8 * var).sqrt()
+        got = pred.logits if family == "categorical" else pred.logits[:, None]
+        assert torch.allclose(got, torch.log_softmax(expect, -1) if family == "categorical" else expect,
+                              rtol=0, atol=1e-10)
+        return
+    # Monte Carlo: the components are the linearized outputs at draws that only the predictive takes
+    pyro.set_rng_seed(7)
+    pred = post.predict(xt, num_samples=30, **kwargs)["obs"]
+    pyro.set_rng_seed(7)
+    eps = torch.randn(30, len(idx), 1)
+    dz = torch.linalg.solve_triangular(post.precision_tril.mT, eps, upper=True).squeeze(-1)
+    etas = eta_ref + torch.einsum("nks,ms->mnk", J_ref, dz)  # [M, elements, dim]
+    comp = pred.component_distribution
+    if family == "poisson":
+        assert torch.allclose(comp.rate.log(), etas[..., 0].T, rtol=0, atol=1e-10)
+    else:
+        base = comp.base_dist  # batch [n, M, 2]
+        assert torch.allclose(base.loc, etas[..., 0].reshape(30, 37, 2).movedim(0, 1), rtol=0, atol=1e-10)
+        assert torch.allclose(base.scale.log(), etas[..., 1].reshape(30, 37, 2).movedim(0, 1), rtol=0, atol=1e-10)

@@ -1,0 +1,15 @@
+"""Reading ArviZ's answers the same way under both generations (names differ: elpd_loo / elpd)."""
+
+import pyro_arviz
+
+
+def elpd(loo):
+    """The elpd of an ``az.loo`` result."""
+    return float(loo["elpd_loo"] if pyro_arviz.arviz_generation() == 0 else loo.elpd)
+
+
+def compare_columns():
+    """``az.compare``'s columns for elpd, its effective parameters, difference, weight and errors."""
+    if pyro_arviz.arviz_generation() == 0:
+        return ["elpd_loo", "p_loo", "elpd_diff", "weight", "se", "dse"]
+    return ["elpd", "p", "elpd_diff", "weight", "se", "dse"]
