@@ -45,23 +45,25 @@ class RandomStream:
     """
 
     def __init__(self, seed, device=None):
-        self.state = torch.Generator().manual_seed(seed).get_state()
         self.device = device if device is not None and device.type == "cuda" else None
+        cuda = None
         if self.device is not None:
-            self.cuda_state = torch.Generator(device=self.device).manual_seed(seed).get_state()
+            cuda = torch.Generator(device=self.device).manual_seed(seed).get_state()
+        self.states = (torch.Generator().manual_seed(seed).get_state(), cuda)
+
+    def _exchange(self, states):
+        """Install ``(cpu, cuda)`` generator states; return the ones they replace."""
+        cpu, cuda = states
+        replaced = (torch.get_rng_state(), None if self.device is None else torch.cuda.get_rng_state(self.device))
+        torch.set_rng_state(cpu)
+        if self.device is not None:
+            torch.cuda.set_rng_state(cuda, self.device)
+        return replaced
 
     def __enter__(self):
-        self._outer = torch.get_rng_state()
-        torch.set_rng_state(self.state)
-        if self.device is not None:
-            self._outer_cuda = torch.cuda.get_rng_state(self.device)
-            torch.cuda.set_rng_state(self.cuda_state, self.device)
+        self._outer = self._exchange(self.states)
         return self
 
     def __exit__(self, *exc):
-        self.state = torch.get_rng_state()
-        torch.set_rng_state(self._outer)
-        if self.device is not None:
-            self.cuda_state = torch.cuda.get_rng_state(self.device)
-            torch.cuda.set_rng_state(self._outer_cuda, self.device)
+        self.states = self._exchange(self._outer)
         return False
