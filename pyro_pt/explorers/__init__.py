@@ -53,7 +53,7 @@ def _start(split, stream, initial_params):
 
 
 def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, warmup_steps,
-                initial_params=None):
+                initial_params=None, compile="auto"):
     """
     The explorers, initial states and initial log-likelihoods of ``rungs`` (rung indices).
 
@@ -65,8 +65,9 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
     info = {"explorer": explorer if isinstance(explorer, str) else "callable"}
     if any(betas[k] > 0.0 for k in rungs):
         # Every explorer evaluates the model through its captured graph where that is exact.
-        split = FunctionalSplit(split)
-        info.update(potential=split.path, potential_reason=split.reason)
+        split = FunctionalSplit(split, compile=compile)
+        info.update(potential=split.path, potential_reason=split.reason,
+                    potential_engine=split.engine, potential_engine_reason=split.engine_reason)
         if explorer == "hmc":
             group = HMCGroup(split, explorer_kwargs)
             info.update(explorer="hmc (batched)", batched=split.batched_path,
