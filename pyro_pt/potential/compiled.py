@@ -37,12 +37,15 @@ class CompiledSplit:
     :param float rtol: relative tolerance of the checks (default 1e-6 in float64, 1e-4 below).
     :param str compile: ``"auto"`` (default), ``"inductor"`` or ``"torchscript"``: what runs the
         "grads" graph (:func:`~pyro_pt.potential.inductor.choose_compiler`).
+    :param int evaluations: a lower bound of the gradient evaluations to come, for
+        ``compile="auto"`` (None: unknown).
     """
 
-    def __init__(self, split, points=None, rtol=None, compile="auto"):
+    def __init__(self, split, points=None, rtol=None, compile="auto", evaluations=None):
         self.split = split
         self.rtol = rtol
         self.compile = check_compiler(compile)
+        self.evaluations = evaluations
         self.engine_reason = ""
         if points is None:
             with torch.random.fork_rng():  # the model's device is not known yet
@@ -164,16 +167,17 @@ class CompiledSplit:
         self._graph("grads", dtype, device)
         return self._graphs[("grads",) + self.graph_key(dtype, device)][0]
 
-    def compiler(self, device):
-        """``"inductor"`` or ``"torchscript"``: what :attr:`compile` means on ``device``."""
-        return choose_compiler(self.compile, torch.device(device))
+    @property
+    def compiler(self):
+        """``"inductor"`` or ``"torchscript"``: what :attr:`compile` means for this run."""
+        return choose_compiler(self.compile, self.evaluations)
 
     def _capture_checked(self, kind, dtype, device):
         points = self.check_points(dtype, device)
         make = densities_and_grads if kind == "grads" else densities
         with forked_rng(device):
             gm = capture(make(self.split, self.layout), points[0])
-        if kind == "grads" and self.compiler(device) == "inductor":
+        if kind == "grads" and self.compiler == "inductor":
             try:
                 compiled = inductor_compile(gm, points[0])
                 self._check(compiled, points, dtype, device)

@@ -79,14 +79,17 @@ class FunctionalSplit:
         (``torch.compile``, TorchScript as the fallback) or ``"auto"`` (default; see
         :func:`~pyro_pt.potential.inductor.choose_compiler`: TorchScript unless Inductor is known
         to repay its compile time). The batched graphs follow the single-point one.
+    :param int evaluations: a lower bound of the gradient evaluations to come, for
+        ``compile="auto"`` (None: unknown, TorchScript).
     """
 
     def __init__(self, split, points=None, rtol=None, batched="auto", max_batch=8,
-                 compile="auto"):
+                 compile="auto", evaluations=None):
         if batched not in ("auto", "vmap", "loop"):
             raise ValueError(f"batched must be 'auto', 'vmap' or 'loop', got {batched!r}")
         self.split = split
-        self.compiled = CompiledSplit(split, points, rtol, compile=compile)
+        self.compiled = CompiledSplit(split, points, rtol, compile=compile,
+                                      evaluations=evaluations)
         self.batched = BatchedEvaluator(self.compiled, mode=batched, max_batch=max_batch)
 
     # ----- what the split offers, as the explorers use it (the rest: ``.split``) -----

@@ -13,8 +13,8 @@ import pyro
 from pyro.infer import MCMC
 
 from pyro_pt import ParallelTempering
-from pyro_pt.potential import FunctionalSplit, ModelSplit, compiled
-from pyro_pt.potential.inductor import choose_compiler
+from pyro_pt.potential import FunctionalSplit, ModelSplit, compiled, inductor
+from pyro_pt.potential.inductor import BREAK_EVEN_EVALUATIONS, choose_compiler
 
 from . import models
 
@@ -65,12 +65,15 @@ def test_bad_compile_setting_names_the_argument(bad):
         ParallelTempering(models.linear_model, num_replicas=2, compile=bad)
 
 
-def test_auto_is_torchscript_and_never_reaches_inductor(no_inductor):
-    # Deterministic from the setting and device type (every rank agrees), and on CPU,
-    # where Inductor was measured to save nothing, it is never compiled.
-    assert choose_compiler("auto", torch.device("cpu")) == "torchscript"
-    assert choose_compiler("inductor", torch.device("cpu")) == "inductor"
-    fast = FunctionalSplit(linear_split(torch.float64))
+def test_auto_is_torchscript_unless_known_to_repay_and_never_reaches_inductor(no_inductor):
+    # Decided from settings alone (every rank agrees): Inductor only for a known count of
+    # evaluations that repays a cold compilation; unknown or short means TorchScript.
+    assert choose_compiler("auto") == "torchscript"
+    assert choose_compiler("auto", BREAK_EVEN_EVALUATIONS - 1) == "torchscript"
+    assert choose_compiler("auto", BREAK_EVEN_EVALUATIONS) == "inductor"
+    assert choose_compiler("inductor") == "inductor"
+    assert choose_compiler("torchscript", 10**9) == "torchscript"
+    fast = FunctionalSplit(linear_split(torch.float64), evaluations=1000)
     assert (fast.path, fast.engine, fast.engine_reason) == ("functional", "jit", "")
     fast.batched_potential_and_grad(torch.stack(points(fast, 3)), torch.ones(3))
     assert no_inductor == []
@@ -88,7 +91,7 @@ def test_inductor_failure_falls_back_to_checked_torchscript(no_inductor):
             assert torch.equal(actual, expected)
 
 
-def test_kernel_reports_the_engine_and_threads_the_setting(no_inductor):
+def test_kernel_reports_the_engine_and_threads_the_setting(no_inductor, monkeypatch):
     pyro.set_rng_seed(0)
     x, y = models.linear_data()
     info = {}
@@ -102,6 +105,14 @@ def test_kernel_reports_the_engine_and_threads_the_setting(no_inductor):
     assert info["inductor"]["potential_engine"] == "jit"  # Inductor refused: the fallback
     assert "Inductor failed" in info["inductor"]["potential_engine_reason"]
     assert len(no_inductor) == 1
+    # "auto" counts a rung's warmup gradient evaluations: 2 warmup iterations of at least
+    # 5 leapfrog steps (10 steps, jitter 0.5) reach a break-even of 10, not of 11.
+    for break_even, asked in ((10, 2), (11, 2)):
+        monkeypatch.setattr(inductor, "BREAK_EVEN_EVALUATIONS", break_even)
+        kernel = ParallelTempering(models.linear_model, num_replicas=2, explorer="hmc",
+                                   adapt_temperatures=False)
+        MCMC(kernel, num_samples=1, warmup_steps=2, disable_progbar=True).run(x, y)
+        assert len(no_inductor) == asked
 
 
 @pytest.mark.slow
