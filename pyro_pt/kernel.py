@@ -87,8 +87,8 @@ class ParallelTempering(MCMCKernel):
         contiguous blocks; by default the world group when ``torch.distributed`` is
         initialized, else all rungs run in this process.
     :param str compile: what runs the model's captured graph: ``"auto"`` (default: TorchScript
-        unless Inductor is known to repay its compile time,
-        :func:`~pyro_pt.potential.inductor.choose_compiler`), ``"torchscript"`` or
+        unless a rung's warmup alone makes enough gradient evaluations to repay Inductor's
+        compile time, :func:`~pyro_pt.potential.inductor.choose_compiler`), ``"torchscript"`` or
         ``"inductor"`` (``torch.compile``, TorchScript as the fallback); see
         :attr:`explorer_info` ``["potential_engine"]``.
 

@@ -9,8 +9,9 @@ one graph and no graph break. Two compilers can run it:
 - ``"inductor"``: ``torch.compile``'s Inductor backend, which fuses the elementwise operations
   into generated C++ (CPU) or Triton (CUDA) kernels. It costs a compilation per model, dtype,
   device and batch size: measured on the seed BNN (benchmarks/_bnn.py, 4929 weights) on a
-  loaded 2-core CPU, about 100 s cold and 8 s with the on-disk cache warm (see
-  ``benchmarks/README.md``, "vs NumPyro").
+  loaded 2-core CPU, about 100 s cold and 10-25 s with the on-disk cache warm, beyond the
+  ~10-17 s of capture and checks both compilers pay (``benchmarks/README.md``, "Captured
+  potential vs NumPyro").
 
 ``compile="auto"`` must never make a short run slower, and every rank must take the same path
 (a run's draws may not depend on the number of processes, DESIGN §2), so the choice is made
@@ -18,10 +19,11 @@ from settings alone, never from timings: Inductor only where the gradient evalua
 is known to make repay a cold compilation. Both the compile time and the saving per call grow
 with the number of operations in the graph (the saving is the per-operation overhead that
 fusion removes), so their ratio, the break-even number of evaluations, is taken as one measured
-constant, :data:`BREAK_EVEN_EVALUATIONS`. Measured on the seed BNN on this 2-core CPU
-(``benchmarks/vs_numpyro.py``, medians of 7 interleaved rounds, loaded machine): a graph call
-costs 2.68 ms under TorchScript and 1.83 ms under Inductor, so 0.85 ms saved per call against
-114 s of cold compilation: 1.3e5 evaluations. The caller passes a lower bound of the
+constant, :data:`BREAK_EVEN_EVALUATIONS`. Measured on the seed BNN on a loaded 2-core CPU
+(``benchmarks/vs_numpyro.py``, medians of 7 interleaved rounds, two runs): a graph call costs
+2.68 / 2.40 ms under TorchScript and 1.83 / 1.26 ms under Inductor (NumPyro: 1.48 / 1.17 ms),
+so 0.85-1.1 ms saved per call against ~114 s of cold set-up: 1.3e5 evaluations, the
+conservative end. The caller passes a lower bound of the
 evaluations one rung makes (the kernel: warmup iterations times the fewest leapfrog steps per
 iteration), the same on every rank; without one, ``"auto"`` means TorchScript. A cache that
 happens to be warm is not counted (it differs between machines and ranks).
