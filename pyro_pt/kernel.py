@@ -20,6 +20,7 @@ from .explorers import build_rungs
 from .ladder import Ladder, geometric_ladder, validate_temperatures
 from .options import check_options, check_split, shared_settings
 from .potential import ModelSplit
+from .potential.inductor import check_compiler
 from .recorders import TemperingRecorder
 from .report import Report
 from .rungs import set_up_rungs
@@ -85,6 +86,11 @@ class ParallelTempering(MCMCKernel):
     :param process_group: a ``torch.distributed`` process group to spread the rungs over, in
         contiguous blocks; by default the world group when ``torch.distributed`` is
         initialized, else all rungs run in this process.
+    :param str compile: what runs the model's captured graph: ``"auto"`` (default: TorchScript
+        unless a rung's warmup alone makes enough gradient evaluations to repay Inductor's
+        compile time, :func:`~pyro_pt.potential.inductor.choose_compiler`), ``"torchscript"`` or
+        ``"inductor"`` (``torch.compile``, TorchScript as the fallback); see
+        :attr:`explorer_info` ``["potential_engine"]``.
 
     Example::
 
@@ -97,7 +103,7 @@ class ParallelTempering(MCMCKernel):
     def __init__(self, model, num_replicas=8, max_temperature=50.0, temperatures=None,
                  explorer="nuts", explorer_kwargs=None, swap_scheme="deo", swap_interval=1,
                  adapt_temperatures=True, init_strategy=init_to_uniform, transforms=None,
-                 process_group=None):
+                 process_group=None, compile="auto"):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
         if temperatures is not None:
@@ -114,6 +120,7 @@ class ParallelTempering(MCMCKernel):
         self.init_strategy = init_strategy
         self._user_transforms = transforms
         self.process_group = process_group
+        self.compile = check_compiler(compile)
         self.transforms = None
         self._user_initial_params = None
         self._initial_params = None
@@ -176,7 +183,8 @@ class ParallelTempering(MCMCKernel):
 
         def build(split, rungs, seeds):
             return build_rungs(split, rungs, betas, seeds, split.device, self.explorer,
-                               self.explorer_kwargs, warmup_steps, self._user_initial_params)
+                               self.explorer_kwargs, warmup_steps, self._user_initial_params,
+                               compile=self.compile)
 
         def make_split():
             self._split = ModelSplit(self.model, args, kwargs, self._user_transforms,

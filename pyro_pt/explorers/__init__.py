@@ -20,7 +20,7 @@ the rung runs. The prior rung (beta = 0) draws exactly from the prior.
 from ..potential import FunctionalSplit, TemperedPotential
 from ..random import RandomStream
 from .contract import ExplorerGroup, RungExplorer, SingleRungExplorer
-from .hmc_group import HMCGroup, check_hmc_options
+from .hmc_group import DEFAULT_NUM_STEPS, DEFAULT_NUM_STEPS_JITTER, HMCGroup, check_hmc_options
 from .prior import PriorExplorer
 from .pyro_kernels import EXPLORERS, PyroKernelExplorer, make_kernel
 from .rwmh import RandomWalkMetropolis
@@ -52,8 +52,21 @@ def _start(split, stream, initial_params):
         return split.initial_point()
 
 
+def _fewest_gradient_evaluations(explorer, explorer_kwargs, warmup_steps):
+    """A lower bound of the gradient evaluations one rung makes in warmup, the same on every
+    rank (for ``compile="auto"``); None where the explorer's is unknown."""
+    if explorer == "hmc":
+        kwargs = explorer_kwargs or {}
+        steps = kwargs.get("num_steps", DEFAULT_NUM_STEPS)
+        jitter = kwargs.get("num_steps_jitter", DEFAULT_NUM_STEPS_JITTER)
+        return warmup_steps * max(1, int(steps * (1 - jitter)))
+    if explorer == "nuts":
+        return warmup_steps  # a tree has at least one leapfrog step
+    return 0 if explorer == "rwmh" else None  # random-walk Metropolis takes no gradients
+
+
 def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, warmup_steps,
-                initial_params=None):
+                initial_params=None, compile="auto"):
     """
     The explorers, initial states and initial log-likelihoods of ``rungs`` (rung indices).
 
@@ -65,8 +78,10 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
     info = {"explorer": explorer if isinstance(explorer, str) else "callable"}
     if any(betas[k] > 0.0 for k in rungs):
         # Every explorer evaluates the model through its captured graph where that is exact.
-        split = FunctionalSplit(split)
-        info.update(potential=split.path, potential_reason=split.reason)
+        split = FunctionalSplit(split, compile=compile, evaluations=_fewest_gradient_evaluations(
+            explorer, explorer_kwargs, warmup_steps))
+        info.update(potential=split.path, potential_reason=split.reason,
+                    potential_engine=split.engine, potential_engine_reason=split.engine_reason)
         if explorer == "hmc":
             group = HMCGroup(split, explorer_kwargs)
             info.update(explorer="hmc (batched)", batched=split.batched_path,

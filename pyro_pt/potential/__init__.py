@@ -14,6 +14,8 @@ evaluating it gives the traced path's numbers: NaN where distribution validation
   Pyro's kernels (it remembers ``ll`` at the points it evaluated).
 - :mod:`~pyro_pt.potential.densities` and :mod:`~pyro_pt.potential.capture`: what a captured
   graph computes, and how it is captured, refused or compiled.
+- :mod:`~pyro_pt.potential.inductor`: compiling a captured graph with ``torch.compile``
+  (Inductor), and the choice between it and TorchScript (``compile="auto"``).
 - :mod:`~pyro_pt.potential.compiled`: :class:`CompiledSplit`, the captured graphs, checked
   against the traced path.
 - :mod:`~pyro_pt.potential.batched`: the tempered potentials of many replicas in one call,
@@ -21,7 +23,8 @@ evaluating it gives the traced path's numbers: NaN where distribution validation
 - :mod:`~pyro_pt.potential.functional`: :class:`FunctionalSplit`, the split as the explorers use
   it: the captured graph where it is exact, Pyro's trace elsewhere.
 
-Dependencies point one way: split <- densities <- compiled <- batched <- functional.
+Dependencies point one way: split <- densities <- compiled <- batched <- functional, and
+inductor <- capture.
 """
 
 from .compiled import CompiledSplit

@@ -135,7 +135,8 @@ class BatchedEvaluator:
         if key not in self._graphs:
             points = self.compiled.check_points(dtype, device)
             example = torch.stack(points[:1] * size)
-            graph = compile_vmapped(self.compiled.fx_graph(dtype, device), example)
+            graph = compile_vmapped(self.compiled.fx_graph(dtype, device), example,
+                                    self.compiled.engine_for(dtype, device))
             self._graphs[key] = (graph, True)
             if size != _MIN_BATCH:
                 passed = self._check_size(graph, size, dtype, device)

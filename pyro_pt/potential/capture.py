@@ -23,6 +23,8 @@ import warnings
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from .inductor import inductor_compile
+
 _REFUSED_TAGS = {
     torch.Tag.nondeterministic_seeded: "draws random numbers",
     torch.Tag.dynamic_output_shape: "makes a tensor whose shape depends on the latent values",
@@ -189,14 +191,21 @@ def compile_graph(gm, *example):
         return gm, "fx"
 
 
-def compile_vmapped(gm, example):
+def compile_vmapped(gm, example, compiler="torchscript"):
     """
     ``torch.func.vmap(gm)`` for the batch shape of ``example``, traced into one TorchScript
-    graph (``gm`` is straight-line, so tracing its vmap is exact), else captured and compiled.
+    graph (``gm`` is straight-line, so tracing its vmap is exact), else captured and compiled;
+    with ``compiler="inductor"`` the vmap is captured as one aten graph and compiled by
+    Inductor, TorchScript being the fallback.
     """
     batched = torch.func.vmap(gm)
     with forked_rng(example.device), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.jit.trace's deprecation notice
+        if compiler == "inductor":
+            try:
+                return inductor_compile(capture(batched, example), example)
+            except Exception:  # the batched evaluator's checks judge what runs instead
+                pass
         try:
             return torch.jit.trace(batched, (example,), check_trace=False)
         except Exception:

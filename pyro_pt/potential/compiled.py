@@ -3,7 +3,11 @@
 :class:`CompiledSplit` holds the captured graphs of ``flat -> (lp, ll)`` and of their gradients
 (:mod:`pyro_pt.potential.densities`, captured by :mod:`pyro_pt.potential.capture`), per dtype,
 device and validation setting, each checked at its first use against the traced path
-(:meth:`~pyro_pt.potential.split.ModelSplit.log_densities`) at the check points. It knows
+(:meth:`~pyro_pt.potential.split.ModelSplit.log_densities`) at the check points. The graph of
+the gradients (the one every leapfrog step evaluates) runs under TorchScript or, when chosen,
+Inductor (:mod:`pyro_pt.potential.inductor`), with TorchScript as the fallback; the values-only
+graph, used off the leapfrog path, always runs under TorchScript (a second Inductor compilation
+would not repay itself). It knows
 nothing of temperatures or batches: :class:`~pyro_pt.potential.batched.BatchedEvaluator` and
 :class:`~pyro_pt.potential.functional.FunctionalSplit` are built on it, never the reverse.
 """
@@ -14,6 +18,7 @@ import torch
 
 from .capture import Uncapturable, capture, compile_graph, forked_rng, mismatch
 from .densities import densities, densities_and_grads
+from .inductor import check_compiler, choose_compiler, inductor_compile
 from .split import FlatLayout
 
 
@@ -22,17 +27,26 @@ class CompiledSplit:
     The captured graphs of a :class:`~pyro_pt.potential.split.ModelSplit`.
 
     At construction the "grads" graph is captured and checked; ``path`` is ``"functional"`` if
-    that worked, else ``"traced"`` with :attr:`reason` saying why.
+    that worked, else ``"traced"`` with :attr:`reason` saying why. :attr:`engine` says what runs
+    the "grads" graph: ``"inductor"``, ``"jit"`` (TorchScript) or ``"fx"`` (the graph module in
+    Python), and :attr:`engine_reason` why Inductor was not used where it was asked for.
 
     :param ModelSplit split: the model's prior/likelihood split.
     :param list points: optional check points (dicts of unconstrained values); default the
         split's initial point and two perturbations of it.
     :param float rtol: relative tolerance of the checks (default 1e-6 in float64, 1e-4 below).
+    :param str compile: ``"auto"`` (default), ``"inductor"`` or ``"torchscript"``: what runs the
+        "grads" graph (:func:`~pyro_pt.potential.inductor.choose_compiler`).
+    :param int evaluations: a lower bound of the gradient evaluations to come, for
+        ``compile="auto"`` (None: unknown).
     """
 
-    def __init__(self, split, points=None, rtol=None):
+    def __init__(self, split, points=None, rtol=None, compile="auto", evaluations=None):
         self.split = split
         self.rtol = rtol
+        self.compile = check_compiler(compile)
+        self.evaluations = evaluations
+        self.engine_reason = ""
         if points is None:
             with torch.random.fork_rng():  # the model's device is not known yet
                 z0 = split.initial_point()
@@ -142,17 +156,42 @@ class CompiledSplit:
             raise entry
         return entry[1], entry[2]
 
+    def engine_for(self, dtype, device):
+        """``"inductor"`` if Inductor runs the "grads" graph at this dtype and device, else
+        ``"torchscript"`` (what the batched graphs of it use too)."""
+        engine = self._graph("grads", dtype, device)[1]
+        return "inductor" if engine == "inductor" else "torchscript"
+
     def fx_graph(self, dtype, device):
         """The uncompiled ``GraphModule`` of the "grads" graph (for vmap)."""
         self._graph("grads", dtype, device)
         return self._graphs[("grads",) + self.graph_key(dtype, device)][0]
+
+    @property
+    def compiler(self):
+        """``"inductor"`` or ``"torchscript"``: what :attr:`compile` means for this run."""
+        return choose_compiler(self.compile, self.evaluations)
 
     def _capture_checked(self, kind, dtype, device):
         points = self.check_points(dtype, device)
         make = densities_and_grads if kind == "grads" else densities
         with forked_rng(device):
             gm = capture(make(self.split, self.layout), points[0])
+        if kind == "grads" and self.compiler == "inductor":
+            try:
+                compiled = inductor_compile(gm, points[0])
+                self._check(compiled, points, dtype, device)
+                return gm, compiled, "inductor"
+            except Exception as error:  # no compiler, an unsupported operation, a mismatch
+                self.engine_reason = (f"Inductor failed, TorchScript runs the graph: "
+                                      f"{type(error).__name__}: {error}")
         compiled, engine = compile_graph(gm, points[0])
+        self._check(compiled, points, dtype, device)
+        return gm, compiled, engine
+
+    def _check(self, compiled, points, dtype, device):
+        """Raise Uncapturable unless ``compiled`` gives the traced path's numbers at
+        ``points``."""
         rtol = self.tolerance(dtype)
         labels = ("lp", "ll", "gradient of lp", "gradient of ll")
         for i, point in enumerate(points):
@@ -173,4 +212,3 @@ class CompiledSplit:
                         f"the captured graph disagrees with the traced model at check point "
                         f"{i} ({label}: {problem}); the model is random or not one fixed graph"
                     )
-        return gm, compiled, engine

@@ -41,7 +41,7 @@ class FunctionalSplit:
     At construction the model is captured as one straight-line graph of aten operations
     computing ``lp``, ``ll`` and their gradients with respect to the flat unconstrained latent
     vector (latent sites in sorted ``latent_names`` order, each ``.reshape(-1)``), run by the
-    TorchScript interpreter. The graph is used (``path == "functional"``) only if it agrees with
+    TorchScript interpreter or compiled by Inductor (``compile``, :attr:`engine`). The graph is used (``path == "functional"``) only if it agrees with
     the traced path, values and gradients, at the check points (the split's initial point and
     perturbations of it); otherwise, or when the model cannot be one graph -- Python control
     flow on latent values, random numbers drawn inside the model, shapes that depend on latent
@@ -75,13 +75,21 @@ class FunctionalSplit:
         per replica) or ``"auto"`` (``"loop"`` on a single CPU thread, where batched kernels
         were measured slower, else ``"vmap"``).
     :param int max_batch: most replicas evaluated in one vmapped call.
+    :param str compile: what runs the gradient graph: ``"torchscript"``, ``"inductor"``
+        (``torch.compile``, TorchScript as the fallback) or ``"auto"`` (default; see
+        :func:`~pyro_pt.potential.inductor.choose_compiler`: TorchScript unless Inductor is known
+        to repay its compile time). The batched graphs follow the single-point one.
+    :param int evaluations: a lower bound of the gradient evaluations to come, for
+        ``compile="auto"`` (None: unknown, TorchScript).
     """
 
-    def __init__(self, split, points=None, rtol=None, batched="auto", max_batch=8):
+    def __init__(self, split, points=None, rtol=None, batched="auto", max_batch=8,
+                 compile="auto", evaluations=None):
         if batched not in ("auto", "vmap", "loop"):
             raise ValueError(f"batched must be 'auto', 'vmap' or 'loop', got {batched!r}")
         self.split = split
-        self.compiled = CompiledSplit(split, points, rtol)
+        self.compiled = CompiledSplit(split, points, rtol, compile=compile,
+                                      evaluations=evaluations)
         self.batched = BatchedEvaluator(self.compiled, mode=batched, max_batch=max_batch)
 
     # ----- what the split offers, as the explorers use it (the rest: ``.split``) -----
@@ -107,6 +115,17 @@ class FunctionalSplit:
     @property
     def reason(self):
         return self.compiled.reason
+
+    @property
+    def engine(self):
+        """What runs the gradient graph: ``"inductor"``, ``"jit"`` (TorchScript), ``"fx"``, or
+        None on the traced path."""
+        return self.compiled.engine
+
+    @property
+    def engine_reason(self):
+        """Why Inductor does not run the graph where ``compile="inductor"`` asked for it."""
+        return self.compiled.engine_reason
 
     @property
     def dim(self):
