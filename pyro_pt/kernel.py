@@ -17,6 +17,7 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from .comm import make_comm
 from .compat import refuse_multichain_mcmc
 from .explorers import build_rungs
+from .health import annotate
 from .ladder import Ladder, geometric_ladder, validate_temperatures
 from .options import check_options, check_split, shared_settings
 from .potential import ModelSplit
@@ -249,7 +250,8 @@ class ParallelTempering(MCMCKernel):
 
     def cleanup(self):
         if self._rungs:
-            self._report.finish(self._ladder, self._recorder)
+            problems = self.diagnostics()["warnings"] if self._recorder.sampling else []
+            self._report.finish(self._ladder, self._recorder, problems)
 
     def logging(self):
         # The cold explorer lives on rank 0; other ranks log the (shared) swap statistics.
@@ -263,4 +265,6 @@ class ParallelTempering(MCMCKernel):
         interval = self.swap_interval
         num_rounds = max(0, self._t // interval - self._warmup_steps // interval)
         rungs = self._rungs.summary(self._t, self.temperatures)
-        return self._recorder.summary(self.betas, num_rounds, rungs)
+        out = self._recorder.summary(self.betas, num_rounds, rungs)
+        # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
+        return annotate(out, self.betas, num_rounds)

@@ -31,7 +31,7 @@ def test_report_rows_follow_the_rounds_and_match_the_diagnostics():
     report = kernel.report
     assert list(report.columns) == ["round", "phase", "scans", "barrier", "log_Z",
                                     "min_swap_acc", "mean_swap_acc", "cold_local_acc",
-                                    "round_trips", "seconds"]
+                                    "round_trips", "seconds", "warnings"]
     # Warmup rounds end after 4, 12, 28 scans, the last warmup row closes the warmup at 40;
     # sampling rows are cumulative at 16, 32, 64 sampling scans and at the end.
     assert list(report.phase) == ["warmup"] * 4 + ["sampling"] * 4
@@ -77,7 +77,7 @@ def test_report_prints_whole_lines_above_the_progress_bar(monkeypatch, capsys):
     kernel, _, _ = run(warmup=20, samples=20, progress=True)
     err = capsys.readouterr().err
     lines = [line.strip() for line in re.split(r"[\r\n]", err)]
-    assert sum(line.startswith("round") and "log Z" in line for line in lines) == 1
+    assert sum(line.startswith("round") and "log_Z" in line for line in lines) == 1
     rows = [line for line in lines if re.match(r"^\d+ +(warmup|sampling) ", line)]
     assert len(rows) == len(kernel.report)
     for line, row in zip(rows, kernel.report.itertuples()):
