@@ -131,7 +131,10 @@ def review(diagnostics, betas, num_rounds):
         log_z_error = 0.5 * math.hypot(forward_error, reverse_error)
         gap = abs(diagnostics["log_Z_forward"] - diagnostics["log_Z_reverse"])
         error = math.hypot(forward_error, reverse_error)
-        if not gap <= LOG_Z_TOLERANCE * error:
+        if not math.isfinite(diagnostics["log_Z"]):
+            log_z_problem = (f"it is not finite (forward {diagnostics['log_Z_forward']:.4g}, "
+                             f"reverse {diagnostics['log_Z_reverse']:.4g})")
+        elif not gap <= LOG_Z_TOLERANCE * error:
             log_z_problem = (f"forward {diagnostics['log_Z_forward']:.4g} and reverse "
                              f"{diagnostics['log_Z_reverse']:.4g} estimates differ by "
                              f"{gap:.3g}, more than {LOG_Z_TOLERANCE:g} times their Monte Carlo "
@@ -140,7 +143,7 @@ def review(diagnostics, betas, num_rounds):
             log_z_problem = "a pair is a bottleneck (see the swap acceptance)"
     if log_z_problem is not None:
         problems.append(f"the stepping-stone log Z = {diagnostics['log_Z']:.4g} is unreliable: "
-                        f"{log_z_problem}; fix the ladder as above or sample longer before using it")
+                        f"{log_z_problem}; add rungs or sample longer before using it")
     return problems, log_z_error, log_z_problem
 
 

@@ -16,10 +16,11 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from .comm import make_comm
 from .compat import refuse_multichain_mcmc
+from .explain import model_errors
 from .explorers import build_rungs
 from .health import annotate
-from .ladder import Ladder, geometric_ladder, validate_temperatures
-from .options import check_options, check_split, shared_settings
+from .ladder import Ladder
+from .options import check_options, check_split, ladder_temperatures, shared_settings
 from .potential import ModelSplit
 from .recorders import TemperingRecorder
 from .report import Report
@@ -58,7 +59,8 @@ class ParallelTempering(MCMCKernel):
         :math:`T_k = T_{max}^{k/(K-1)}`; ``float("inf")`` makes the hottest rung the prior,
         sampled exactly.
     :param list temperatures: an explicit ladder instead, cold first: ``[1.0, ...]``
-        increasing; the last may be ``inf``.
+        increasing; the last may be ``inf``. With it, ``num_replicas`` and
+        ``max_temperature`` may be left out; given, they must agree with it.
     :param explorer: the local kernel of each rung: ``"nuts"`` (Pyro's NUTS on every rung,
         default), ``"hmc"`` (HMC with a fixed number of leapfrog steps, per-rung step size and
         diagonal mass matrix adapted in warmup; all the rungs of a process advance together,
@@ -95,16 +97,13 @@ class ParallelTempering(MCMCKernel):
         mcmc.diagnostics()["swap_acceptance"]
     """
 
-    def __init__(self, model, num_replicas=8, max_temperature=50.0, temperatures=None,
+    def __init__(self, model, num_replicas=None, max_temperature=None, temperatures=None,
                  explorer="nuts", explorer_kwargs=None, swap_scheme="deo", swap_interval=1,
                  adapt_temperatures=True, init_strategy=init_to_uniform, transforms=None,
                  process_group=None):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
-        if temperatures is not None:
-            self._ladder = Ladder(validate_temperatures(temperatures))
-        else:
-            self._ladder = Ladder(geometric_ladder(num_replicas, max_temperature))
+        self._ladder = Ladder(ladder_temperatures(num_replicas, max_temperature, temperatures))
         check_options(explorer, explorer_kwargs, swap_scheme, swap_interval, adapt_temperatures)
         self.adapt_temperatures = adapt_temperatures
         self.model = model
@@ -176,12 +175,14 @@ class ParallelTempering(MCMCKernel):
         betas, num = self.betas, self.num_replicas
 
         def build(split, rungs, seeds):
-            return build_rungs(split, rungs, betas, seeds, split.device, self.explorer,
-                               self.explorer_kwargs, warmup_steps, self._user_initial_params)
+            with model_errors(self.model, args, kwargs, split):
+                return build_rungs(split, rungs, betas, seeds, split.device, self.explorer,
+                                   self.explorer_kwargs, warmup_steps, self._user_initial_params)
 
         def make_split():
-            self._split = ModelSplit(self.model, args, kwargs, self._user_transforms,
-                                     init_strategy=self.init_strategy)
+            with model_errors(self.model, args, kwargs):
+                self._split = ModelSplit(self.model, args, kwargs, self._user_transforms,
+                                         init_strategy=self.init_strategy)
             check_split(self._split, betas, self._save_params)
             self.transforms = self._split.transforms
             return self._split
@@ -204,8 +205,9 @@ class ParallelTempering(MCMCKernel):
 
     def sample(self, params):
         start = time.perf_counter()
-        rungs = self._rungs
-        local_ll, cold_moved = rungs.explore()
+        rungs, split = self._rungs, self._split
+        with model_errors(split.model, split.model_args, split.model_kwargs, split):
+            local_ll, cold_moved = rungs.explore()
         explored = time.perf_counter()
         self._ll = rungs.gather(local_ll)
         outcome = [math.nan] * (self.num_replicas - 1)
