@@ -268,5 +268,7 @@ class ParallelTempering(MCMCKernel):
         num_rounds = max(0, self._t // interval - self._warmup_steps // interval)
         rungs = self._rungs.summary(self._t, self.temperatures)
         out = self._recorder.summary(self.betas, num_rounds, rungs)
+        # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
+        out["adaptation_history"] = self.adaptation_history
         # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
         return annotate(out, self.betas, num_rounds)

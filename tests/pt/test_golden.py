@@ -91,6 +91,8 @@ def run_config(name):
     # record was made: set aside here, every number it reviews is still compared bitwise.
     for key in REVIEW_KEYS:
         diagnostics.pop(key)
+    # Added after the record too, for several chains; it is the record's adaptation_history.
+    assert diagnostics.pop("adaptation_history") == kernel.adaptation_history
     diagnostics["log_Z_meaning"] = diagnostics["log_Z_meaning"].split(UNRELIABLE)[0]
     report = kernel.report.drop(columns=["seconds", "warnings"]).to_dict(orient="list")
     return _plain({
