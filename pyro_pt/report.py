@@ -29,7 +29,7 @@ COLUMNS = ("round", "phase", "scans", "barrier", "log_Z", "min_swap_acc", "mean_
 _PRINTED = (("round", None), ("phase", None), ("scans", None), ("barrier", 3), ("log_Z", 3),
             ("min_swap_acc", 3), ("mean_swap_acc", 3), ("cold_local_acc", 3),
             ("round_trips", None), ("seconds", 2))
-_WIDTHS = {name: max(len(name), 8) for name, _ in _PRINTED}
+_WIDTHS = {name: max(len(name), 10 if name == "log_Z" else 8) for name, _ in _PRINTED}
 _HEADER = " ".join(f"{name:>{_WIDTHS[name]}}" for name, _ in _PRINTED)
 
 
@@ -115,7 +115,8 @@ class Report:
     def finish(self, ladder, recorder, problems=()):
         """
         The closing row of the sampling phase (once; nothing if it has just been written),
-        with the run's ``problems`` (:func:`pyro_pt.health.review`) in its ``warnings`` column,
+        with the run's ``problems`` (:func:`pyro_pt.health.review`) in its ``warnings`` column
+        (one per line),
         printed under it, and one :class:`~pyro_pt.health.TemperingWarning` on rank 0.
         """
         if self._finished:
@@ -127,7 +128,7 @@ class Report:
             self._add_row("sampling", scan, ladder.betas, recorder)
         if not problems or not self.rows:
             return
-        self.rows[-1]["warnings"] = "; ".join(problems)
+        self.rows[-1]["warnings"] = "\n".join(problems)
         if self._printing:
             for problem in problems:
                 _print_line(f"warning: {problem}")

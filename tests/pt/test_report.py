@@ -78,6 +78,11 @@ def test_report_prints_whole_lines_above_the_progress_bar(monkeypatch, capsys):
     err = capsys.readouterr().err
     lines = [line.strip() for line in re.split(r"[\r\n]", err)]
     assert sum(line.startswith("round") and "log_Z" in line for line in lines) == 1
+    # The printed names are the DataFrame's (its text column, warnings, prints as lines).
+    (header,) = [line for line in lines if line.startswith("round") and "log_Z" in line]
+    assert header.split() == list(kernel.report.columns)[:-1]
+    problems = kernel.report.warnings.iloc[-1].split("\n")
+    assert problems != [""] and all(f"warning: {p}" in lines for p in problems)
     rows = [line for line in lines if re.match(r"^\d+ +(warmup|sampling) ", line)]
     assert len(rows) == len(kernel.report)
     for line, row in zip(rows, kernel.report.itertuples()):
@@ -88,7 +93,7 @@ def test_report_prints_whole_lines_above_the_progress_bar(monkeypatch, capsys):
 
 def test_no_report_lines_without_a_progress_bar(capsys):
     run(warmup=20, samples=20, progress=False)
-    assert "log Z" not in capsys.readouterr().err
+    assert "log_Z" not in capsys.readouterr().err
 
 
 def test_report_before_run_is_an_error():
