@@ -68,27 +68,46 @@ def discrete_latent_message(name, fn):
             "chain cannot be tempered here")
 
 
+def _missing_site(split, error):
+    """The error for a ``KeyError`` naming one of ``split``'s sites (found at setup), or None."""
+    name = error.args[0] if error.args else None
+    sites = (*split.latent_names, *split.observed_names)
+    if name not in sites:
+        return None
+    return ValueError(
+        f"sample site {name!r} was in the model's first run but is missing from a later one: "
+        "ParallelTempering needs the same sample sites, by name, on every run of the model "
+        f"(its sites at setup: {list(sites)}); name sites by something fixed, not a call "
+        "counter or a random choice"
+    )
+
+
 @contextlib.contextmanager
-def model_errors(model, args, kwargs, split=None):
-    """
-    Re-raise a failure of the model as an error that names the site and says what to do: a
-    discrete latent, NaN in observed data, a site missing from a later run of the model
-    (``split``: the sites found at setup). Other errors pass unchanged.
-    """
+def missing_sites(split):
+    """Re-raise a ``KeyError`` naming one of ``split``'s sites as an error saying that the
+    model's sites change between runs (cheap: for every scan); other errors pass unchanged."""
     try:
         yield
     except KeyError as error:
-        name = error.args[0] if error.args else None
-        sites = () if split is None else (*split.latent_names, *split.observed_names)
-        if name not in sites:
+        better = _missing_site(split, error)
+        if better is None:
             raise
-        raise ValueError(
-            f"sample site {name!r} was in the model's first run but is missing from a later "
-            "one: ParallelTempering needs the same sample sites, by name, on every run of the "
-            f"model (its sites at setup: {list(sites)}); name sites by something fixed, not "
-            "a call counter or a random choice"
-        ) from None
+        raise better from None
+
+
+@contextlib.contextmanager
+def model_errors(model, args, kwargs, split=None):
+    """
+    Re-raise a failure of the model's setup as an error that names the site and says what to
+    do: a site missing from a later run of the model (with ``split``), a discrete latent, NaN
+    in observed data. Other errors pass unchanged.
+    """
+    try:
+        yield
     except Exception as error:
+        better = _missing_site(split, error) if split and isinstance(error, KeyError) else None
+        if better is not None:
+            raise better from None
         nan = _observed_nan(model, args, kwargs)  # raises for a discrete latent
         if nan is None:
             raise

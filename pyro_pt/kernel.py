@@ -16,7 +16,7 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from .comm import make_comm
 from .compat import refuse_multichain_mcmc
-from .explain import model_errors
+from .explain import missing_sites, model_errors
 from .explorers import build_rungs
 from .health import annotate
 from .ladder import Ladder
@@ -205,8 +205,8 @@ class ParallelTempering(MCMCKernel):
 
     def sample(self, params):
         start = time.perf_counter()
-        rungs, split = self._rungs, self._split
-        with model_errors(split.model, split.model_args, split.model_kwargs, split):
+        rungs = self._rungs
+        with missing_sites(self._split):
             local_ll, cold_moved = rungs.explore()
         explored = time.perf_counter()
         self._ll = rungs.gather(local_ll)
