@@ -46,6 +46,11 @@ class ParallelTempering(MCMCKernel):
     states move. Every rung has its own random stream and the swaps one shared stream, all
     derived from Pyro's seed, so a seeded run is reproducible.
 
+    At the end of a run its sampling phase is reviewed (:mod:`pyro_pt.health`): a bottleneck
+    pair, no round trip, a cold rung that does not move or an unreliable log Z gives one
+    :class:`~pyro_pt.TemperingWarning` (rank 0), the ``warnings`` of the report's closing row
+    and of :meth:`diagnostics`, each with what to do.
+
     **References**
 
     [1] Syed, Bouchard-Côté, Deligiannidis, Doucet (2021), "Non-reversible parallel tempering:
@@ -56,8 +61,8 @@ class ParallelTempering(MCMCKernel):
     :param callable model: a Pyro model with at least one observed site.
     :param int num_replicas: K, the number of rungs of a geometric ladder (default 8).
     :param float max_temperature: the hottest temperature of the geometric ladder
-        :math:`T_k = T_{max}^{k/(K-1)}`; ``float("inf")`` makes the hottest rung the prior,
-        sampled exactly.
+        :math:`T_k = T_{max}^{k/(K-1)}` (default 50); ``float("inf")`` makes the hottest
+        rung the prior, sampled exactly.
     :param list temperatures: an explicit ladder instead, cold first: ``[1.0, ...]``
         increasing; the last may be ``inf``. With it, ``num_replicas`` and
         ``max_temperature`` may be left out; given, they must agree with it.

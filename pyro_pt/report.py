@@ -116,8 +116,8 @@ class Report:
         """
         The closing row of the sampling phase (once; nothing if it has just been written),
         with the run's ``problems`` (:func:`pyro_pt.health.review`) in its ``warnings`` column
-        (one per line),
-        printed under it, and one :class:`~pyro_pt.health.TemperingWarning` on rank 0.
+        (one per line), printed under it, and one :class:`~pyro_pt.health.TemperingWarning` on
+        rank 0.
         """
         if self._finished:
             return
