@@ -229,7 +229,12 @@ def main(argv=None):
           f"N(theta^2, {NOISE}) with mean(y) = {float(data[0].mean()):.3f}, "
           f"one z ~ N(theta, {READING_NOISE}) = {float(data[1]):.2f}")
     print(f"{args.num_samples} draws after {args.warmup} warmup, seed {args.seed}\n")
-    print("Ladder (geometric):")
+    # The ladder in use: the geometric start, re-placed by the warmup's adaptation if it ran.
+    if kernel.adaptation_history:
+        print(f"Ladder (adapted in warmup, from the geometric one up to T = "
+              f"{args.max_temperature:g}):")
+    else:
+        print("Ladder (geometric):")
     print(f"  {'rung':>4}  {'T':>8}  {'beta':>7}  {'local acc.':>10}  {'swap acc. with next':>19}")
     for k, temperature in enumerate(kernel.temperatures):
         swap = f"{swap_acceptance[k]:.3f}" if k < len(swap_acceptance) else ""

@@ -20,7 +20,8 @@ Glossary (one word per concept, in code, docs and tests):
 """
 
 from .arviz import to_inference_data
+from .health import TemperingWarning
 from .kernel import ParallelTempering
 from .plot import plot_tempering
 
-__all__ = ["ParallelTempering", "plot_tempering", "to_inference_data"]
+__all__ = ["ParallelTempering", "TemperingWarning", "plot_tempering", "to_inference_data"]

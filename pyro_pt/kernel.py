@@ -16,9 +16,11 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from .comm import make_comm
 from .compat import refuse_multichain_mcmc
+from .explain import missing_sites, model_errors
 from .explorers import build_rungs
-from .ladder import Ladder, geometric_ladder, validate_temperatures
-from .options import check_options, check_split, shared_settings
+from .health import annotate
+from .ladder import Ladder
+from .options import check_options, check_split, ladder_temperatures, shared_settings
 from .potential import ModelSplit
 from .potential.inductor import check_compiler
 from .recorders import TemperingRecorder
@@ -45,6 +47,11 @@ class ParallelTempering(MCMCKernel):
     states move. Every rung has its own random stream and the swaps one shared stream, all
     derived from Pyro's seed, so a seeded run is reproducible.
 
+    At the end of a run its sampling phase is reviewed (:mod:`pyro_pt.health`): a bottleneck
+    pair, no round trip, a cold rung that does not move or an unreliable log Z gives one
+    :class:`~pyro_pt.TemperingWarning` (rank 0), the ``warnings`` of the report's closing row
+    and of :meth:`diagnostics`, each with what to do.
+
     **References**
 
     [1] Syed, Bouchard-Côté, Deligiannidis, Doucet (2021), "Non-reversible parallel tempering:
@@ -55,10 +62,11 @@ class ParallelTempering(MCMCKernel):
     :param callable model: a Pyro model with at least one observed site.
     :param int num_replicas: K, the number of rungs of a geometric ladder (default 8).
     :param float max_temperature: the hottest temperature of the geometric ladder
-        :math:`T_k = T_{max}^{k/(K-1)}`; ``float("inf")`` makes the hottest rung the prior,
-        sampled exactly.
+        :math:`T_k = T_{max}^{k/(K-1)}` (default 50); ``float("inf")`` makes the hottest
+        rung the prior, sampled exactly.
     :param list temperatures: an explicit ladder instead, cold first: ``[1.0, ...]``
-        increasing; the last may be ``inf``.
+        increasing; the last may be ``inf``. With it, ``num_replicas`` and
+        ``max_temperature`` may be left out; given, they must agree with it.
     :param explorer: the local kernel of each rung: ``"nuts"`` (Pyro's NUTS on every rung,
         default), ``"hmc"`` (HMC with a fixed number of leapfrog steps, per-rung step size and
         diagonal mass matrix adapted in warmup; all the rungs of a process advance together,
@@ -100,16 +108,13 @@ class ParallelTempering(MCMCKernel):
         mcmc.diagnostics()["swap_acceptance"]
     """
 
-    def __init__(self, model, num_replicas=8, max_temperature=50.0, temperatures=None,
+    def __init__(self, model, num_replicas=None, max_temperature=None, temperatures=None,
                  explorer="nuts", explorer_kwargs=None, swap_scheme="deo", swap_interval=1,
                  adapt_temperatures=True, init_strategy=init_to_uniform, transforms=None,
                  process_group=None, compile="auto"):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
-        if temperatures is not None:
-            self._ladder = Ladder(validate_temperatures(temperatures))
-        else:
-            self._ladder = Ladder(geometric_ladder(num_replicas, max_temperature))
+        self._ladder = Ladder(ladder_temperatures(num_replicas, max_temperature, temperatures))
         check_options(explorer, explorer_kwargs, swap_scheme, swap_interval, adapt_temperatures)
         self.adapt_temperatures = adapt_temperatures
         self.model = model
@@ -182,13 +187,15 @@ class ParallelTempering(MCMCKernel):
         betas, num = self.betas, self.num_replicas
 
         def build(split, rungs, seeds):
-            return build_rungs(split, rungs, betas, seeds, split.device, self.explorer,
-                               self.explorer_kwargs, warmup_steps, self._user_initial_params,
-                               compile=self.compile)
+            with model_errors(self.model, args, kwargs, split):
+                return build_rungs(split, rungs, betas, seeds, split.device, self.explorer,
+                                   self.explorer_kwargs, warmup_steps, self._user_initial_params,
+                                   compile=self.compile)
 
         def make_split():
-            self._split = ModelSplit(self.model, args, kwargs, self._user_transforms,
-                                     init_strategy=self.init_strategy)
+            with model_errors(self.model, args, kwargs):
+                self._split = ModelSplit(self.model, args, kwargs, self._user_transforms,
+                                         init_strategy=self.init_strategy)
             check_split(self._split, betas, self._save_params)
             self.transforms = self._split.transforms
             return self._split
@@ -212,7 +219,8 @@ class ParallelTempering(MCMCKernel):
     def sample(self, params):
         start = time.perf_counter()
         rungs = self._rungs
-        local_ll, cold_moved = rungs.explore()
+        with missing_sites(self._split):
+            local_ll, cold_moved = rungs.explore()
         explored = time.perf_counter()
         self._ll = rungs.gather(local_ll)
         outcome = [math.nan] * (self.num_replicas - 1)
@@ -257,7 +265,8 @@ class ParallelTempering(MCMCKernel):
 
     def cleanup(self):
         if self._rungs:
-            self._report.finish(self._ladder, self._recorder)
+            problems = self.diagnostics()["warnings"] if self._recorder.sampling else []
+            self._report.finish(self._ladder, self._recorder, problems)
 
     def logging(self):
         # The cold explorer lives on rank 0; other ranks log the (shared) swap statistics.
@@ -271,4 +280,8 @@ class ParallelTempering(MCMCKernel):
         interval = self.swap_interval
         num_rounds = max(0, self._t // interval - self._warmup_steps // interval)
         rungs = self._rungs.summary(self._t, self.temperatures)
-        return self._recorder.summary(self.betas, num_rounds, rungs)
+        out = self._recorder.summary(self.betas, num_rounds, rungs)
+        # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
+        out["adaptation_history"] = self.adaptation_history
+        # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
+        return annotate(out, self.betas, num_rounds)

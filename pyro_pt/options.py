@@ -1,11 +1,64 @@
 """Checks of ParallelTempering's arguments, and the settings every rank must share."""
 
+import math
+
+from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
+
 from .explorers import EXPLORERS, check_hmc_options
+from .ladder import geometric_ladder, validate_temperatures
 from .swap import SWAP_SCHEMES
+
+DEFAULT_NUM_REPLICAS, DEFAULT_MAX_TEMPERATURE = 8, 50.0
+
+
+def _refuse_text(name, value):
+    # float("10") would take a string; a ladder typed as text is a mistake to point at.
+    if isinstance(value, (str, bytes, bool)):
+        raise TypeError(f"{name} must be a number (e.g. 10.0, or float('inf') for a prior "
+                        f"rung), got {value!r} ({type(value).__name__})")
+
+
+def ladder_temperatures(num_replicas, max_temperature, temperatures):
+    """
+    The starting ladder from the constructor's arguments: ``temperatures`` as given, or the
+    geometric ladder of ``num_replicas`` (default 8) up to ``max_temperature`` (default 50).
+    Given together, they must agree (else a ValueError: conflicting ladder arguments).
+    """
+    if max_temperature is not None:
+        _refuse_text("max_temperature", max_temperature)
+    if temperatures is None:
+        return geometric_ladder(DEFAULT_NUM_REPLICAS if num_replicas is None else num_replicas,
+                                DEFAULT_MAX_TEMPERATURE if max_temperature is None
+                                else max_temperature)
+    if isinstance(temperatures, (str, bytes)):
+        raise TypeError(f"temperatures must be a sequence of numbers, got {temperatures!r}")
+    for t in temperatures:
+        _refuse_text("each of temperatures", t)
+    temps = validate_temperatures(temperatures)
+    if num_replicas is not None and num_replicas != len(temps):
+        raise ValueError(
+            f"conflicting ladder arguments: temperatures has {len(temps)} rungs but "
+            f"num_replicas={num_replicas!r}; give temperatures alone, or num_replicas and "
+            "max_temperature for a geometric ladder"
+        )
+    if max_temperature is not None and not math.isclose(float(max_temperature), temps[-1]):
+        raise ValueError(
+            f"conflicting ladder arguments: temperatures ends at {temps[-1]} but "
+            f"max_temperature={max_temperature!r}; give temperatures alone, or num_replicas "
+            "and max_temperature for a geometric ladder"
+        )
+    return temps
 
 
 def check_options(explorer, explorer_kwargs, swap_scheme, swap_interval, adapt_temperatures):
     """Raise a clear TypeError / ValueError naming the bad argument."""
+    if isinstance(explorer, MCMCKernel):
+        raise TypeError(
+            f"explorer is a {type(explorer).__name__} instance, but every rung needs its own "
+            f"kernel on its own tempered potential: pass the class (explorer="
+            f"{type(explorer).__name__}) or a factory, e.g. explorer=lambda potential_fn, **kw: "
+            f"{type(explorer).__name__}(potential_fn=potential_fn, **kw)"
+        )
     if not (callable(explorer) or explorer in EXPLORERS):
         raise ValueError(
             f"explorer must be one of {EXPLORERS} or a callable potential_fn -> MCMCKernel, "

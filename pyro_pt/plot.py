@@ -43,13 +43,16 @@ def _from_mcmc(mcmc):
         raise ValueError(NOT_RUN) from error
     keys = ("temperatures", "swap_acceptance", "local_barrier", "barrier",
             "recommended_replicas")
-    return _from_diagnostics({key: diag[key]["chain 0"] for key in keys})
+    data = _from_diagnostics({key: diag[key]["chain 0"] for key in keys},
+                             diag.get("adaptation_history", {}).get("chain 0", ()))
+    data["chain"] = f"chain 0 of {mcmc.num_chains}"
+    return data
 
 
 def _from_inference_data(idata):
     stats = idata["sample_stats"]
     num_pairs = stats.sizes["swap_pair"]
-    return _from_diagnostics({
+    data = _from_diagnostics({
         "temperatures": stats["temperature"].values,
         # Flattened over chains, (chains * pairs,): chain 0's come first.
         "swap_acceptance": np.asarray(stats.attrs["swap_acceptance"])[:num_pairs],
@@ -58,6 +61,12 @@ def _from_inference_data(idata):
         "barrier": np.asarray(stats.attrs["barrier"]).ravel()[0],
         "recommended_replicas": np.asarray(stats.attrs["recommended_replicas"]).ravel()[0],
     })
+    num_chains = stats.sizes.get("chain", 1)
+    if num_chains > 1:
+        data["chain"] = f"chain 0 of {num_chains}"
+    # The InferenceData does not keep the warmup's ladders: said in the figure, not dropped.
+    data["no_history"] = "the ladder adaptation is not in the InferenceData: plot the MCMC"
+    return data
 
 
 def _tempering_data(source):
@@ -111,8 +120,11 @@ def plot_tempering(source, axes=None, path=None):
     axis and the global barrier :math:`\Lambda` with the replicas it calls for,
     :math:`\lceil 2\Lambda \rceil`, in the title. Where the kernel adapted its ladder in warmup
     (``adapt_temperatures=True``), a third panel under the barrier shows the rungs of every
-    round. Of several chains (an MCMC or InferenceData), chain 0 is plotted: each chain adapts
-    its own ladder, and the InferenceData's temperature coordinates are chain 0's. After a run
+    round. Pairs accepting under 0.1 of their swaps are red bars labelled "bottleneck". Of
+    several chains (an MCMC or InferenceData), chain 0 is plotted, and the figure's title says
+    so: each chain adapts its own ladder, and the InferenceData's temperature coordinates are
+    chain 0's. The adaptation panel of an MCMC of several chains is chain 0's; an InferenceData
+    does not record the adaptation, and the figure says so. After a run
     spread over ``torch.distributed`` ranks, one rank alone may call it (the kernel keeps the
     diagnostics it gathered at the end of the run).
 
@@ -154,9 +166,16 @@ def plot_tempering(source, axes=None, path=None):
         raise ValueError(f"axes must be two or three matplotlib axes, got {len(axes)}")
     fig = axes[0].figure
 
+    if "chain" in data:  # of several chains, the one shown (each adapts its own ladder)
+        fig.suptitle(f"Tempering of {data['chain']}", fontsize=11)
     ax = axes[0]
     pairs = np.arange(len(acc))
-    ax.bar(pairs, acc, color="tab:blue", alpha=0.8)
+    bottleneck = acc < BOTTLENECK  # False for NaN, a pair never attempted
+    ax.bar(pairs, acc, color=np.where(bottleneck, "tab:red", "tab:blue"), alpha=0.8)
+    for pair in pairs[bottleneck]:
+        ax.annotate("bottleneck", (pair, acc[pair]), xytext=(0, 3), textcoords="offset points",
+                    ha="center", va="bottom", fontsize=7, color="tab:red", rotation=90,
+                    gid="bottleneck")
     ax.axhline(BOTTLENECK, color="tab:red", ls="--", lw=1, label=f"< {BOTTLENECK}: bottleneck")
     ax.axhline(WASTE, color="tab:orange", ls="--", lw=1, label=f"> {WASTE}: wasted replica")
     if np.isfinite(acc).any():
@@ -214,6 +233,9 @@ def plot_tempering(source, axes=None, path=None):
         ax.set_title("Ladder adaptation in warmup (rungs per round)", fontsize=10)
     elif len(axes) == 3:
         axes[2].set_axis_off()  # a fixed ladder: nothing to show
+    if not history and "no_history" in data:
+        fig.text(0.99, 0.005, f"({data['no_history']})", ha="right", va="bottom", fontsize=7,
+                 color="0.4")
     if path is not None:
         fig.savefig(path, dpi=120)
     return fig

@@ -6,34 +6,43 @@ does; Syed et al. 2021, Sec. 5; :func:`~pyro_pt.ladder.warmup_round_ends`). At t
 round its swap statistics (the recorder's round view) give the pairs' rejection rates, hence the
 barrier and a stepping-stone log Z on the round's (fixed) ladder; with adaptation on, the
 ladder then moves its rungs to equal barrier increments. The sampling phase is reported
-cumulatively at doubling scan counts and once more at the end. Every number here is the same
+cumulatively at doubling scan counts and once more at the end; the closing row's ``warnings``
+say what makes the run untrustworthy (:mod:`pyro_pt.health`). Every number here is the same
 on every rank, except the seconds, which are the rank's own.
 """
 
 import math
 import sys
 import time
+import warnings
 
 import torch
 
+from .health import TemperingWarning, warning_text
 from .ladder import warmup_round_ends
 from .recorders import global_barrier, stepping_stone
 
 COLUMNS = ("round", "phase", "scans", "barrier", "log_Z", "min_swap_acc", "mean_swap_acc",
-           "cold_local_acc", "round_trips", "seconds")
-_HEADER = (f"{'round':>5} {'phase':>8} {'scans':>6} {'Λ':>7} {'log Z':>10} {'min acc':>8} "
-           f"{'mean acc':>8} {'cold acc':>8} {'trips':>6} {'seconds':>8}")
+           "cold_local_acc", "round_trips", "seconds", "warnings")
+# The printed table: the DataFrame's column names and (decimals) formats; the warnings, text,
+# are printed as lines under the closing row.
+_PRINTED = (("round", None), ("phase", None), ("scans", None), ("barrier", 3), ("log_Z", 3),
+            ("min_swap_acc", 3), ("mean_swap_acc", 3), ("cold_local_acc", 3),
+            ("round_trips", None), ("seconds", 2))
+_WIDTHS = {name: max(len(name), 10 if name == "log_Z" else 8) for name, _ in _PRINTED}
+_HEADER = " ".join(f"{name:>{_WIDTHS[name]}}" for name, _ in _PRINTED)
 
 
 def _format_row(row):
-    def num(value, width, digits):
-        return f"{value:>{width}.{digits}f}" if not math.isnan(value) else f"{'-':>{width}}"
-
-    return (f"{row['round']:>5} {row['phase']:>8} {row['scans']:>6} "
-            f"{num(row['barrier'], 7, 3)} {num(row['log_Z'], 10, 3)} "
-            f"{num(row['min_swap_acc'], 8, 3)} {num(row['mean_swap_acc'], 8, 3)} "
-            f"{num(row['cold_local_acc'], 8, 3)} {row['round_trips']:>6} "
-            f"{row['seconds']:>8.2f}")
+    cells = []
+    for name, digits in _PRINTED:
+        value, width = row[name], _WIDTHS[name]
+        if digits is None:
+            cells.append(f"{value:>{width}}")
+        else:
+            cells.append(f"{value:>{width}.{digits}f}" if not math.isnan(value)
+                         else f"{'-':>{width}}")
+    return " ".join(cells)
 
 
 def _progress_bar_active():
@@ -103,8 +112,13 @@ class Report:
             self._next_sampling_row *= 2
         return moved
 
-    def finish(self, ladder, recorder):
-        """The closing row of the sampling phase (once; nothing if it has just been written)."""
+    def finish(self, ladder, recorder, problems=()):
+        """
+        The closing row of the sampling phase (once; nothing if it has just been written),
+        with the run's ``problems`` (:func:`pyro_pt.health.review`) in its ``warnings`` column
+        (one per line), printed under it, and one :class:`~pyro_pt.health.TemperingWarning` on
+        rank 0.
+        """
         if self._finished:
             return
         self._finished = True
@@ -112,6 +126,14 @@ class Report:
         done = self.rows[-1]["scans"] if self.rows and self.rows[-1]["phase"] == "sampling" else 0
         if scan > self.warmup_steps and scan - self.warmup_steps != done:
             self._add_row("sampling", scan, ladder.betas, recorder)
+        if not problems or not self.rows:
+            return
+        self.rows[-1]["warnings"] = "\n".join(problems)
+        if self._printing:
+            for problem in problems:
+                _print_line(f"warning: {problem}")
+        if self.comm.rank == 0:  # the numbers are the same on every rank: one warning per run
+            warnings.warn(warning_text(problems), TemperingWarning, stacklevel=2)
 
     def _cold_acceptance(self, num_scans):
         # Only rank 0 saw rung 0 move; one scalar per round is all the traffic this costs.
@@ -140,6 +162,7 @@ class Report:
             "cold_local_acc": self._cold_acceptance(num_scans),
             "round_trips": recorder.index.round_trips - start_trips,
             "seconds": time.perf_counter() - start_time,
+            "warnings": "",
         }
         self.rows.append(row)
         if self._printing:

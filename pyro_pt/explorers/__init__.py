@@ -17,6 +17,7 @@ This module builds the rungs one process holds (:func:`build_rungs`) and steps t
 the rung runs. The prior rung (beta = 0) draws exactly from the prior.
 """
 
+from ..explain import fallback_reason
 from ..potential import FunctionalSplit, TemperedPotential
 from ..random import RandomStream
 from .contract import ExplorerGroup, RungExplorer, SingleRungExplorer
@@ -80,8 +81,10 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
         # Every explorer evaluates the model through its captured graph where that is exact.
         split = FunctionalSplit(split, compile=compile, evaluations=_fewest_gradient_evaluations(
             explorer, explorer_kwargs, warmup_steps))
-        info.update(potential=split.path, potential_reason=split.reason,
+        info.update(potential=split.path, potential_reason=fallback_reason(split.reason),
                     potential_engine=split.engine, potential_engine_reason=split.engine_reason)
+        if split.reason:
+            info["potential_detail"] = split.reason  # the capture's own message
         if explorer == "hmc":
             group = HMCGroup(split, explorer_kwargs)
             info.update(explorer="hmc (batched)", batched=split.batched_path,

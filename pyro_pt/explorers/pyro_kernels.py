@@ -19,11 +19,15 @@ EXPLORERS = ("nuts", "hmc", "rwmh")
 
 def make_kernel(explorer, potential_fn, explorer_kwargs):
     """
-    The Pyro MCMC kernel of one rung for ``explorer``: ``"nuts"``, ``"rwmh"`` or a callable
+    The Pyro MCMC kernel of one rung for ``explorer``: ``"nuts"``, ``"rwmh"``, a kernel class
+    taking ``potential_fn=`` (e.g. ``NUTS``) or a callable ``potential_fn, **kw -> kernel``
     (``"hmc"`` rungs are batched, see :mod:`pyro_pt.explorers.hmc_group`).
     """
     kwargs = dict(explorer_kwargs or {})
-    if callable(explorer):
+    if isinstance(explorer, type) and issubclass(explorer, MCMCKernel):
+        # A kernel class (explorer=NUTS): each rung's kernel built on the rung's potential.
+        build = lambda fn, **kw: explorer(potential_fn=fn, **kw)  # noqa: E731
+    elif callable(explorer):
         build = explorer
     elif explorer == "nuts":
         build = lambda fn, **kw: NUTS(potential_fn=fn, **kw)  # noqa: E731

@@ -7,7 +7,7 @@ import torch
 
 import pyro
 import pyro.distributions as dist
-from pyro.infer import MCMC
+from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide.initialization import init_to_value
 
 from pyro_pt import ParallelTempering
@@ -29,6 +29,13 @@ from .models import linear_data, linear_model
         ({"swap_interval": 1.5}, TypeError, "swap_interval"),
         ({"explorer_kwargs": [1]}, TypeError, "explorer_kwargs"),
         ({"adapt_temperatures": "yes"}, TypeError, "adapt_temperatures"),
+        ({"max_temperature": "10"}, TypeError, "max_temperature must be a number"),
+        ({"temperatures": ["1", "2"]}, TypeError, "temperatures must be a number"),
+        ({"temperatures": [1.0, 2.0, 4.0], "num_replicas": 8}, ValueError,
+         "conflicting ladder arguments: temperatures has 3 rungs but num_replicas=8"),
+        ({"temperatures": [1.0, 2.0, 4.0], "max_temperature": 50.0}, ValueError,
+         "conflicting ladder arguments: temperatures ends at 4.0 but max_temperature=50.0"),
+        ({"explorer": NUTS(linear_model)}, TypeError, "pass the class .explorer=NUTS."),
     ],
 )
 def test_constructor_rejects_bad_arguments(kwargs, error, match):
@@ -57,8 +64,10 @@ def test_model_errors_name_the_site():
         k = pyro.sample("k", dist.Categorical(torch.ones(3)))
         pyro.sample("y", dist.Normal(k.float(), 1.0), obs=torch.tensor(0.0))
 
-    with pytest.raises(TypeError, match="'k' is discrete"):
+    with pytest.raises(TypeError, match="'k' is discrete .Categorical.: discrete latents are "
+                       "unsupported") as caught:
         setup(ParallelTempering(discrete))
+    assert "marginalize it" in str(caught.value) and "enumerate" in str(caught.value)
 
     def improper():
         mu = pyro.sample("mu", dist.ImproperUniform(dist.constraints.real, (), ()))
@@ -128,3 +137,64 @@ def test_callable_explorer_without_clear_cache_fails_at_setup():
     kernel = ParallelTempering(linear_model, num_replicas=2, explorer=NoCache)
     with pytest.raises(TypeError, match="^explorer kernel NoCache has no clear_cache"):
         setup(kernel, *linear_data())
+
+
+def test_agreeing_ladder_arguments_are_accepted():
+    kernel = ParallelTempering(linear_model, temperatures=[1.0, 2.0, 4.0], num_replicas=3,
+                               max_temperature=4.0)
+    assert kernel.temperatures == [1.0, 2.0, 4.0]
+    assert ParallelTempering(linear_model).temperatures == pytest.approx(
+        [50.0 ** (k / 7) for k in range(8)])  # the defaults: 8 rungs up to 50
+
+
+def test_explorer_given_as_a_kernel_class_is_its_factory():
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(linear_model, num_replicas=2, explorer=NUTS,
+                               explorer_kwargs={"max_tree_depth": 2})
+    MCMC(kernel, 3, 3, disable_progbar=True).run(*linear_data())
+    assert all(isinstance(e.kernel, NUTS) for e in kernel._rungs.explorers)
+    assert [e.kernel._max_tree_depth for e in kernel._rungs.explorers] == [2, 2]
+
+
+def test_sites_that_change_between_runs_are_named():
+    calls = []
+
+    def renaming(y):
+        calls.append(1)
+        mu = pyro.sample("mu" if len(calls) % 3 else "nu", dist.Normal(0.0, 1.0))
+        pyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+    with pytest.raises(ValueError, match="sample site 'mu' was in the model's first run but is "
+                       "missing from a later one"):
+        setup(ParallelTempering(renaming, num_replicas=2, explorer="rwmh"), torch.tensor(0.5))
+
+
+def test_nan_in_the_data_names_the_observed_site():
+    def model(y):
+        mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+        pyro.sample("x", dist.Normal(mu, 1.0), obs=torch.tensor(0.0))
+        with pyro.plate("data", len(y)):
+            pyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+    y = torch.tensor([0.1, math.nan, 0.3])
+    with pytest.raises(ValueError, match="found NaN in the observed values of site 'y' .1 of 3"):
+        setup(ParallelTempering(model, num_replicas=2, explorer="rwmh"), y)
+
+
+def test_fallback_reason_in_plain_words_keeps_the_capture_message():
+    def branching(y):
+        z = pyro.sample("z", dist.Normal(0.0, 1.0))
+        if z > 0:  # Python control flow on a latent value
+            pyro.sample("y", dist.Normal(z, 1.0), obs=y)
+        else:
+            pyro.sample("y", dist.StudentT(3.0, z, 1.0), obs=y)
+
+    kernel = ParallelTempering(branching, num_replicas=2, explorer="rwmh")
+    setup(kernel, torch.tensor(0.7))
+    info = kernel.explorer_info
+    assert info["potential"] == "traced"
+    assert info["potential_reason"] == (
+        "the model branches on a latent value (Python control flow such as `if z > 0`), so its "
+        "graph cannot be captured; every evaluation traces the model with Pyro (slower, still "
+        "exact)")
+    assert "make_fx" in info["potential_detail"]

@@ -119,8 +119,20 @@ def test_several_chains_plot_chain_zero():
     # Each chain adapts its own ladder: chain 0's numbers go with chain 0's temperatures.
     assert diag["swap_acceptance"] != mcmc.diagnostics()["swap_acceptance"]["chain 1"]
     for source in (mcmc, to_inference_data(mcmc)):
-        check_against(plot_tempering(source), diag["temperatures"], diag["swap_acceptance"],
+        fig = plot_tempering(source)
+        check_against(fig, diag["temperatures"], diag["swap_acceptance"],
                       diag["barrier"], diag["recommended_replicas"])
+        assert fig.get_suptitle() == "Tempering of chain 0 of 2"
+    # The MCMC's figure has chain 0's adaptation (the kernel object holds chain 1's).
+    history = diag["adaptation_history"]
+    assert history != mcmc.diagnostics()["adaptation_history"]["chain 1"]
+    (history_ax,) = [ax for ax in plot_tempering(mcmc).axes if "adaptation" in ax.get_title()]
+    assert len(history_ax.lines) == len(history) + 1 >= 2
+    assert list(history_ax.lines[0].get_xdata()) == pytest.approx(
+        [1 / t for t in history[0]["temperatures"]])
+    # The InferenceData's says why it has none.
+    texts = [t.get_text() for t in plot_tempering(to_inference_data(mcmc)).texts]
+    assert any("adaptation is not in the InferenceData" in t for t in texts)
     with pytest.raises(ValueError, match="run"):
         plot_tempering(MCMC(ParallelTempering(linear_model, num_replicas=3), 5, num_chains=2))
 
@@ -149,3 +161,19 @@ def test_bad_input():
     MCMC(lone, num_samples=3, warmup_steps=2, disable_progbar=True).run(x, y)
     with pytest.raises(ValueError, match="at least two temperatures"):
         plot_tempering(lone)
+
+
+def test_bottleneck_pairs_are_red_and_labelled(adapted_run):
+    _, mcmc = adapted_run
+    idata = to_inference_data(mcmc)
+    stats = idata["sample_stats"]
+    acceptance = np.asarray(stats.attrs["swap_acceptance"], dtype=np.float64).copy()
+    acceptance[[1, 3]] = [0.05, 0.0]
+    stats.attrs["swap_acceptance"] = acceptance
+    fig = plot_tempering(idata)
+    bars = fig.axes[0].containers[0]
+    red = matplotlib.colors.to_rgba("tab:red", alpha=0.8)
+    assert [bar.get_facecolor() == red for bar in bars] == [a < 0.1 for a in acceptance]
+    labels = [t for t in fig.axes[0].texts if t.get_gid() == "bottleneck"]
+    assert [t.xy[0] for t in labels] == [1, 3] and {t.get_text() for t in labels} == {"bottleneck"}
+    assert fig.get_suptitle() == ""  # one chain: nothing to say

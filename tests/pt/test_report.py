@@ -31,7 +31,7 @@ def test_report_rows_follow_the_rounds_and_match_the_diagnostics():
     report = kernel.report
     assert list(report.columns) == ["round", "phase", "scans", "barrier", "log_Z",
                                     "min_swap_acc", "mean_swap_acc", "cold_local_acc",
-                                    "round_trips", "seconds"]
+                                    "round_trips", "seconds", "warnings"]
     # Warmup rounds end after 4, 12, 28 scans, the last warmup row closes the warmup at 40;
     # sampling rows are cumulative at 16, 32, 64 sampling scans and at the end.
     assert list(report.phase) == ["warmup"] * 4 + ["sampling"] * 4
@@ -77,7 +77,12 @@ def test_report_prints_whole_lines_above_the_progress_bar(monkeypatch, capsys):
     kernel, _, _ = run(warmup=20, samples=20, progress=True)
     err = capsys.readouterr().err
     lines = [line.strip() for line in re.split(r"[\r\n]", err)]
-    assert sum(line.startswith("round") and "log Z" in line for line in lines) == 1
+    assert sum(line.startswith("round") and "log_Z" in line for line in lines) == 1
+    # The printed names are the DataFrame's (its text column, warnings, prints as lines).
+    (header,) = [line for line in lines if line.startswith("round") and "log_Z" in line]
+    assert header.split() == list(kernel.report.columns)[:-1]
+    problems = kernel.report.warnings.iloc[-1].split("\n")
+    assert problems != [""] and all(f"warning: {p}" in lines for p in problems)
     rows = [line for line in lines if re.match(r"^\d+ +(warmup|sampling) ", line)]
     assert len(rows) == len(kernel.report)
     for line, row in zip(rows, kernel.report.itertuples()):
@@ -88,7 +93,7 @@ def test_report_prints_whole_lines_above_the_progress_bar(monkeypatch, capsys):
 
 def test_no_report_lines_without_a_progress_bar(capsys):
     run(warmup=20, samples=20, progress=False)
-    assert "log Z" not in capsys.readouterr().err
+    assert "log_Z" not in capsys.readouterr().err
 
 
 def test_report_before_run_is_an_error():

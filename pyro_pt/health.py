@@ -1,0 +1,164 @@
+r"""
+The end-of-run review of a tempered run: what in its sampling phase makes it untrustworthy,
+said with the numbers and what to do.
+
+A run is flagged when
+
+- a pair's swap acceptance is below :data:`LOW_SWAP_ACCEPTANCE` (0.1): a bottleneck, the
+  replicas on either side of it barely exchange (the rule of thumb of the plot's band);
+- the sampling phase has no round trip (cold -> hottest -> cold): no replica brought what
+  the hot rungs explored down to the cold chain, which is then a single-temperature chain;
+- the cold rung's explorer accepts under :data:`LOW_COLD_ACCEPTANCE` (1 %) of its moves:
+  the cold chain changes only through swaps, and its draws are nearly all repeats;
+- the stepping-stone log Z is unreliable: a pair is a bottleneck (the importance weights of
+  its log-mean-exp are then dominated by a few draws), or the forward and reverse estimates
+  differ by more than :data:`LOG_Z_TOLERANCE` (3) times their Monte Carlo error.
+
+The Monte Carlo error of one pair's term :math:`\log \overline{w}`, :math:`w_n = e^{\Delta
+\ell_n}`, is the delta method's :math:`\mathrm{sd}(w) / (\overline{w} \sqrt{n_{eff}})` with
+:math:`n_{eff}` the effective sample size of the weights (autocorrelated draws of one rung);
+the terms of the pairs add in variance. Both estimators are consistent and their biases are
+of the order of the squared error, so outside three errors they do not estimate one number.
+
+Pure: torch, and :mod:`pyro.ops.stats` for the effective sample size (imported when first
+needed, as :mod:`pyro_pt.barrier` does).
+
+**References**
+
+[1] Syed, Bouchard-Côté, Deligiannidis, Doucet (2021), "Non-reversible parallel tempering:
+a scalable highly parallel MCMC scheme", JRSS B.
+
+[2] Xie, Lewis, Fan, Kuo, Chen (2011), "Improving marginal likelihood estimation for Bayesian
+phylogenetic model selection", Systematic Biology (stepping-stone sampling).
+"""
+
+import math
+
+import torch
+
+LOW_SWAP_ACCEPTANCE = 0.1
+LOW_COLD_ACCEPTANCE = 0.01
+LOG_Z_TOLERANCE = 3.0
+# What log_Z_meaning gains when the estimate is not to be trusted.
+UNRELIABLE = " -- UNRELIABLE: "
+# Keys the review adds to the kernel's diagnostics.
+REVIEW_KEYS = ("warnings", "log_Z_error")
+
+
+class TemperingWarning(UserWarning):
+    """A tempered run whose sampling phase is untrustworthy (bottleneck, no round trip, a cold
+    rung that does not move, an unreliable log Z); one per run, with what to do."""
+
+
+def log_mean_exp_error(values):
+    r"""
+    Monte Carlo standard error of :math:`\log \frac1n \sum_n e^{a_n}` for autocorrelated
+    draws ``values`` :math:`a_n` (delta method, effective sample size of :math:`e^{a_n}`).
+    """
+    a = torch.as_tensor(values, dtype=torch.float64)
+    if a.numel() < 2:
+        return math.inf
+    w = torch.exp(a - a.max())
+    mean, var = float(w.mean()), float(w.var())
+    if var == 0.0:
+        return 0.0
+    from pyro.ops.stats import effective_sample_size
+
+    ess = float(effective_sample_size(w.unsqueeze(0), chain_dim=0, sample_dim=1))
+    # Anti-correlated draws can give ess > n; the error is not claimed smaller than i.i.d.'s.
+    ess = min(max(ess, 1.0), float(a.numel())) if math.isfinite(ess) else 1.0
+    return math.sqrt(var / ess) / mean
+
+
+def stepping_stone_errors(betas, log_likelihoods):
+    """Monte Carlo errors ``(forward, reverse)`` of :func:`~pyro_pt.recorders.stepping_stone`
+    on the same draws ``log_likelihoods`` ``(num_draws, K)``."""
+    ll = torch.as_tensor(log_likelihoods, dtype=torch.float64)
+    forward = reverse = 0.0
+    for i in range(len(betas) - 1):
+        delta = betas[i] - betas[i + 1]
+        forward += log_mean_exp_error(delta * ll[:, i + 1]) ** 2
+        reverse += log_mean_exp_error(-delta * ll[:, i]) ** 2
+    return math.sqrt(forward), math.sqrt(reverse)
+
+
+def _temperature(t):
+    return "inf" if math.isinf(t) else f"{t:.3g}"
+
+
+def _ladder_advice(diagnostics):
+    return (f"add rungs (num_replicas={len(diagnostics['temperatures'])} now; the barrier "
+            f"Lambda = {diagnostics['barrier']:.2f} calls for about "
+            f"{diagnostics['recommended_replicas']}), raise max_temperature, warm up longer "
+            "(warmup_steps) with adapt_temperatures=True")
+
+
+def review(diagnostics, betas, num_rounds):
+    """
+    The problems of a run's sampling phase, from its diagnostics (the kernel's
+    :meth:`~pyro_pt.ParallelTempering.diagnostics`, before review).
+
+    :param dict diagnostics: swap acceptance, temperatures, round trips, local acceptance,
+        barrier, recommended replicas, log Z (forward and reverse) and the tempering record.
+    :param list betas: the sampling phase's inverse temperatures, cold first.
+    :param int num_rounds: swap rounds in the sampling phase.
+    :returns: ``(problems, log_z_error, log_z_problem)``: a list of messages, one per
+        problem; the Monte Carlo error of log Z; why log Z is unreliable (None if it is not).
+    """
+    temps, acceptance = diagnostics["temperatures"], diagnostics["swap_acceptance"]
+    problems, bottlenecks = [], []
+    for i, a in enumerate(acceptance):
+        if a < LOW_SWAP_ACCEPTANCE:  # False for NaN, a pair never attempted
+            bottlenecks.append(f"pair {i} (T = {_temperature(temps[i])} and "
+                               f"{_temperature(temps[i + 1])}) accepted {a:.3g} of its swaps")
+    if bottlenecks:
+        problems.append(f"bottleneck: {'; '.join(bottlenecks)} (below {LOW_SWAP_ACCEPTANCE}); "
+                        f"{_ladder_advice(diagnostics)}")
+    if len(temps) > 1 and num_rounds > 0 and diagnostics["round_trips"] == 0:
+        problems.append(f"no round trip (cold -> hottest -> cold) in the {num_rounds} swap "
+                        "rounds of the sampling phase: the cold chain has not seen what the hot "
+                        f"rungs explore; {_ladder_advice(diagnostics)}, or sample longer")
+    cold = diagnostics["local_acceptance"][0]
+    if cold < LOW_COLD_ACCEPTANCE:
+        problems.append(f"the cold rung's explorer accepted {cold:.3g} of its moves (below "
+                        f"{LOW_COLD_ACCEPTANCE}): its draws are nearly all repeats; warm up "
+                        "longer or tune the explorer (explorer_kwargs, e.g. a smaller step "
+                        "size or scale, or explorer='nuts')")
+    ll = diagnostics["tempering_record"]["log_likelihood"]
+    log_z_error, log_z_problem = math.nan, None
+    if len(betas) > 1 and ll.shape[0] > 0:
+        forward_error, reverse_error = stepping_stone_errors(betas, ll)
+        log_z_error = 0.5 * math.hypot(forward_error, reverse_error)
+        gap = abs(diagnostics["log_Z_forward"] - diagnostics["log_Z_reverse"])
+        error = math.hypot(forward_error, reverse_error)
+        if not math.isfinite(diagnostics["log_Z"]):
+            log_z_problem = (f"it is not finite (forward {diagnostics['log_Z_forward']:.4g}, "
+                             f"reverse {diagnostics['log_Z_reverse']:.4g})")
+        elif not gap <= LOG_Z_TOLERANCE * error:
+            log_z_problem = (f"forward {diagnostics['log_Z_forward']:.4g} and reverse "
+                             f"{diagnostics['log_Z_reverse']:.4g} estimates differ by "
+                             f"{gap:.3g}, more than {LOG_Z_TOLERANCE:g} times their Monte Carlo "
+                             f"error {error:.3g}")
+        elif bottlenecks:
+            log_z_problem = "a pair is a bottleneck (see the swap acceptance)"
+    if log_z_problem is not None:
+        problems.append(f"the stepping-stone log Z = {diagnostics['log_Z']:.4g} is unreliable: "
+                        f"{log_z_problem}; add rungs or sample longer before using it")
+    return problems, log_z_error, log_z_problem
+
+
+def annotate(diagnostics, betas, num_rounds):
+    """Add the review to ``diagnostics`` (in place): ``warnings`` (a list of messages),
+    ``log_Z_error``, and in ``log_Z_meaning`` why log Z is unreliable where it is."""
+    problems, log_z_error, log_z_problem = review(diagnostics, betas, num_rounds)
+    diagnostics["warnings"] = problems
+    diagnostics["log_Z_error"] = log_z_error
+    if log_z_problem is not None:
+        diagnostics["log_Z_meaning"] += UNRELIABLE + log_z_problem
+    return diagnostics
+
+
+def warning_text(problems):
+    """The one warning of a run: every problem on its own line."""
+    return ("ParallelTempering: the sampling phase is not to be trusted as it is:\n"
+            + "\n".join(f"  - {p}" for p in problems))

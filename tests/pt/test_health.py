@@ -1,0 +1,119 @@
+"""The end-of-run review: each warning fires on a run built to have it, none on a healthy run."""
+
+import math
+import warnings
+
+import pytest
+import torch
+
+import pyro
+import pyro.distributions as dist
+from pyro.infer import MCMC
+
+from pyro_pt import ParallelTempering, TemperingWarning, to_inference_data
+from pyro_pt.health import log_mean_exp_error, review
+from pyro_pt.recorders import stepping_stone
+
+
+def conjugate_model(y, noise):
+    theta = pyro.sample("theta", dist.Normal(0.0, 1.0))
+    with pyro.plate("data", len(y)):
+        pyro.sample("y", dist.Normal(theta, noise), obs=y)
+
+
+def run(num_data, noise, seed=0, warmup=200, samples=400, **kwargs):
+    """A conjugate run; returns the kernel, the MCMC and the warnings it raised."""
+    y = 0.3 + noise * torch.randn(num_data, generator=torch.Generator().manual_seed(1))
+    pyro.set_rng_seed(seed)
+    kernel = ParallelTempering(conjugate_model, explorer="rwmh", **kwargs)
+    mcmc = MCMC(kernel, samples, warmup, disable_progbar=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(y, noise)
+    return kernel, mcmc, [w for w in caught if issubclass(w.category, TemperingWarning)]
+
+
+def test_log_mean_exp_error_matches_the_spread_over_repeated_draws():
+    # i.i.d. a ~ N(0, 0.5^2): the error claimed from one sample of 400 is the standard
+    # deviation of log-mean-exp over repeated samples (a missing 1/mean or sqrt would fail).
+    generator = torch.Generator().manual_seed(0)
+    draws = 0.5 * torch.randn(2000, 400, generator=generator, dtype=torch.float64)
+    spread = float(torch.logsumexp(draws, 1).std())
+    claimed = torch.tensor([log_mean_exp_error(row) for row in draws[:100]])
+    assert float(claimed.mean()) == pytest.approx(spread, rel=0.15)
+    assert log_mean_exp_error(torch.full((50,), -3.0)) == 0.0
+
+
+def test_healthy_conjugate_run_does_not_warn():
+    kernel, mcmc, caught = run(num_data=10, noise=1.0, num_replicas=4, max_temperature=10.0)
+    diag = kernel.diagnostics()
+    assert min(diag["swap_acceptance"]) > 0.1 and diag["round_trips"] > 0, diag
+    assert caught == [] and diag["warnings"] == []
+    assert "UNRELIABLE" not in diag["log_Z_meaning"]
+    assert set(kernel.report.warnings) == {""}
+    # Its error is what a reliable estimate claims: the exact log Z(1) - log Z(0.1) lies
+    # within a few errors (an error too small by a factor of ten would fail).
+    y = 0.3 + torch.randn(10, generator=torch.Generator().manual_seed(1))
+
+    def log_z(beta):  # int N(t; 0, 1) prod N(y_i; t, 1)^beta dt, in closed form
+        n, s, ss = len(y), float(y.sum()), float((y ** 2).sum())
+        precision = 1.0 + beta * n
+        return (-0.5 * beta * n * math.log(2 * math.pi) - 0.5 * beta * ss
+                + 0.5 * (beta * s) ** 2 / precision - 0.5 * math.log(precision))
+
+    exact = log_z(1.0) - log_z(kernel.betas[-1])
+    assert abs(diag["log_Z"] - exact) < 4 * diag["log_Z_error"] + 0.02, (diag["log_Z"], exact)
+
+
+def test_bottleneck_and_no_round_trip_warn_with_the_pair_and_its_temperatures():
+    # 2000 precise observations and one hot rung at T = 10^8 (about the prior): the pair never swaps.
+    kernel, mcmc, caught = run(num_data=2000, noise=0.05, temperatures=[1.0, 1e8],
+                               adapt_temperatures=False, warmup=100, samples=200)
+    diag = kernel.diagnostics()
+    assert diag["swap_acceptance"][0] < 0.1 and diag["round_trips"] == 0
+    assert len(caught) == 1  # one warning per run
+    message = str(caught[0].message)
+    assert "pair 0 (T = 1 and 1e+08) accepted" in message
+    assert "no round trip" in message and "in the 200 swap rounds" in message
+    assert "num_replicas" in message and "max_temperature" in message
+    assert "log Z" in message and "unreliable" in message
+    final = kernel.report.iloc[-1]
+    assert final.phase == "sampling" and "pair 0 (T = 1 and 1e+08)" in final.warnings
+    assert "no round trip" in final.warnings
+    assert "UNRELIABLE" in diag["log_Z_meaning"]
+    assert "UNRELIABLE" in to_inference_data(mcmc)["sample_stats"].attrs["log_Z_meaning"]
+
+
+def test_a_cold_rung_that_does_not_move_warns():
+    # No warmup to adapt it: a proposal scale 10^5 times the posterior's width is never taken.
+    kernel, _, caught = run(num_data=1000, noise=0.05, num_replicas=3, max_temperature=4.0,
+                            explorer_kwargs={"scale": 100.0}, warmup=0, samples=200)
+    assert kernel.diagnostics()["local_acceptance"][0] < 0.01
+    assert len(caught) == 1
+    assert "the cold rung's explorer accepted" in str(caught[0].message)
+    assert "explorer_kwargs" in str(caught[0].message)
+
+
+def _diagnostics(betas, ll, acceptance):
+    forward_reverse = stepping_stone(betas, ll)
+    return {"temperatures": [1.0 / b for b in betas], "swap_acceptance": acceptance,
+            "round_trips": 3, "local_acceptance": [0.5] * len(betas), "barrier": 0.5,
+            "recommended_replicas": 2, "log_Z": forward_reverse[0],
+            "log_Z_forward": forward_reverse[1], "log_Z_reverse": forward_reverse[2],
+            "tempering_record": {"log_likelihood": ll}}
+
+
+def test_log_z_whose_forward_and_reverse_disagree_is_unreliable():
+    betas = [1.0, 0.5]
+    generator = torch.Generator().manual_seed(0)
+    noise = 0.01 * torch.randn(400, 2, generator=generator, dtype=torch.float64)
+    # Rungs whose ll draws sit 4 apart with almost no spread: forward and reverse differ by
+    # 4 * (1 - 0.5) = 2, many times their tiny error.
+    apart = torch.tensor([-1.0, -5.0], dtype=torch.float64) + noise
+    problems, error, why = review(_diagnostics(betas, apart, [0.5]), betas, 400)
+    assert why is not None and "differ by 2" in why and error < 0.01
+    assert len(problems) == 1 and "log Z" in problems[0]
+    # The same spread around one value: they agree.
+    together = torch.tensor([-1.0, -1.0], dtype=torch.float64) + noise
+    problems, _, why = review(_diagnostics(betas, together, [0.5]), betas, 400)
+    assert why is None and problems == []
