@@ -89,9 +89,10 @@ class Report:
         self._cold_moves += bool(cold_moved)
         moved = None
         if scan in self.round_ends:
-            self._add_row("warmup", scan, ladder.betas, recorder)
+            pairs = recorder.round_pair_barriers(ladder.betas)
+            self._add_row("warmup", scan, ladder.betas, recorder, pairs)
             if self.adapt:
-                moved = ladder.adapt(scan, recorder.round.rejection_rates())
+                moved = ladder.adapt(scan, recorder.round.rejection_rates(), pairs)
             recorder.begin_round()
             self._begin_round(scan, trips)
         elif scan == self.warmup_steps:
@@ -120,7 +121,7 @@ class Report:
             moves = self.comm.broadcast(moves, src=0, what="broadcast of the cold acceptance")
         return float(moves[0]) / num_scans if num_scans else math.nan
 
-    def _add_row(self, phase, scan, betas, recorder):
+    def _add_row(self, phase, scan, betas, recorder, pairs=None):
         start_scan, start_trips, start_time = self._round_start
         num_scans = scan - start_scan
         acceptance = recorder.round.acceptance()
@@ -133,7 +134,8 @@ class Report:
             "round": len(self.rows) + 1,
             "phase": phase,
             "scans": num_scans,
-            "barrier": global_barrier(recorder.round.rejection_rates()) if known else math.nan,
+            "barrier": global_barrier(pairs or recorder.round_pair_barriers(betas))
+            if known else math.nan,
             "log_Z": log_z,
             "min_swap_acc": min(known) if known else math.nan,
             "mean_swap_acc": sum(known) / len(known) if known else math.nan,
