@@ -13,11 +13,12 @@ on every rank, except the seconds, which are the rank's own.
 import math
 import sys
 import time
+import warnings
 
 import torch
 
 from .ladder import warmup_round_ends
-from .recorders import global_barrier, stepping_stone
+from .recorders import global_barrier, recommended_replicas, stepping_stone
 
 COLUMNS = ("round", "phase", "scans", "barrier", "log_Z", "min_swap_acc", "mean_swap_acc",
            "cold_local_acc", "round_trips", "seconds")
@@ -73,6 +74,7 @@ class Report:
         self._printing = comm.rank == 0 and _progress_bar_active()
         self._next_sampling_row = 16
         self._finished = False
+        self._warned_replicas = False
         self._begin_round(0, 0)
 
     def _begin_round(self, scan, round_trips):
@@ -97,6 +99,7 @@ class Report:
             self._begin_round(scan, trips)
         elif scan == self.warmup_steps:
             self._add_row("warmup", scan, ladder.betas, recorder)
+            self._check_replicas(len(ladder.betas))
             recorder.begin_sampling()
             self._begin_round(scan, 0)  # the sampling phase is reported from its start
         elif scan - self.warmup_steps == self._next_sampling_row:
@@ -113,6 +116,22 @@ class Report:
         done = self.rows[-1]["scans"] if self.rows and self.rows[-1]["phase"] == "sampling" else 0
         if scan > self.warmup_steps and scan - self.warmup_steps != done:
             self._add_row("sampling", scan, ladder.betas, recorder)
+        if self.rows:
+            self._check_replicas(len(ladder.betas))
+
+    def _check_replicas(self, num_rungs):
+        """Warn once, on rank 0, when the last row's barrier needs more rungs than there are
+        (about 2 Lambda): the end of warmup, or the end of a run without warmup."""
+        needed = recommended_replicas(self.rows[-1]["barrier"])
+        if self._warned_replicas or self.comm.rank != 0 or needed <= num_rungs:
+            return
+        self._warned_replicas = True
+        warnings.warn(
+            f"ParallelTempering: the estimated global barrier Lambda = "
+            f"{self.rows[-1]['barrier']:.2f} needs about {needed} rungs (2 Lambda) and the "
+            f"ladder has {num_rungs}: some pairs will rarely swap and the cold chain may not "
+            f"leave its mode; run with num_replicas={needed} (or more temperatures)",
+            stacklevel=2)
 
     def _cold_acceptance(self, num_scans):
         # Only rank 0 saw rung 0 move; one scalar per round is all the traffic this costs.
