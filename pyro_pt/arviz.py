@@ -23,9 +23,13 @@ def to_inference_data(mcmc):
     - ``swap_accepted`` (chain, draw, swap_pair): 1 accepted, 0 refused, NaN not attempted;
     - ``ladder_temperature`` and ``ladder_beta`` (chain, temperature): each chain's final
       ladder (with ``adapt_temperatures`` every chain adapts its own);
+    - ``pair_barrier`` (chain, swap_pair): the barrier :math:`\Lambda_i` between each pair's
+      rungs (the rejection rate :math:`r_i` where it does not saturate, else from the rungs'
+      own ll draws; :func:`~pyro_pt.barrier.pair_barriers`), and ``rung_barrier`` (chain,
+      temperature): :math:`\lambda(\beta_k)` from each rung's ll draws;
     - ``local_barrier`` (chain, swap_pair): the local communication barrier
-      :math:`\lambda(\beta) \approx r_i / (\beta_i - \beta_{i+1})` at the pair's mid-point
-      ``local_barrier_beta``;
+      :math:`\lambda(\beta) \approx \Lambda_i / (\beta_i - \beta_{i+1})` at the pair's
+      mid-point ``local_barrier_beta``;
 
     with chain 0's temperatures (and ``beta``) as coordinates, and per-chain swap acceptance,
     round trips, the observed and theoretical round-trip rates, global barrier, recommended
@@ -60,10 +64,15 @@ def to_inference_data(mcmc):
         "ladder_beta": _betas(ladders),
         "local_barrier_beta": local[..., 0],
         "local_barrier": local[..., 1],
+        "pair_barrier": np.asarray([diagnostics["pair_barrier"][c] for c in chains],
+                                   dtype=np.float64).reshape(len(chains), len(pair)),
+        "rung_barrier": np.asarray([diagnostics["rung_barrier"][c] for c in chains],
+                                   dtype=np.float64).reshape(len(chains), len(temperatures)),
     }
     dims = {"tempered_log_likelihood": ["temperature"], "swap_accepted": ["swap_pair"],
             "ladder_temperature": ["temperature"], "ladder_beta": ["temperature"],
-            "local_barrier_beta": ["swap_pair"], "local_barrier": ["swap_pair"]}
+            "local_barrier_beta": ["swap_pair"], "local_barrier": ["swap_pair"],
+            "pair_barrier": ["swap_pair"], "rung_barrier": ["temperature"]}
     coords = {
         "temperature": temperatures,
         "beta": ("temperature", _betas(temperatures)),

@@ -104,45 +104,54 @@ class Ladder:
     def betas(self):
         return inverse_temperatures(self.temperatures)
 
-    def adapt(self, scan, rejection_rates):
+    def adapt(self, scan, rejection_rates, pair_barriers=None):
         """
         The end of a warmup round at ``scan``: record it, and move the rungs to equal
         increments of the barrier (:func:`equal_barrier_betas`, the same on every rank).
         A pair never tried says nothing about its barrier: then the ladder stays as it is.
 
+        :param list rejection_rates: each pair's rejection rate over the round.
+        :param list pair_barriers: each pair's barrier over the round
+            (:func:`~pyro_pt.barrier.pair_barriers`: not saturating where the rejection rate
+            does); by default the rejection rates.
+
         :returns: the new betas as computed (before their round trip through the stored
             temperatures), or None if the ladder stays.
         """
         betas = self.betas
-        unattempted = any(math.isnan(r) for r in rejection_rates)
+        pairs = list(rejection_rates if pair_barriers is None else pair_barriers)
+        unattempted = any(math.isnan(r) for r in rejection_rates + pairs)
         self.history.append({
             "scans": scan,
             "temperatures": temperatures_of(betas),
             "rejection_rates": list(rejection_rates),
-            "barrier": math.nan if unattempted else cumulative_barrier(rejection_rates)[-1],
+            "pair_barriers": pairs,
+            "barrier": math.nan if unattempted else cumulative_barrier(pairs)[-1],
         })
         if unattempted:
             return None
-        new = equal_barrier_betas(betas, rejection_rates)
+        new = equal_barrier_betas(betas, pairs)
         self.temperatures = temperatures_of(new)
         return new
 
 
-def equal_barrier_betas(betas, rejection_rates):
+def equal_barrier_betas(betas, pair_barriers):
     r"""
     A new ladder with the same end points whose rungs sit at equal increments of the estimated
     cumulative barrier :math:`\Lambda(\beta)` (Syed et al. 2021, Sec. 5.1), so that every
     adjacent pair is expected to reject equally often.
 
-    :math:`\Lambda` is known at the current rungs (the running sum of the pairs' rejection
-    rates) and interpolated linearly in between: monotone, as the barrier is. Pairs that never
-    reject contribute nothing; if no pair rejects the ladder is returned unchanged.
+    :math:`\Lambda` is known at the current rungs (the running sum of the pairs' barriers, not
+    capped at 1 per pair, so a pair that never swaps draws as many rungs as its barrier needs)
+    and interpolated linearly in between: monotone, as the barrier is. Pairs without a barrier
+    contribute nothing; if no pair has one the ladder is returned unchanged.
 
     :param list betas: current inverse temperatures, cold (1.0) first, decreasing.
-    :param list rejection_rates: rejection rate of each adjacent pair.
+    :param list pair_barriers: barrier of each adjacent pair (a rejection rate where it does
+        not saturate, :func:`~pyro_pt.barrier.pair_barriers`).
     :returns: list of K betas, ``[betas[0], ..., betas[-1]]``, decreasing.
     """
-    cumulative = cumulative_barrier(rejection_rates)
+    cumulative = cumulative_barrier(pair_barriers)
     total = cumulative[-1]
     num = len(betas)
     if total <= 0.0 or num < 3:

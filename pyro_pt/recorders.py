@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from .barrier import local_barrier, pair_barriers
+
 
 class IndexProcess:
     """
@@ -97,25 +99,33 @@ class SwapStatistics:
         return sum(rates) / len(rates) if rates else math.nan
 
 
-def global_barrier(rejection_rates):
-    r"""The global barrier :math:`\Lambda = \sum_i r_i` over the pairs that were attempted (a
-    NaN rate, a pair never tried, is left out)."""
-    return sum(r for r in rejection_rates if not math.isnan(r))
+def global_barrier(pair_barriers):
+    r"""The global barrier :math:`\Lambda = \sum_i \Lambda_i` over the pairs whose barrier is
+    known (a NaN, a pair never tried and without ll draws, is left out)."""
+    return sum(b for b in pair_barriers if not math.isnan(b))
 
 
-def cumulative_barrier(rejection_rates):
+def recommended_replicas(barrier):
+    r"""About :math:`2\Lambda` rungs keep every pair's rejection rate near 1/2 or below
+    (Syed et al. 2021, Sec. 5.3); at least 2."""
+    return max(2, math.ceil(2 * barrier)) if math.isfinite(barrier) else 2
+
+
+def cumulative_barrier(pair_barriers):
     r"""
-    The cumulative communication barrier at each rung, :math:`\Lambda(\beta_k) = \sum_{i<k} r_i`
-    (Syed et al. 2021, Thm. 2: the rejection rate of a pair approximates the barrier between
-    its two betas). Rungs are listed cold first, so the barrier grows towards the hot end;
-    the last entry is the global barrier :math:`\Lambda`.
+    The cumulative communication barrier at each rung, :math:`\Lambda(\beta_k) = \sum_{i<k}
+    \Lambda_i`, :math:`\Lambda_i` the barrier of pair i (:func:`~pyro_pt.barrier.pair_barriers`;
+    a rejection rate where it does not saturate, Syed et al. 2021, Thm. 2). Rungs are listed
+    cold first, so the barrier grows towards the hot end; the last entry is the global barrier
+    :math:`\Lambda`. Increments are not capped at 1: a pair that never swaps can hold a barrier
+    of many units.
 
-    :param list rejection_rates: ``r_i`` of each adjacent pair, cold first.
+    :param list pair_barriers: :math:`\Lambda_i` of each adjacent pair, cold first.
     :returns: list of K cumulative barriers, starting at 0.
     """
     out = [0.0]
-    for r in rejection_rates:
-        out.append(out[-1] + min(max(float(r), 0.0), 1.0))
+    for b in pair_barriers:
+        out.append(out[-1] + max(float(b), 0.0))
     return out
 
 
@@ -148,11 +158,23 @@ def stepping_stone(betas, log_likelihoods):
     return 0.5 * (forward + reverse), forward, reverse
 
 
+def rung_barriers(log_likelihoods, num_rungs):
+    """:func:`~pyro_pt.barrier.local_barrier` of each rung's column of an ll record
+    ``(num_draws, K)`` (NaN for all without draws)."""
+    ll = torch.as_tensor(log_likelihoods, dtype=torch.float64).reshape(-1, num_rungs)
+    return [local_barrier(ll[:, k]) for k in range(num_rungs)]
+
+
 def ladder_statistics(betas, acceptance, round_trips, num_rounds, log_likelihoods):
-    """
-    Summary of a tempered run's sampling phase: rejection rates, the global barrier and the
-    replicas it calls for (about 2 Lambda, Syed et al. 2021), observed against theoretical
-    round-trip rates, and the stepping-stone log Z.
+    r"""
+    Summary of a tempered run's sampling phase: rejection rates, the barrier of each pair
+    (``pair_barrier``: the rejection rate where it is informative, the rungs' own ll draws where
+    it saturates, :func:`~pyro_pt.barrier.pair_barriers`), each rung's
+    :math:`\lambda(\beta_k)` from its draws (``rung_barrier``), the local barrier at each
+    pair's mid-point (``local_barrier``: ``(beta, pair_barrier / (beta_i - beta_{i+1}))``), the
+    global barrier :math:`\Lambda` (their sum) and the replicas it calls for (about
+    :math:`2\Lambda`, Syed et al. 2021), observed against theoretical round-trip rates, and the
+    stepping-stone log Z.
 
     :param list betas: the (final) inverse temperatures, cold first.
     :param list acceptance: mean swap acceptance probability per pair (NaN: never attempted).
@@ -163,15 +185,18 @@ def ladder_statistics(betas, acceptance, round_trips, num_rounds, log_likelihood
     """
     rejections = [1.0 - a for a in acceptance]
     known = [r for r in rejections if not math.isnan(r)]
-    barrier = global_barrier(rejections)
+    rungs = rung_barriers(log_likelihoods, len(betas))
+    pairs = pair_barriers(betas, rejections, rungs)
+    barrier = global_barrier(pairs)
     out = {
         "rejection_rates": rejections,
+        "pair_barrier": pairs,
+        "rung_barrier": rungs,
         "barrier": barrier,
         "local_barrier": [
-            (0.5 * (b0 + b1), r / (b0 - b1))
-            for b0, b1, r in zip(betas, betas[1:], rejections)
+            (0.5 * (b0 + b1), b / (b0 - b1)) for b0, b1, b in zip(betas, betas[1:], pairs)
         ],
-        "recommended_replicas": max(2, math.ceil(2 * barrier)),
+        "recommended_replicas": recommended_replicas(barrier),
         "round_trip_rate": round_trips / num_rounds if num_rounds else math.nan,
         "theoretical_round_trip_rate": theoretical_round_trip_rate(known)
         if len(known) == len(rejections) and known else math.nan,
@@ -237,6 +262,13 @@ class TemperingRecorder:
         self.round_ll.append(list(log_likelihoods))
         if self.sampling:
             self.swap_record.append(outcome)
+
+    def round_pair_barriers(self, betas):
+        """The barrier of each pair over the current round (:func:`~pyro_pt.barrier.pair_barriers`
+        of its rejection rates and its rungs' ll rows)."""
+        num = len(self.index.lineage)
+        return pair_barriers(betas, self.round.rejection_rates(),
+                             rung_barriers(self.round_ll, num))
 
     def begin_round(self):
         self.round.reset()

@@ -20,7 +20,7 @@ import torch
 
 from .health import TemperingWarning, warning_text
 from .ladder import warmup_round_ends
-from .recorders import global_barrier, stepping_stone
+from .recorders import global_barrier, recommended_replicas, stepping_stone
 
 COLUMNS = ("round", "phase", "scans", "barrier", "log_Z", "min_swap_acc", "mean_swap_acc",
            "cold_local_acc", "round_trips", "seconds", "warnings")
@@ -82,6 +82,7 @@ class Report:
         self._printing = comm.rank == 0 and _progress_bar_active()
         self._next_sampling_row = 16
         self._finished = False
+        self._warned_replicas = False
         self._begin_round(0, 0)
 
     def _begin_round(self, scan, round_trips):
@@ -98,13 +99,15 @@ class Report:
         self._cold_moves += bool(cold_moved)
         moved = None
         if scan in self.round_ends:
-            self._add_row("warmup", scan, ladder.betas, recorder)
+            pairs = recorder.round_pair_barriers(ladder.betas)
+            self._add_row("warmup", scan, ladder.betas, recorder, pairs)
             if self.adapt:
-                moved = ladder.adapt(scan, recorder.round.rejection_rates())
+                moved = ladder.adapt(scan, recorder.round.rejection_rates(), pairs)
             recorder.begin_round()
             self._begin_round(scan, trips)
         elif scan == self.warmup_steps:
             self._add_row("warmup", scan, ladder.betas, recorder)
+            self._check_replicas(len(ladder.betas))
             recorder.begin_sampling()
             self._begin_round(scan, 0)  # the sampling phase is reported from its start
         elif scan - self.warmup_steps == self._next_sampling_row:
@@ -126,6 +129,8 @@ class Report:
         done = self.rows[-1]["scans"] if self.rows and self.rows[-1]["phase"] == "sampling" else 0
         if scan > self.warmup_steps and scan - self.warmup_steps != done:
             self._add_row("sampling", scan, ladder.betas, recorder)
+        if self.rows:
+            self._check_replicas(len(ladder.betas))
         if not problems or not self.rows:
             return
         self.rows[-1]["warnings"] = "\n".join(problems)
@@ -135,6 +140,20 @@ class Report:
         if self.comm.rank == 0:  # the numbers are the same on every rank: one warning per run
             warnings.warn(warning_text(problems), TemperingWarning, stacklevel=2)
 
+    def _check_replicas(self, num_rungs):
+        """Warn once, on rank 0, when the last row's barrier needs more rungs than there are
+        (about 2 Lambda): the end of warmup, or the end of a run without warmup."""
+        needed = recommended_replicas(self.rows[-1]["barrier"])
+        if self._warned_replicas or self.comm.rank != 0 or needed <= num_rungs:
+            return
+        self._warned_replicas = True
+        warnings.warn(
+            f"ParallelTempering: the estimated global barrier Lambda = "
+            f"{self.rows[-1]['barrier']:.2f} needs about {needed} rungs (2 Lambda) and the "
+            f"ladder has {num_rungs}: some pairs will rarely swap and the cold chain may not "
+            f"leave its mode; run with num_replicas={needed} (or more temperatures)",
+            TemperingWarning, stacklevel=2)
+
     def _cold_acceptance(self, num_scans):
         # Only rank 0 saw rung 0 move; one scalar per round is all the traffic this costs.
         moves = torch.tensor([float(self._cold_moves)], dtype=torch.float64)
@@ -142,7 +161,7 @@ class Report:
             moves = self.comm.broadcast(moves, src=0, what="broadcast of the cold acceptance")
         return float(moves[0]) / num_scans if num_scans else math.nan
 
-    def _add_row(self, phase, scan, betas, recorder):
+    def _add_row(self, phase, scan, betas, recorder, pairs=None):
         start_scan, start_trips, start_time = self._round_start
         num_scans = scan - start_scan
         acceptance = recorder.round.acceptance()
@@ -155,7 +174,8 @@ class Report:
             "round": len(self.rows) + 1,
             "phase": phase,
             "scans": num_scans,
-            "barrier": global_barrier(recorder.round.rejection_rates()) if known else math.nan,
+            "barrier": global_barrier(pairs or recorder.round_pair_barriers(betas))
+            if known else math.nan,
             "log_Z": log_z,
             "min_swap_acc": min(known) if known else math.nan,
             "mean_swap_acc": sum(known) / len(known) if known else math.nan,

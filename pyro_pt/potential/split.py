@@ -33,6 +33,20 @@ def _is_invalid_value_error(error):
     return "found invalid values" in message or "must be within the support" in message
 
 
+def _reweighted(site):
+    """Whether a handler changed a site's log density (a scale other than 1, or a mask)."""
+    scale, mask = site.get("scale", 1.0), site.get("mask")
+    if torch.is_tensor(scale):
+        scaled = bool((scale != 1).any())
+    else:
+        scaled = scale != 1.0
+    if mask is None or mask is True:
+        masked = False
+    else:
+        masked = not bool(torch.as_tensor(mask).all())
+    return scaled or masked
+
+
 def _is_improper(fn):
     while fn is not None:
         if isinstance(fn, ImproperUniform):
@@ -68,6 +82,7 @@ class ModelSplit:
         self.latent_names, self.observed_names = [], []
         self.transforms = {}
         self._prior_fns = {}
+        self._reweighted = []  # latent sites whose lp is not their distribution's log density
         for name, site in trace.nodes.items():
             if not _is_counted(site):
                 continue
@@ -77,6 +92,8 @@ class ModelSplit:
             fn = site["fn"]
             self.latent_names.append(name)
             self._prior_fns[name] = fn
+            if _reweighted(site):
+                self._reweighted.append(name)
             if transforms is not None and name in transforms:
                 self.transforms[name] = transforms[name]
             else:
@@ -101,6 +118,16 @@ class ModelSplit:
                     "(temperature inf, beta = 0) is not a distribution: give it a proper prior "
                     "or use a finite max_temperature"
                 )
+        if self._reweighted:
+            # lp scores this site's log density times a scale or under a mask, which is not
+            # the density of the distribution a trace of the model draws from: the prior
+            # rung would sample a different prior from the one every other rung tempers.
+            raise ValueError(
+                f"latent site {self._reweighted[0]!r} has its log density scaled or masked (poutine.scale, "
+                "poutine.mask or plate subsampling), so the prior rung (temperature inf, "
+                "beta = 0) cannot draw exactly from the prior lp scores: use a finite "
+                "max_temperature (or temperatures without inf)"
+            )
 
     def constrain(self, z):
         return {name: self.transforms[name].inv(value) for name, value in z.items()}

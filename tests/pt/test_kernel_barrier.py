@@ -1,0 +1,83 @@
+"""The kernel's reported barrier of each pair against its closed form, at any rejection rate.
+
+Model: theta ~ N(0, 1), ybar ~ N(theta, 1/n) observed at 0, the sufficient statistic of n
+points y_j ~ N(theta, 1) with mean 0: ll(theta) = -n theta^2 / 2 + const, as in
+test_barrier.py, whose quadrature of the closed-form lambda(beta) gives each pair's exact
+barrier. A large n makes coarse ladders reject almost every swap, where the rejection rate
+(at most 1) says nothing about how high the barrier is.
+"""
+
+import math
+
+import pytest
+import torch
+
+import pyro
+import pyro.distributions as dist
+from pyro.infer import MCMC
+
+from pyro_pt import ParallelTempering
+from pyro_pt.recorders import recommended_replicas
+
+from .test_barrier import exact_increment
+
+
+
+def sufficient_model(n):
+    theta = pyro.sample("theta", dist.Normal(torch.tensor(0.0, dtype=torch.float64), 1.0))
+    pyro.sample("ybar", dist.Normal(theta, 1.0 / math.sqrt(n)),
+                obs=torch.tensor(0.0, dtype=torch.float64))
+
+
+def reported(temperatures, n, seed=0, num_samples=3000):
+    pyro.set_rng_seed(seed)
+    kernel = ParallelTempering(sufficient_model, temperatures=temperatures, explorer="rwmh",
+                               adapt_temperatures=False)
+    mcmc = MCMC(kernel, num_samples, 500, disable_progbar=True)
+    mcmc.run(n)
+    return kernel.diagnostics()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperatures,n", [
+    ([1.0, 1e3, math.inf], 10**9),            # 96 % and > 99 %
+    ([1.0, 1e2, math.inf], 10**6),            # 87 % and 99 %
+    ([1.0, 1 / 0.3, 10.0, math.inf], 10**3),  # two pairs below 1/2, the prior pair 87 %
+])
+def test_reported_pair_barriers_match_the_closed_form(temperatures, n):
+    diag = reported(temperatures, n)
+    betas = [0.0 if math.isinf(t) else 1.0 / t for t in temperatures]
+    exact = [exact_increment(bh, bc, n, 0.0) for bc, bh in zip(betas, betas[1:])]
+    rejections = diag["rejection_rates"]
+    assert diag["pair_barrier"] == pytest.approx(exact, rel=0.1), (rejections, exact)
+    assert diag["barrier"] == pytest.approx(sum(exact), rel=0.1)
+    assert diag["recommended_replicas"] == max(2, math.ceil(2 * diag["barrier"]))
+    if n == 10**9:
+        # The rejection rates alone would put the barrier at under 2; it is 6.6.
+        assert rejections[-1] > 0.99 and sum(rejections) < 0.35 * sum(exact)
+    # The local barrier at each pair is its barrier per unit beta.
+    assert [lam for _, lam in diag["local_barrier"]] == pytest.approx(
+        [b / (b0 - b1) for b, b0, b1 in zip(diag["pair_barrier"], betas, betas[1:])], rel=1e-12)
+
+
+def test_too_few_rungs_for_the_barrier_warn_with_the_number_needed(recwarn):
+    # [1, inf] with n = 10^6: Lambda = log(10^6) / pi = 4.4 needs about 9 rungs.
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(sufficient_model, temperatures=[1.0, math.inf], explorer="rwmh")
+    mcmc = MCMC(kernel, 200, 200, disable_progbar=True)
+    mcmc.run(10**6)
+    said = [str(w.message) for w in recwarn if "global barrier" in str(w.message)]
+    assert len(said) == 1  # once, though both the warmup and the sampling phase fall short
+    # Said at the end of warmup, from the barrier of its last round.
+    needed = recommended_replicas(kernel.report.query("phase == 'warmup'").barrier.iloc[-1])
+    assert 7 <= needed <= 11
+    assert "ladder has 2" in said[0] and f"run with num_replicas={needed}" in said[0]
+
+
+def test_enough_rungs_do_not_warn(recwarn):
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(sufficient_model, temperatures=[1.0, 2.0, 4.0], explorer="rwmh")
+    mcmc = MCMC(kernel, 100, 100, disable_progbar=True)
+    mcmc.run(1)
+    assert kernel.diagnostics()["recommended_replicas"] <= 3
+    assert not [w for w in recwarn if "global barrier" in str(w.message)]
