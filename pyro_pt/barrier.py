@@ -114,3 +114,40 @@ def pair_barriers(betas, rejection_rates, rung_lambdas):
         else:
             out.append(max(float(r), from_draws))
     return out
+
+
+def global_barrier(pair_barriers):
+    r"""The global barrier :math:`\Lambda = \sum_i \Lambda_i` over the pairs whose barrier is
+    known (a NaN, a pair never tried and without ll draws, is left out)."""
+    return sum(b for b in pair_barriers if not math.isnan(b))
+
+
+def recommended_replicas(barrier):
+    r"""About :math:`2\Lambda` rungs keep every pair's rejection rate near 1/2 or below
+    (Syed et al. 2021, Sec. 5.3); at least 2."""
+    return max(2, math.ceil(2 * barrier)) if math.isfinite(barrier) else 2
+
+
+def cumulative_barrier(pair_barriers):
+    r"""
+    The cumulative communication barrier at each rung, :math:`\Lambda(\beta_k) = \sum_{i<k}
+    \Lambda_i`, :math:`\Lambda_i` the barrier of pair i (:func:`~pyro_pt.barrier.pair_barriers`;
+    a rejection rate where it does not saturate, Syed et al. 2021, Thm. 2). Rungs are listed
+    cold first, so the barrier grows towards the hot end; the last entry is the global barrier
+    :math:`\Lambda`. Increments are not capped at 1: a pair that never swaps can hold a barrier
+    of many units.
+
+    :param list pair_barriers: :math:`\Lambda_i` of each adjacent pair, cold first.
+    :returns: list of K cumulative barriers, starting at 0.
+    """
+    out = [0.0]
+    for b in pair_barriers:
+        out.append(out[-1] + max(float(b), 0.0))
+    return out
+
+
+def rung_barriers(log_likelihoods, num_rungs):
+    """:func:`~pyro_pt.barrier.local_barrier` of each rung's column of an ll record
+    ``(num_draws, K)`` (NaN for all without draws)."""
+    ll = torch.as_tensor(log_likelihoods, dtype=torch.float64).reshape(-1, num_rungs)
+    return [local_barrier(ll[:, k]) for k in range(num_rungs)]

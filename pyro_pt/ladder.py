@@ -8,7 +8,7 @@ and :func:`temperatures_of` are the one conversion pair.
 
 import math
 
-from .recorders import cumulative_barrier
+from .barrier import cumulative_barrier
 
 
 def geometric_ladder(num_replicas, max_temperature):

@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from .ladder import inverse_temperatures
-from .recorders import cumulative_barrier
+from .barrier import cumulative_barrier
 
 # Rule of thumb of the seed tutorial: a pair accepting under 10% of its swaps is a bottleneck,
 # one accepting over 80% spends a replica that a sparser ladder would not need.

@@ -20,7 +20,8 @@ import torch
 
 from .health import TemperingWarning, warning_text
 from .ladder import warmup_round_ends
-from .recorders import global_barrier, recommended_replicas, stepping_stone
+from .barrier import global_barrier, recommended_replicas
+from .recorders import stepping_stone
 
 COLUMNS = ("round", "phase", "scans", "barrier", "log_Z", "min_swap_acc", "mean_swap_acc",
            "cold_local_acc", "round_trips", "seconds", "warnings")

@@ -8,7 +8,8 @@ import torch
 import pyro.distributions as dist
 
 from pyro_pt.ladder import equal_barrier_betas
-from pyro_pt.recorders import cumulative_barrier, stepping_stone
+from pyro_pt.barrier import cumulative_barrier
+from pyro_pt.recorders import stepping_stone
 
 
 def test_cumulative_barrier():

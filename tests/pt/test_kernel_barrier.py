@@ -17,7 +17,7 @@ import pyro.distributions as dist
 from pyro.infer import MCMC
 
 from pyro_pt import ParallelTempering
-from pyro_pt.recorders import recommended_replicas
+from pyro_pt.barrier import recommended_replicas
 
 from .test_barrier import exact_increment
 
