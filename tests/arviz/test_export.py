@@ -155,3 +155,38 @@ def test_plot_tempering_reads_either_container(tmp_path):
     exported, direct = _tempering_data(data), _tempering_data(mcmc)
     for key in ("temperatures", "acceptance", "local", "barrier", "recommended"):
         assert torch.allclose(torch.as_tensor(exported[key]), torch.as_tensor(direct[key]), rtol=1e-12), key
+
+
+def two_site_model(x, y, counts):
+    w = pyro.sample("w", dist.Normal(torch.zeros(2), 1.0).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("y", dist.Normal(x @ w, 0.5), obs=y)
+    with pyro.plate("visits", counts.shape[0]):
+        pyro.sample("counts", dist.Poisson(torch.exp(w[0]).expand(counts.shape)), obs=counts)
+
+
+def test_two_observed_sites_each_get_their_pointwise_log_likelihood():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(8, 2, generator=g)
+    y = x @ torch.tensor([0.3, 0.8]) + 0.5 * torch.randn(8, generator=g)
+    counts = torch.tensor([1.0, 0.0, 2.0, 1.0, 3.0])
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(two_site_model, num_replicas=2, max_temperature=2.0, explorer="rwmh",
+                               adapt_temperatures=False)
+    mcmc = MCMC(kernel, num_samples=40, warmup_steps=10, disable_progbar=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(x, y, counts)
+    data = to_inference_data(mcmc)
+    w = torch.as_tensor(data["posterior"]["w"].values)
+    expected_y = torch.distributions.Normal(w @ x.T, 0.5).log_prob(y)
+    expected_counts = torch.distributions.Poisson(torch.exp(w[..., :1])).log_prob(counts)
+    assert torch.allclose(torch.as_tensor(data["log_likelihood"]["y"].values), expected_y, rtol=1e-6)
+    assert torch.allclose(torch.as_tensor(data["log_likelihood"]["counts"].values), expected_counts, rtol=1e-6)
+    total = expected_y.sum(-1) + expected_counts.sum(-1)
+    record = torch.as_tensor(data["sample_stats"]["tempered_log_likelihood"].values[..., 0])
+    assert torch.allclose(total.to(record.dtype), record, rtol=1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for site in ("y", "counts"):
+            assert math.isfinite(generation.elpd(az.loo(data, var_name=site)))
