@@ -153,7 +153,7 @@ class Report:
             f"{self.rows[-1]['barrier']:.2f} needs about {needed} rungs (2 Lambda) and the "
             f"ladder has {num_rungs}: some pairs will rarely swap and the cold chain may not "
             f"leave its mode; run with num_replicas={needed} (or more temperatures)",
-            TemperingWarning, stacklevel=2)
+            stacklevel=2)
 
     def _cold_acceptance(self, num_scans):
         # Only rank 0 saw rung 0 move; one scalar per round is all the traffic this costs.
