@@ -143,11 +143,11 @@ class ParallelTempering(MCMCKernel):
     @property
     def betas(self):
         """Inverse temperatures, cold (1.0) first; 0.0 for a prior rung."""
-        return self._ladder.betas
+        return list(self._ladder.betas)
 
     @property
     def num_replicas(self):
-        return len(self._ladder.temperatures)
+        return len(self._ladder.betas)
 
     @property
     def rung_blocks(self):
@@ -230,8 +230,6 @@ class ParallelTempering(MCMCKernel):
         self._recorder.record_scan(self._ll, outcome)
         new_betas = self._report.after_scan(self._ladder, self._recorder, cold_moved)
         if new_betas is not None:
-            # The explorers get the betas as adapted; the swaps read the ladder's (those of
-            # its stored temperatures): as before the restructuring, bitwise.
             for k, explorer in zip(rungs.rungs, rungs.explorers):
                 explorer.set_beta(new_betas[k])
         end = time.perf_counter()

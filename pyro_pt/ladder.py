@@ -82,27 +82,27 @@ def temperatures_of(betas):
 
 class Ladder:
     """
-    The ladder of one run: the one place its rungs' temperatures live (the swaps, the explorers
-    and the reports read :attr:`betas` from here), and the history of its adaptation.
+    The ladder of one run: the one place its rungs' inverse temperatures live (the swaps, the
+    explorers and the reports read :attr:`betas` from here; :attr:`temperatures` are derived),
+    and the history of its adaptation.
 
-    It starts at the ladder given (``temperatures``, kept as given); an adaptation stores the
-    temperatures of the betas it computes. :attr:`betas` are always those of the stored
-    temperatures. :meth:`reset` goes back to the start (a new run of the same kernel).
+    It starts at the ladder given; an adaptation stores the betas it computes, and every reader
+    sees exactly those. :meth:`reset` goes back to the start (a new run of the same kernel).
 
     :param list temperatures: a validated ladder, cold (1.0) first.
     """
 
     def __init__(self, temperatures):
-        self.initial = list(temperatures)
+        self.initial = inverse_temperatures(temperatures)
         self.reset()
 
     def reset(self):
-        self.temperatures = list(self.initial)
+        self.betas = list(self.initial)
         self.history = []
 
     @property
-    def betas(self):
-        return inverse_temperatures(self.temperatures)
+    def temperatures(self):
+        return temperatures_of(self.betas)
 
     def adapt(self, scan, rejection_rates, pair_barriers=None):
         """
@@ -115,10 +115,9 @@ class Ladder:
             (:func:`~pyro_pt.barrier.pair_barriers`: not saturating where the rejection rate
             does); by default the rejection rates.
 
-        :returns: the new betas as computed (before their round trip through the stored
-            temperatures), or None if the ladder stays.
+        :returns: the new betas, or None if the ladder stays.
         """
-        betas = self.betas
+        betas = list(self.betas)
         pairs = list(rejection_rates if pair_barriers is None else pair_barriers)
         unattempted = any(math.isnan(r) for r in rejection_rates + pairs)
         self.history.append({
@@ -130,9 +129,8 @@ class Ladder:
         })
         if unattempted:
             return None
-        new = equal_barrier_betas(betas, pairs)
-        self.temperatures = temperatures_of(new)
-        return new
+        self.betas = equal_barrier_betas(betas, pairs)
+        return list(self.betas)
 
 
 def equal_barrier_betas(betas, pair_barriers):
