@@ -5,8 +5,8 @@ run) and broadcast from rank 0; :func:`stream_seeds` spawns from it, with
 :class:`numpy.random.SeedSequence`, one seed per rung and one for the swaps, so the streams are
 independent and a rung's stream does not depend on the process that holds it. A rung's seed
 drives its :class:`RandomStream` (its initial point; Pyro's kernels' momenta and accept draws);
-the batched HMC takes its momenta from a stream of its own, :func:`engine_seed` of the rung's
-seed. Pure: torch and numpy only.
+the batched HMC takes its momenta from a stream of its own, :func:`engine_seed`, spawned from
+the rung's seed by the same :class:`~numpy.random.SeedSequence`. Pure: torch and numpy only.
 """
 
 import numpy as np
@@ -27,9 +27,10 @@ def stream_seeds(base, num_rungs):
 
 def engine_seed(seed):
     """The seed of the batched HMC's momenta for a rung with ``seed``: the rung's seed already
-    seeds its initial point, and a fixed odd multiplier (Knuth's MMIX LCG) gives the momenta a
-    stream of their own."""
-    return (seed * 6364136223846793005 + 1442695040888963407) % 2**63
+    seeds its initial point, so the momenta get the first child of its
+    :class:`~numpy.random.SeedSequence`, a stream independent of it."""
+    child = np.random.SeedSequence(seed).spawn(1)[0]
+    return int(child.generate_state(1, np.uint64)[0]) >> 1
 
 
 class RandomStream:
