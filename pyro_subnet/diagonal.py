@@ -18,44 +18,34 @@ without any ``D x D`` matrix; the linearized predictive uses
 [2] H. Ritter, A. Botev, D. Barber, "A Scalable Laplace Approximation for Neural Networks", ICLR 2018.
 """
 
-import math
-
 import torch
-from pyro.distributions import TorchDistribution, constraints
 from pyro.infer.autoguide import AutoContinuous
 from pyro.infer.autoguide.initialization import init_to_median
 
 from . import batching, curvature, prior
 from . import selection as choose
 from .guide import SubnetworkLaplace
-from .posterior import SubnetworkLaplacePosterior
+from .posterior import SubnetworkLaplacePosterior, SubsetNormal
 
 
-class DiagonalSubnetworkNormal(TorchDistribution):
+class DiagonalSubnetworkNormal(SubsetNormal):
     """
-    Independent Normals with standard deviations ``scale`` on the coordinates ``idx`` of a
-    vector of length D, a point mass at ``loc`` on the others (density of the ``idx`` part).
+    :class:`~pyro_subnet.posterior.SubsetNormal` with independent coordinates: ``factor`` holds
+    the standard deviations of the S coordinates.
     """
 
-    arg_constraints = {}
-    support = constraints.real_vector
-    has_rsample = True
+    @property
+    def scale(self):
+        return self.factor
 
-    def __init__(self, loc, idx, scale, batch_shape=torch.Size(), validate_args=None):
-        self.loc, self.idx, self.scale = loc, idx, scale
-        super().__init__(torch.Size(batch_shape), loc.shape[-1:], validate_args=validate_args)
+    def _offset(self, eps):
+        return self.factor * eps
 
-    def rsample(self, sample_shape=torch.Size()):
-        shape = self._extended_shape(sample_shape)
-        eps = torch.randn(shape[:-1] + (len(self.idx),), dtype=self.loc.dtype, device=self.loc.device)
-        return self.loc.expand(shape).index_copy(-1, self.idx, self.loc[self.idx] + self.scale * eps)
+    def _whiten(self, r):
+        return r / self.factor
 
-    def log_prob(self, value):
-        z = (value[..., self.idx] - self.loc[self.idx]) / self.scale
-        return -0.5 * z.pow(2).sum(-1) - self.scale.log().sum() - 0.5 * len(self.idx) * math.log(2 * math.pi)
-
-    def expand(self, batch_shape, _instance=None):
-        return DiagonalSubnetworkNormal(self.loc, self.idx, self.scale, batch_shape)
+    def _log_det(self):
+        return -self.factor.log().sum()
 
 
 class DiagonalLaplace(SubnetworkLaplace):

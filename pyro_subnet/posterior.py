@@ -29,42 +29,61 @@ from .curvature import LatentModel
 from .evidence import cholesky_with_jitter
 
 
-class SubnetworkNormal(TorchDistribution):
+class SubsetNormal(TorchDistribution):
     r"""
     A distribution on :math:`\mathbb R^D` that is Gaussian on the coordinates ``idx`` and a point
     mass at ``loc`` on the others. :meth:`log_prob` is the density of the S coordinates (w.r.t.
-    Lebesgue measure on the affine subspace through ``loc``).
+    Lebesgue measure on the affine subspace through ``loc``). Subclasses say how the Gaussian is
+    shaped: :meth:`_offset` maps standard normal draws to :math:`u_S - \hat u_S`, :meth:`_whiten`
+    maps back, and :meth:`_log_det` is the log-determinant of that whitening.
 
     :param torch.Tensor loc: the MAP, shape ``(D,)``.
     :param torch.LongTensor idx: the S coordinates.
-    :param torch.Tensor precision_tril: lower Cholesky factor ``C`` of the S x S precision.
+    :param torch.Tensor factor: what shapes the Gaussian (see the subclass).
     """
 
     arg_constraints = {}
     support = constraints.real_vector
     has_rsample = True
 
-    def __init__(self, loc, idx, precision_tril, batch_shape=torch.Size(), validate_args=None):
-        self.loc, self.idx, self.precision_tril = loc, idx, precision_tril
+    def __init__(self, loc, idx, factor, batch_shape=torch.Size(), validate_args=None):
+        self.loc, self.idx, self.factor = loc, idx, factor
         super().__init__(torch.Size(batch_shape), loc.shape[-1:], validate_args=validate_args)
 
     def rsample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
-        eps = torch.randn(shape[:-1] + (len(self.idx), 1), dtype=self.loc.dtype, device=self.loc.device)
-        # one solve with all draws as right-hand sides: a batch of solves would copy C per draw
-        eps = eps.reshape(-1, len(self.idx)).T
-        dz = torch.linalg.solve_triangular(self.precision_tril.mT, eps, upper=True).T.reshape(shape[:-1] + (-1,))
-        return self.loc.expand(shape).index_copy(-1, self.idx, self.loc[self.idx] + dz)
+        eps = torch.randn(shape[:-1] + (len(self.idx),), dtype=self.loc.dtype, device=self.loc.device)
+        return self.loc.expand(shape).index_copy(-1, self.idx, self.loc[self.idx] + self._offset(eps))
 
     def log_prob(self, value):
-        r = (value[..., self.idx] - self.loc[self.idx]).unsqueeze(-1)
-        w = (self.precision_tril.mT @ r).squeeze(-1)
-        logdet = self.precision_tril.diagonal().log().sum()
-        return -0.5 * w.pow(2).sum(-1) + logdet - 0.5 * len(self.idx) * math.log(2 * math.pi)
+        w = self._whiten(value[..., self.idx] - self.loc[self.idx])
+        return -0.5 * w.pow(2).sum(-1) + self._log_det() - 0.5 * len(self.idx) * math.log(2 * math.pi)
 
     def expand(self, batch_shape, _instance=None):
         """Independent copies (``Predictive(..., parallel=True)`` draws in a plate)."""
-        return SubnetworkNormal(self.loc, self.idx, self.precision_tril, batch_shape)
+        return type(self)(self.loc, self.idx, self.factor, batch_shape)
+
+
+class SubnetworkNormal(SubsetNormal):
+    r"""
+    :class:`SubsetNormal` with precision :math:`C C^\top` on the S coordinates; ``factor`` is
+    the lower Cholesky factor ``C`` of the S x S precision.
+    """
+
+    @property
+    def precision_tril(self):
+        return self.factor
+
+    def _offset(self, eps):
+        # one solve with all draws as right-hand sides: a batch of solves would copy C per draw
+        flat = eps.reshape(-1, len(self.idx)).T
+        return torch.linalg.solve_triangular(self.factor.mT, flat, upper=True).T.reshape(eps.shape)
+
+    def _whiten(self, r):
+        return (self.factor.mT @ r.unsqueeze(-1)).squeeze(-1)
+
+    def _log_det(self):
+        return self.factor.diagonal().log().sum()
 
 
 class SubnetworkLaplacePosterior(AutoContinuous):
