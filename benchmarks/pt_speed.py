@@ -271,11 +271,11 @@ def section_a(args):
     gen = torch.Generator().manual_seed(0)
     batch = flat + 0.01 * torch.randn(8, flat.numel(), generator=gen).to(flat.device)
     betas = torch.linspace(1.0, 0.02, 8, device=flat.device)
-    print(f"batched='auto' picks {fast.batched_path}"
-          + (f" ({fast.batched_reason})" if fast.batched_reason else ""))
+    print(f"batched='auto' picks {fast.batched.path}"
+          + (f" ({fast.batched.reason})" if fast.batched.reason else ""))
     start = time.perf_counter()
-    batched_path = vmapped.batched_path  # decided (and checked) on first use
-    why = f" ({vmapped.batched_reason})" if vmapped.batched_reason else ""
+    batched_path = vmapped.batched.path  # decided (and checked) on first use
+    why = f" ({vmapped.batched.reason})" if vmapped.batched.reason else ""
     print(f"batched='vmap': {batched_path}{why}, checked in {time.perf_counter() - start:.2f} s")
 
     def raw():

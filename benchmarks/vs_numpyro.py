@@ -121,8 +121,8 @@ def torch_side(args, data_path):
         begin = time.perf_counter()
         sides[compile] = FunctionalSplit(split, compile=compile, batched="loop")
         compile_s[compile] = time.perf_counter() - begin
-        if sides[compile].engine_reason:
-            print(f"{compile}: {sides[compile].engine_reason}")
+        if sides[compile].compiled.engine_reason:
+            print(f"{compile}: {sides[compile].compiled.engine_reason}")
     flat = sides["torchscript"].flatten(z)
     # NumPyro's flat layout is ravel_pytree's (sorted site names), ours is sorted latent
     # names too: the same momentum vector means the same trajectory.

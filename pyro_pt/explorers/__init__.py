@@ -82,13 +82,13 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
         split = FunctionalSplit(split, compile=compile, evaluations=_fewest_gradient_evaluations(
             explorer, explorer_kwargs, warmup_steps))
         info.update(potential=split.path, potential_reason=fallback_reason(split.reason),
-                    potential_engine=split.engine, potential_engine_reason=split.engine_reason)
+                    potential_engine=split.compiled.engine, potential_engine_reason=split.compiled.engine_reason)
         if split.reason:
             info["potential_detail"] = split.reason  # the capture's own message
         if explorer == "hmc":
             group = HMCGroup(split, explorer_kwargs)
-            info.update(explorer="hmc (batched)", batched=split.batched_path,
-                        batched_reason=split.batched_reason)
+            info.update(explorer="hmc (batched)", batched=split.batched.path,
+                        batched_reason=split.batched.reason)
     for k in rungs:
         stream = RandomStream(seeds[k], device=device)
         if betas[k] == 0.0:

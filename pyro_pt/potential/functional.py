@@ -41,9 +41,10 @@ class FunctionalSplit:
     At construction the model is captured as one straight-line graph of aten operations
     computing ``lp``, ``ll`` and their gradients with respect to the flat unconstrained latent
     vector (latent sites in sorted ``latent_names`` order, each ``.reshape(-1)``), run by the
-    TorchScript interpreter or compiled by Inductor (``compile``, :attr:`engine`). The graph is used (``path == "functional"``) only if it agrees with
-    the traced path, values and gradients, at the check points (the split's initial point and
-    perturbations of it); otherwise, or when the model cannot be one graph -- Python control
+    TorchScript interpreter or compiled by Inductor (``compile``; ``compiled.engine`` says which,
+    ``batched.path`` how R replicas are evaluated). The graph is used (``path == "functional"``)
+    only if it agrees with the traced path, values and gradients, at the check points (the
+    split's initial point and perturbations of it); otherwise, or when the model cannot be one graph -- Python control
     flow on latent values, random numbers drawn inside the model, shapes that depend on latent
     values, sites that appear or disappear -- every call goes through
     :meth:`ModelSplit.log_densities` (``path == "traced"``) and :attr:`reason` says why.
@@ -117,17 +118,6 @@ class FunctionalSplit:
         return self.compiled.reason
 
     @property
-    def engine(self):
-        """What runs the gradient graph: ``"inductor"``, ``"jit"`` (TorchScript), ``"fx"``, or
-        None on the traced path."""
-        return self.compiled.engine
-
-    @property
-    def engine_reason(self):
-        """Why Inductor does not run the graph where ``compile="inductor"`` asked for it."""
-        return self.compiled.engine_reason
-
-    @property
     def dim(self):
         """Size of the flat unconstrained latent vector."""
         return self.compiled.dim
@@ -167,19 +157,10 @@ class FunctionalSplit:
         Tempered potentials ``-(lp + beta * ll)``, their gradients and ``ll`` of R replicas.
 
         Results for one replica do not depend on which or how many other replicas share the
-        call (see :attr:`batched_path`); a NaN in one replica does not touch the others.
+        call (see ``batched.path``); a NaN in one replica does not touch the others.
 
         :param torch.Tensor z_flat: ``[R, D]`` flat unconstrained points.
         :param torch.Tensor betas: ``[R]`` inverse temperatures.
         :returns: ``(potential [R], grad [R, D], ll [R])``, detached.
         """
         return self.batched(z_flat, betas)
-
-    @property
-    def batched_path(self):
-        """``"vmap"`` or ``"loop"``: how :meth:`batched_potential_and_grad` evaluates."""
-        return self.batched.path
-
-    @property
-    def batched_reason(self):
-        return self.batched.reason

@@ -74,7 +74,7 @@ def test_auto_is_torchscript_unless_known_to_repay_and_never_reaches_inductor(no
     assert choose_compiler("inductor") == "inductor"
     assert choose_compiler("torchscript", 10**9) == "torchscript"
     fast = FunctionalSplit(linear_split(torch.float64), evaluations=1000)
-    assert (fast.path, fast.engine, fast.engine_reason) == ("functional", "jit", "")
+    assert (fast.path, fast.compiled.engine, fast.compiled.engine_reason) == ("functional", "jit", "")
     fast.batched_potential_and_grad(torch.stack(points(fast, 3)), torch.ones(3))
     assert no_inductor == []
 
@@ -84,8 +84,8 @@ def test_inductor_failure_falls_back_to_checked_torchscript(no_inductor):
     fast = FunctionalSplit(split, compile="inductor")
     reference = FunctionalSplit(split, compile="torchscript")
     assert len(no_inductor) == 1
-    assert (fast.path, fast.engine) == ("functional", "jit")
-    assert "Inductor failed, TorchScript runs the graph" in fast.engine_reason
+    assert (fast.path, fast.compiled.engine) == ("functional", "jit")
+    assert "Inductor failed, TorchScript runs the graph" in fast.compiled.engine_reason
     for point in points(fast):
         for actual, expected in zip(fast.evaluate(point), reference.evaluate(point)):
             assert torch.equal(actual, expected)
@@ -121,8 +121,8 @@ def test_inductor_agrees_with_torchscript_and_traced(dtype):
     split = linear_split(dtype)
     fast = FunctionalSplit(split, compile="inductor", batched="vmap")
     reference = FunctionalSplit(split, compile="torchscript", batched="vmap")
-    assert (fast.path, fast.engine, fast.engine_reason) == ("functional", "inductor", "")
-    assert reference.engine == "jit"
+    assert (fast.path, fast.compiled.engine, fast.compiled.engine_reason) == ("functional", "inductor", "")
+    assert reference.compiled.engine == "jit"
     zs = points(fast)
     for point in zs:
         out = fast.evaluate(point)

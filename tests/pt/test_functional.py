@@ -221,7 +221,7 @@ def test_pickles(splits):
 def test_setup_leaves_the_random_stream_alone(splits):
     state = torch.get_rng_state()
     fast = FunctionalSplit(splits["linear"][0], batched="vmap")
-    assert fast.batched_path == "vmap"
+    assert fast.batched.path == "vmap"
     assert torch.equal(state, torch.get_rng_state())
 
 
@@ -248,7 +248,7 @@ def test_models_that_are_not_one_graph_fall_back_to_traced(model, why):
     split = ModelSplit(model, (torch.tensor(0.7),))
     fast = FunctionalSplit(split)
     assert fast.path == "traced" and why in fast.reason, fast.reason
-    assert fast.batched_path == "loop"
+    assert fast.batched.path == "loop"
     if model is branching_model:
         for value in (-0.8, 0.6):
             z = {"z": torch.tensor(value)}
@@ -299,7 +299,7 @@ def test_nan_where_traced_is_nan_with_gradients_connected(model, args, bad):
 @pytest.mark.parametrize("name", ["kitchen_sink", "bnn"])
 def test_batched_matches_single_evaluations_and_betas_temper_only_ll(splits, name):
     split, fast = splits[name]
-    assert fast.batched_path == "vmap", fast.batched_reason
+    assert fast.batched.path == "vmap", fast.batched.reason
     zs = points(split, 5, seed=6, scale=0.3)
     z_flat = torch.stack([fast.flatten(z) for z in zs])
     betas = torch.tensor([1.0, 0.6, 0.25, 0.05, 0.0])
@@ -321,7 +321,7 @@ def test_replica_results_are_bitwise_independent_of_the_batch(splits, name, batc
     split, fast = splits[name]
     if batched == "loop":
         fast = FunctionalSplit(split, batched="loop")
-    assert fast.batched_path == batched, fast.batched_reason
+    assert fast.batched.path == batched, fast.batched.reason
     zs = points(split, 6, seed=7, scale=0.3)
     z_flat = torch.stack([fast.flatten(z) for z in zs])
     betas = torch.tensor([1.0, 0.7, 0.5, 0.3, 0.2, 0.1])
@@ -353,7 +353,7 @@ def test_auto_batching_loops_on_one_cpu_thread(splits):
     torch.set_num_threads(1)
     try:
         fast = FunctionalSplit(splits["linear"][0])
-        assert fast.batched_path == "loop" and "one CPU thread" in fast.batched_reason
+        assert fast.batched.path == "loop" and "one CPU thread" in fast.batched.reason
     finally:
         torch.set_num_threads(threads)
 
