@@ -204,7 +204,7 @@ class Checkpointing:
                 f"the checkpoint {path} was written with the ladder {header['initial_ladder']} "
                 f"(now {header['temperatures']}), but {given} give another; leave the ladder "
                 "arguments out (the checkpoint's ladder is used) or give the checkpointed run's")
-        kernel = cls(model, **kwargs)
+        kernel = cls(model, temperatures=header["temperatures"], **kwargs)  # until set-up
         differ = {k: (v, header[k]) for k, v in _settings(kernel).items() if header[k] != v}
         if differ:
             raise ValueError(f"the checkpoint {path} was written with other kernel settings "
