@@ -108,9 +108,9 @@ def write_on_ranks(folder):
             for name, kwargs in DISTRIBUTED.items()}
 
 
-def resume_on_ranks(folder):
-    return {name: resume(os.path.join(folder, f"{name}.pt"), SCANS[1], kwargs)
-            for name, kwargs in DISTRIBUTED.items()}
+def resume_on_ranks(folder, names=tuple(DISTRIBUTED)):
+    return {name: resume(os.path.join(folder, f"{name}.pt"), SCANS[1], DISTRIBUTED[name])
+            for name in names}
 
 
 @pytest.mark.slow
@@ -123,12 +123,14 @@ def test_checkpoint_of_two_ranks_resumes_on_one_and_four(tmp_path):
     for name in DISTRIBUTED:
         header, _ = read_checkpoint(os.path.join(folder, f"{name}.pt"), payload=False)
         assert header["world_size"] == 2
-    one = resume_on_ranks(folder)
-    four = spawn(4, tmp_path / "four", resume_on_ranks, folder)
+    one = resume_on_ranks(folder)  # the batched HMC's two engines of 2 slots join in one of 4
+    # Four ranks of one rung each (few, slow processes: the random walk alone).
+    four = spawn(4, tmp_path / "four", resume_on_ranks, folder, ("rwmh",))
     for name, kwargs in DISTRIBUTED.items():
         reference = run(ParallelTempering(linear_model, **kwargs))  # one process, no break
         for result in [one] + written + four:
-            assert_continues(reference, result[name])
+            if name in result:
+                assert_continues(reference, result[name])
 
 
 # ----- a process killed while writing -----
