@@ -10,8 +10,8 @@ adaptation field of an explorer is saved without code here:
   ``pyro.infer.mcmc`` and ``pyro.ops`` (step-size adapters, mass-matrix adapters, Welford);
 - a ``torch.Generator`` is saved as its state and restored into the fresh generator (which
   keeps its device);
-- functions, methods and every other object (the model's split, its compiled graph) are not
-  state: the fresh explorer keeps its own;
+- functions, methods, devices and every other object (the model's split, its compiled graph)
+  are not state: the fresh explorer keeps its own;
 - any other value (numbers, tensors, lists, dicts) is copied.
 
 The batched HMC keeps all the rungs of a process as the *slots* of one engine. Its state is
@@ -34,8 +34,9 @@ STATE_MODULES = ("pyro_pt.explorers", "pyro_pt.random", "pyro_pt.potential.tempe
 NOT_STATE = {"_seen", "transforms", "_prototype_trace"}
 # Lists of a batched engine that have nothing to do with its slots, whatever their length.
 SHARED_LISTS = {"windows"}
-PLAIN = (str, bytes, int, float, bool, type(None), torch.Tensor, torch.dtype, torch.device,
-         tuple, list, dict, set, frozenset)
+# A torch.device is not state either: it is where the resuming process runs (kept fresh).
+PLAIN = (str, bytes, int, float, bool, type(None), torch.Tensor, torch.dtype, tuple, list,
+         dict, set, frozenset)
 
 
 def _is_state_object(value):

@@ -35,6 +35,9 @@ KERNELS = {
     "rwmh": {"explorer": "rwmh"},
     "hmc": {"explorer": "hmc", "explorer_kwargs": {"num_steps": 3}},
     "nuts": {"explorer": "nuts", "explorer_kwargs": {"max_tree_depth": 3}},
+    # The prior rung (beta = 0) drawn exactly, beside the batched engine's slots.
+    "hmc_prior_rung": {"explorer": "hmc", "explorer_kwargs": {"num_steps": 3},
+                       "max_temperature": float("inf")},
 }
 LADDER = {"num_replicas": 4, "max_temperature": 20.0}
 
