@@ -24,6 +24,7 @@ import time
 import torch
 
 from .checkpoint_state import capture, restore
+from .compat import mcmc_num_samples
 from .explorers.hmc_group import HMCRung
 from .options import ladder_temperatures
 
@@ -125,9 +126,16 @@ def _header(kernel):
         "dtype": str(next(iter(cold.values())).dtype), "num_rungs": kernel.num_replicas,
         "scans": kernel._t, "warmup_steps": kernel._warmup_steps,
         "world_size": kernel._rungs.comm.world_size, **_settings(kernel),
+        "num_samples": _run_num_samples(kernel),
         "temperatures": kernel.temperatures,
         "initial_ladder": list(getattr(kernel._ladder, "initial", kernel.temperatures)),
     }
+
+
+def _run_num_samples(kernel):
+    """The draws the whole run asked for (those before a resume and this MCMC's), if known."""
+    asked = mcmc_num_samples()
+    return None if asked is None else kernel._draws_before + asked
 
 
 def save(kernel, path):
@@ -172,6 +180,7 @@ class Checkpointing:
     """The checkpoints of :class:`~pyro_pt.ParallelTempering` (see :mod:`pyro_pt.checkpoint`)."""
 
     _resume_from = None
+    _draws_before = 0  # draws of the run before it was resumed
 
     def checkpoint(self, path):
         """
@@ -216,12 +225,15 @@ class Checkpointing:
         """The run's warmup from MCMC's remaining ``warmup_steps``; restores the ladder."""
         path, header = self._resume_from
         total, scans = header["warmup_steps"], header["scans"]
-        left = max(total - scans, 0)
+        left, self._draws_before = max(total - scans, 0), max(scans - total, 0)
         if warmup_steps != left:
+            wanted = header.get("num_samples")
+            draws = ("<the draws still wanted>" if wanted is None
+                     else f"{wanted - self._draws_before} to finish the run")
             raise ValueError(
                 f"the checkpoint {path} is at scan {scans} of a run with warmup_steps={total}, "
                 f"so {left} warmup scans are left: run MCMC(kernel, warmup_steps={left}, "
-                f"num_samples=<the draws still wanted>), not warmup_steps={warmup_steps}")
+                f"num_samples={draws}), not warmup_steps={warmup_steps}")
         _, self._resume_payload = read_checkpoint(path)
         vars(self._ladder).update(self._resume_payload["ladder"])
         return total

@@ -85,7 +85,8 @@ def test_resumed_run_is_the_uninterrupted_run(name, tmp_path):
     full = run(ParallelTempering(linear_model, **kwargs), write=paths)
     assert full["adaptation_history"] and full["swap_accepted"].eq(1).any()
     for scan in SCANS:
-        assert read_checkpoint(paths[scan], payload=False)[0]["scans"] == scan
+        header, _ = read_checkpoint(paths[scan], payload=False)
+        assert (header["scans"], header["num_samples"]) == (scan, SAMPLES)
         assert_continues(full, resume(paths[scan], scan, kwargs))
 
 
@@ -233,7 +234,8 @@ def test_another_kernel_is_refused(good, change, match):
 
 def test_the_wrong_warmup_is_refused_with_the_numbers_to_pass(good):
     kernel = ParallelTempering.resume(good, linear_model, **BAD)
-    with pytest.raises(ValueError, match=r"0 warmup scans are left.*warmup_steps=0"):
+    with pytest.raises(ValueError, match=r"0 warmup scans are left.*warmup_steps=0, "
+                                         r"num_samples=2 to finish the run\)"):
         MCMC(kernel, 2, 4, disable_progbar=True).run(*linear_data())
 
 
