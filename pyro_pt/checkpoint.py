@@ -105,7 +105,7 @@ def read_checkpoint(path, payload=True):
     return header, torch.load(io.BytesIO(body), map_location="cpu", weights_only=False)
 
 
-def _rung_state(kernel, k, explorer, z):
+def _rung_state(explorer, z):
     if isinstance(explorer, HMCRung):  # one slot of the process's batched engine
         part = capture(explorer.group, slot=(explorer.slot, explorer.group.engine.num_slots))
     else:
@@ -141,8 +141,7 @@ def _run_num_samples(kernel):
 def save(kernel, path):
     """Gather every rung's state on rank 0 and write the checkpoint there (a collective)."""
     rungs = kernel._rungs
-    mine = {k: _rung_state(kernel, k, e, z)
-            for k, e, z in zip(rungs.rungs, rungs.explorers, rungs.states)}
+    mine = {k: _rung_state(e, z) for k, e, z in zip(rungs.rungs, rungs.explorers, rungs.states)}
     buffer = io.BytesIO()
     torch.save(mine, buffer)  # bytes, so CUDA tensors and generators travel to rank 0 as data
     gathered = rungs.comm.all_gather_object(buffer.getvalue(), what="gather of the checkpoint")
