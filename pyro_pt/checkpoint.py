@@ -31,7 +31,7 @@ from .options import ladder_temperatures
 MAGIC = b"PYRO_PT_CHECKPOINT\n"
 FORMAT_VERSION = 1
 # Kernel arguments that must be the checkpointed run's: they decide its explorers and swaps.
-SETTINGS = ("explorer", "swap_scheme", "swap_interval", "adapt_temperatures")
+SETTINGS = ("explorer", "explorer_kwargs", "swap_scheme", "swap_interval", "adapt_temperatures")
 
 
 def _version():
@@ -114,8 +114,11 @@ def _rung_state(explorer, z):
 
 
 def _settings(kernel):
-    return {key: getattr(kernel, key) if key != "explorer" or isinstance(kernel.explorer, str)
-            else "callable" for key in SETTINGS}
+    out = {key: getattr(kernel, key) for key in SETTINGS}
+    if not isinstance(kernel.explorer, str):
+        out["explorer"] = "callable"
+    out["explorer_kwargs"] = repr(sorted(kernel.explorer_kwargs.items()))  # JSON-safe
+    return out
 
 
 def _header(kernel):
@@ -206,7 +209,9 @@ class Checkpointing:
         header, _ = read_checkpoint(path, payload=False)
         given = {k: kwargs.pop(k) for k in ("num_replicas", "max_temperature", "temperatures")
                  if k in kwargs}
-        if given and ladder_temperatures(given.get("num_replicas"), given.get("max_temperature"),
+        # A ladder that grows (num_replicas="auto") is the checkpoint's from here on.
+        fixed = given and not isinstance(given.get("num_replicas"), str)
+        if fixed and ladder_temperatures(given.get("num_replicas"), given.get("max_temperature"),
                                          given.get("temperatures")) != header["initial_ladder"]:
             raise ValueError(
                 f"the checkpoint {path} was written with the ladder {header['initial_ladder']} "

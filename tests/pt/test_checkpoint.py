@@ -226,6 +226,7 @@ def test_another_model_is_refused(good, model, data, match):
     ({"max_temperature": 20.0}, "ladder"),
     ({"explorer": "nuts"}, "other kernel settings.*explorer"),
     ({"swap_scheme": "seo"}, "other kernel settings.*swap_scheme"),
+    ({"explorer_kwargs": {"scale": 0.5}}, "other kernel settings.*explorer_kwargs"),
 ])
 def test_another_kernel_is_refused(good, change, match):
     with pytest.raises(ValueError, match=match):
