@@ -91,8 +91,6 @@ def capture(obj, slot=None, visited=None):
                          else ("item", _encode(value[r], where)))
         elif isinstance(value, torch.Generator):
             out[name] = _encode(value, where)
-        elif isinstance(value, list) and value and isinstance(value[0], torch.Generator):
-            out[name] = ("gens", [g.get_state() for g in value])
         elif isinstance(value, PLAIN):
             out[name] = _encode(value, where)
         # Any other object (the model's split, its compiled graph) is not state.
@@ -141,8 +139,6 @@ def restore(obj, pieces, device):
             restore(fresh, values, device)
         elif kind == "gen":
             fresh.set_state(value)
-        elif kind == "gens":
-            _set_generators(fresh, value, where)
         elif kind == "member":
             setattr(obj, name, {r for r, member in enumerate(values) if member})
         elif kind == "row":
