@@ -4,7 +4,8 @@ Pyro's :class:`~pyro.infer.MCMC` gives a kernel no way to know how many chains r
 kernel must refuse ``num_chains > 1`` when its rungs are spread over processes (the chains
 would share, and deadlock, the ranks). :func:`inside_multichain_mcmc` finds out from the
 samplers' frames: ``_UnarySampler`` / ``_MultiSampler`` (with their ``num_chains``) and the
-``_Worker`` of parallel chains, private names of ``pyro.infer.mcmc.api``. The test
+``_Worker`` of parallel chains, private names of ``pyro.infer.mcmc.api``; a checkpoint reads
+their ``num_samples`` the same way (:func:`mcmc_num_samples`). The test
 ``tests/pt/test_compat.py`` pins them to the Pyro version they were read from.
 """
 
@@ -16,19 +17,34 @@ WORKER = "_Worker"
 CHECKED_WITH_PYRO = "1.9.2"
 
 
+def _owners(depth):
+    """The objects whose methods are on the stack, from ``depth`` frames above the function
+    iterating this outwards."""
+    frame = sys._getframe(depth + 1)
+    while frame is not None:
+        yield frame.f_locals.get("self")
+        frame = frame.f_back
+
+
 def inside_multichain_mcmc(depth=1):
     """Whether the caller (``depth`` frames up) runs under Pyro's MCMC with num_chains > 1
     (its samplers' frames)."""
-    frame = sys._getframe(depth)
-    while frame is not None:
-        owner = frame.f_locals.get("self")
+    for owner in _owners(depth):
         name = type(owner).__name__
         if name in SAMPLERS and getattr(owner, "num_chains", 1) > 1:
             return True
         if name == WORKER:
             return True
-        frame = frame.f_back
     return False
+
+
+def mcmc_num_samples():
+    """``num_samples`` of the Pyro MCMC the caller runs under (its sampler's), else None: a
+    checkpoint records it so that the resumed run can be told how many draws are left."""
+    for owner in _owners(1):
+        if type(owner).__name__ in SAMPLERS:
+            return getattr(owner, "num_samples", None)
+    return None
 
 
 def refuse_multichain_mcmc(comm):

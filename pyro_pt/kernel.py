@@ -14,6 +14,7 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_uniform
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
+from .checkpoint import Checkpointing, check_checkpointing
 from .comm import make_comm
 from .compat import refuse_multichain_mcmc
 from .explain import missing_sites, model_errors
@@ -29,7 +30,7 @@ from .rungs import set_up_rungs
 from .swap import swap_round
 
 
-class ParallelTempering(MCMCKernel):
+class ParallelTempering(Checkpointing, MCMCKernel):
     r"""
     Parallel tempering (replica exchange) with likelihood-only tempering.
 
@@ -99,6 +100,9 @@ class ParallelTempering(MCMCKernel):
         compile time, :func:`~pyro_pt.potential.inductor.choose_compiler`), ``"torchscript"`` or
         ``"inductor"`` (``torch.compile``, TorchScript as the fallback); see
         :attr:`explorer_info` ``["potential_engine"]``.
+    :param int checkpoint_every: with ``checkpoint_path``, write a checkpoint (:meth:`checkpoint`)
+        every so many scans; :meth:`resume` continues from one (:mod:`pyro_pt.checkpoint`).
+    :param str checkpoint_path: the file of the periodic checkpoints (replaced atomically).
 
     Example::
 
@@ -111,7 +115,7 @@ class ParallelTempering(MCMCKernel):
     def __init__(self, model, num_replicas=None, max_temperature=None, temperatures=None,
                  explorer="nuts", explorer_kwargs=None, swap_scheme="deo", swap_interval=1,
                  adapt_temperatures=True, init_strategy=init_to_uniform, transforms=None,
-                 process_group=None, compile="auto"):
+                 process_group=None, compile="auto", checkpoint_every=None, checkpoint_path=None):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
         self._ladder = Ladder(ladder_temperatures(num_replicas, max_temperature, temperatures))
@@ -126,6 +130,8 @@ class ParallelTempering(MCMCKernel):
         self._user_transforms = transforms
         self.process_group = process_group
         self.compile = check_compiler(compile)
+        self.checkpoint_every, self.checkpoint_path = check_checkpointing(checkpoint_every,
+                                                                          checkpoint_path)
         self.transforms = None
         self._user_initial_params = None
         self._initial_params = None
@@ -184,6 +190,8 @@ class ParallelTempering(MCMCKernel):
         comm = make_comm(self.process_group)
         refuse_multichain_mcmc(comm)
         self._ladder.reset()  # a rerun starts from the ladder given, not the one it adapted to
+        if self._resume_from:  # the checkpoint's ladder, and the run's warmup from what is left
+            warmup_steps = self._resume_warmup(warmup_steps)
         betas, num = self.betas, self.num_replicas
 
         def build(split, rungs, seeds):
@@ -210,6 +218,8 @@ class ParallelTempering(MCMCKernel):
         self._report = Report(warmup_steps, self.adapt_temperatures, comm, self.swap_interval)
         # Wall-clock seconds in sample(): all of it, and inside the explorers' own moves.
         self.timings = {"explorers": 0.0, "total": 0.0}
+        if self._resume_from:
+            self._restore(comm)
 
     @property
     def _t(self):
@@ -235,6 +245,7 @@ class ParallelTempering(MCMCKernel):
         end = time.perf_counter()
         self.timings["explorers"] += explored - start
         self.timings["total"] += end - start
+        self._after_scan()
         return cold
 
     def _communicate(self):

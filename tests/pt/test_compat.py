@@ -15,6 +15,8 @@ def test_pinned_to_the_pyro_version_it_was_checked_with():
     for name in compat.SAMPLERS:
         assert "num_chains" in inspect.signature(getattr(api, name).__init__).parameters, name
     assert isinstance(getattr(api, compat.WORKER), type)
+    # A checkpoint reads the sampler's num_samples (compat.mcmc_num_samples).
+    assert "num_samples" in inspect.signature(api._UnarySampler.__init__).parameters
 
 
 def _called_from(name, num_chains):
@@ -31,3 +33,10 @@ def test_sees_the_samplers_frames():
     assert _called_from("_UnarySampler", 1) is False
     assert _called_from("Other", 2) is False
     assert compat.inside_multichain_mcmc() is False
+
+
+def test_sees_the_samplers_num_samples():
+    owner = type("_UnarySampler", (), {"num_samples": 7,
+                                       "run": lambda self: compat.mcmc_num_samples()})()
+    assert owner.run() == 7
+    assert compat.mcmc_num_samples() is None

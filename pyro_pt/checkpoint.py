@@ -1,0 +1,283 @@
+"""Checkpoint and resume a :class:`~pyro_pt.ParallelTempering` run, on any number of processes.
+
+A checkpoint holds, per rung (not per process, so that it resumes on any number of them): the
+replica state and its log-likelihood, the explorer's adapted state and its random streams
+(:mod:`pyro_pt.checkpoint_state`); and for the run: the ladder and its adaptation history, the
+swap generator, the recorder, the report, the scans done and the warmup.
+
+The file is ``MAGIC``, an 8-byte header length, a JSON header (format version, latent sites,
+K, dtype, settings, the payload's length and SHA-256) and the payload, written by
+:func:`torch.save`. Reading checks the magic, the header and the payload's checksum before it
+unpickles anything (``weights_only=False``: the payload holds the explorers' adaptation
+objects), so a foreign, truncated or corrupt file is refused with a clear error instead of
+being unpickled. Writing is atomic: a temporary file in the same folder, ``fsync``, then
+``os.replace``, so a process killed while writing leaves the previous checkpoint intact.
+"""
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import time
+
+import torch
+
+from .checkpoint_state import capture, restore
+from .compat import mcmc_num_samples
+from .explorers.hmc_group import HMCRung
+from .options import ladder_temperatures
+
+MAGIC = b"PYRO_PT_CHECKPOINT\n"
+FORMAT_VERSION = 1
+# Kernel arguments that must be the checkpointed run's: they decide its explorers and swaps.
+SETTINGS = ("explorer", "explorer_kwargs", "swap_scheme", "swap_interval", "adapt_temperatures")
+
+
+def _version():
+    try:
+        from importlib.metadata import version
+
+        return version("pyro-pt-subnet")
+    except Exception:  # not installed, run from a checkout
+        return "unknown"
+
+
+def _write(handle, data):
+    """Write ``data`` to an open file (a function of its own so a test can make it slow)."""
+    handle.write(data)
+
+
+def write_checkpoint(path, header, payload):
+    """Write ``header`` (JSON) and ``payload`` (torch.save) to ``path`` atomically."""
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    body = buffer.getvalue()
+    header = dict(header, payload_bytes=len(body), payload_sha256=hashlib.sha256(body).hexdigest())
+    head = json.dumps(header).encode()
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            _write(handle, MAGIC + len(head).to_bytes(8, "little") + head + body)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(folder, os.O_RDONLY)  # the rename itself survives a power cut
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def read_checkpoint(path, payload=True):
+    """``(header, payload)`` of a checkpoint (payload None unless asked for); a ValueError
+    for a file that is not a complete checkpoint of this format."""
+    with open(path, "rb") as handle:
+        data = handle.read() if payload else handle.read(len(MAGIC) + 8 + (1 << 20))
+    if not data.startswith(MAGIC):
+        raise ValueError(f"{path} is not a pyro_pt checkpoint (it does not start with "
+                         f"{MAGIC!r}); give a file written by ParallelTempering.checkpoint")
+    size = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
+    start = len(MAGIC) + 8
+    try:
+        header = json.loads(data[start:start + size])
+    except ValueError:
+        raise ValueError(f"the checkpoint {path} is truncated or corrupt (its header does not "
+                         "parse); resume from an earlier checkpoint") from None
+    if header.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"the checkpoint {path} has format version "
+                         f"{header.get('format_version')}; this pyro_pt reads version "
+                         f"{FORMAT_VERSION}")
+    if not payload:
+        return header, None
+    body = data[start + size:]
+    if len(body) != header["payload_bytes"] or (
+            hashlib.sha256(body).hexdigest() != header["payload_sha256"]):
+        raise ValueError(f"the checkpoint {path} is truncated or corrupt ({len(body)} of "
+                         f"{header['payload_bytes']} payload bytes, checksum "
+                         f"{'wrong' if len(body) == header['payload_bytes'] else 'not checked'}"
+                         "); resume from an earlier checkpoint")
+    return header, torch.load(io.BytesIO(body), map_location="cpu", weights_only=False)
+
+
+def _rung_state(explorer, z):
+    if isinstance(explorer, HMCRung):  # one slot of the process's batched engine
+        part = capture(explorer.group, slot=(explorer.slot, explorer.group.engine.num_slots))
+    else:
+        part = capture(explorer)
+    return {"state": {n: v.detach().cpu() for n, v in z.items()}, "explorer": part}
+
+
+def _settings(kernel):
+    out = {key: getattr(kernel, key) for key in SETTINGS}
+    if not isinstance(kernel.explorer, str):
+        out["explorer"] = "callable"
+    out["explorer_kwargs"] = repr(sorted(kernel.explorer_kwargs.items()))  # JSON-safe
+    return out
+
+
+def _header(kernel):
+    cold = kernel._rungs.states[0]  # every rank holds a rung with the model's shapes
+    return {
+        "format_version": FORMAT_VERSION, "pyro_pt_version": _version(),
+        "latent_sites": [[n, list(cold[n].shape)] for n in kernel._split.latent_names],
+        "dtype": str(next(iter(cold.values())).dtype), "num_rungs": kernel.num_replicas,
+        "scans": kernel._t, "warmup_steps": kernel._warmup_steps,
+        "world_size": kernel._rungs.comm.world_size, **_settings(kernel),
+        "num_samples": _run_num_samples(kernel),
+        "temperatures": kernel.temperatures,
+        "initial_ladder": list(getattr(kernel._ladder, "initial", kernel.temperatures)),
+    }
+
+
+def _run_num_samples(kernel):
+    """The draws the whole run asked for (those before a resume and this MCMC's), if known."""
+    asked = mcmc_num_samples()
+    return None if asked is None else kernel._draws_before + asked
+
+
+def save(kernel, path):
+    """Gather every rung's state on rank 0 and write the checkpoint there (a collective)."""
+    rungs = kernel._rungs
+    mine = {k: _rung_state(e, z) for k, e, z in zip(rungs.rungs, rungs.explorers, rungs.states)}
+    buffer = io.BytesIO()
+    torch.save(mine, buffer)  # bytes, so CUDA tensors and generators travel to rank 0 as data
+    gathered = rungs.comm.all_gather_object(buffer.getvalue(), what="gather of the checkpoint")
+    if rungs.comm.rank != 0:
+        return
+    per_rung = {}
+    for blob in gathered:
+        per_rung.update(torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False))
+    report = {k: v for k, v in vars(kernel._report).items() if k not in ("comm", "_printing")}
+    scan, trips, started = report["_round_start"]
+    report["_round_start"] = (scan, trips, time.perf_counter() - started)  # seconds elapsed
+    payload = {
+        "rungs": [per_rung[k] for k in range(kernel.num_replicas)], "ll": list(kernel._ll),
+        "swap_generator": kernel._swap_generator.get_state(),
+        "ladder": dict(vars(kernel._ladder)), "recorder": dict(vars(kernel._recorder)),
+        "report": report, "timings": dict(kernel.timings),
+    }
+    write_checkpoint(path, _header(kernel), payload)
+
+
+def check_checkpointing(every, path):
+    """Validate ``checkpoint_every`` / ``checkpoint_path`` (given together, or neither)."""
+    if every is None and path is None:
+        return None, None
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f"checkpoint_every must be a positive int (scans between checkpoints) "
+                         f"when checkpoint_path is given, got {every!r}")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"checkpoint_path must be a file path when checkpoint_every is given, "
+                        f"got {path!r}")
+    return every, os.fspath(path)
+
+
+class Checkpointing:
+    """The checkpoints of :class:`~pyro_pt.ParallelTempering` (see :mod:`pyro_pt.checkpoint`)."""
+
+    _resume_from = None
+    _draws_before = 0  # draws of the run before it was resumed
+
+    def checkpoint(self, path):
+        """
+        Write the run's state to ``path`` at a scan boundary (after ``MCMC.run``, or from its
+        ``hook_fn``). Every rank must call it (it gathers the rungs); rank 0 writes the file.
+
+        :param str path: the file; replaced atomically.
+        """
+        if self._rungs is None:
+            raise RuntimeError("checkpoint() needs a kernel that MCMC.run has set up")
+        save(self, path)
+
+    @classmethod
+    def resume(cls, path, model, **kwargs):
+        """
+        A kernel that continues the run checkpointed at ``path``: pass the model and the
+        keyword arguments of the original kernel, then run it with ``MCMC(kernel,
+        warmup_steps=<warmup left>, num_samples=<draws wanted>)``. The ladder (and K) come from
+        the checkpoint.
+
+        :param str path: a file written by :meth:`checkpoint`.
+        :param callable model: the model of the checkpointed run.
+        """
+        header, _ = read_checkpoint(path, payload=False)
+        given = {k: kwargs.pop(k) for k in ("num_replicas", "max_temperature", "temperatures")
+                 if k in kwargs}
+        # A ladder that grows (num_replicas="auto") is the checkpoint's from here on.
+        fixed = given and not isinstance(given.get("num_replicas"), str)
+        if fixed and ladder_temperatures(given.get("num_replicas"), given.get("max_temperature"),
+                                         given.get("temperatures")) != header["initial_ladder"]:
+            raise ValueError(
+                f"the checkpoint {path} was written with the ladder {header['initial_ladder']} "
+                f"(now {header['temperatures']}), but {given} give another; leave the ladder "
+                "arguments out (the checkpoint's ladder is used) or give the checkpointed run's")
+        kernel = cls(model, temperatures=header["temperatures"], **kwargs)  # until set-up
+        differ = {k: (v, header[k]) for k, v in _settings(kernel).items() if header[k] != v}
+        if differ:
+            raise ValueError(f"the checkpoint {path} was written with other kernel settings "
+                             f"(given, checkpoint): {differ}; pass the checkpointed run's")
+        kernel._resume_from = (path, header)
+        return kernel
+
+    def _resume_warmup(self, warmup_steps):
+        """The run's warmup from MCMC's remaining ``warmup_steps``; restores the ladder."""
+        path, header = self._resume_from
+        total, scans = header["warmup_steps"], header["scans"]
+        left, self._draws_before = max(total - scans, 0), max(scans - total, 0)
+        if warmup_steps != left:
+            wanted = header.get("num_samples")
+            draws = ("<the draws still wanted>" if wanted is None
+                     else f"{wanted - self._draws_before} to finish the run")
+            raise ValueError(
+                f"the checkpoint {path} is at scan {scans} of a run with warmup_steps={total}, "
+                f"so {left} warmup scans are left: run MCMC(kernel, warmup_steps={left}, "
+                f"num_samples={draws}), not warmup_steps={warmup_steps}")
+        _, self._resume_payload = read_checkpoint(path)
+        vars(self._ladder).update(self._resume_payload["ladder"])
+        return total
+
+    def _restore(self, comm):
+        """Put the checkpoint's state into the freshly set-up rungs and records."""
+        (path, header), payload = self._resume_from, self._resume_payload
+        rungs, device = self._rungs, self._split.device
+        sites = [[n, list(rungs.states[0][n].shape)] for n in self._split.latent_names]
+        dtype = str(next(iter(rungs.states[0].values())).dtype)
+        if sites != header["latent_sites"]:
+            raise ValueError(f"the checkpoint {path} is of a model with latent sites "
+                             f"{header['latent_sites']}, this model has {sites}; resume with "
+                             "the checkpointed run's model and data")
+        if dtype != header["dtype"]:
+            raise ValueError(f"the checkpoint {path} holds {header['dtype']} latents, this "
+                             f"model makes {dtype}; use the checkpointed run's torch dtype")
+        groups = {}
+        for i, (k, explorer) in enumerate(zip(rungs.rungs, rungs.explorers)):
+            saved = payload["rungs"][k]
+            rungs.states[i] = {n: v.to(device) for n, v in saved["state"].items()}
+            if isinstance(explorer, HMCRung):
+                groups.setdefault(id(explorer.group), (explorer.group, []))[1].append(saved)
+            else:
+                restore(explorer, saved["explorer"], device)
+        for group, saved in groups.values():  # the slots of an engine, in rung (slot) order
+            restore(group, [s["explorer"] for s in saved], device)
+        rungs._cache = (None, None)
+        self._ll = list(payload["ll"])
+        self._swap_generator.set_state(payload["swap_generator"])
+        vars(self._recorder).update(payload["recorder"])
+        report = dict(payload["report"], _finished=False)
+        scan, trips, elapsed = report["_round_start"]
+        report["_round_start"] = (scan, trips, time.perf_counter() - elapsed)
+        vars(self._report).update(report)
+        self.timings = dict(payload["timings"])
+        self._initial_params = rungs.cold_state()
+        self._resume_payload = None
+
+    def _after_scan(self):
+        """The periodic checkpoint (``checkpoint_every`` scans)."""
+        if self.checkpoint_every and self._t % self.checkpoint_every == 0:
+            save(self, self.checkpoint_path)

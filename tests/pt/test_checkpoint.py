@@ -1,0 +1,286 @@
+"""Checkpoint and resume: a resumed run is bitwise the uninterrupted one, on any number of ranks.
+
+The interruption is simulated exactly: a full seeded run writes checkpoints at given scans
+(from MCMC's hook, and periodically); a new kernel resumed from one of them, under a different
+global seed, must reproduce the rest of the full run bit for bit.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+import pyro
+from pyro.infer import MCMC
+
+from pyro_pt import ParallelTempering
+from pyro_pt.checkpoint import MAGIC, read_checkpoint
+
+from .distributed import spawn
+from .models import linear_data, linear_model
+
+# Short runs on a tiny ladder: the review's warnings about them are expected.
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+WARMUP, SAMPLES = 20, 12
+# Scan 4 ends the first warmup round: the ladder has just adapted (the batched HMC has a
+# step-size restart pending) and the first mass-matrix window is open; scan 26 is sampling.
+SCANS = (4, 26)
+KERNELS = {
+    "rwmh": {"explorer": "rwmh"},
+    "hmc": {"explorer": "hmc", "explorer_kwargs": {"num_steps": 3}},
+    "nuts": {"explorer": "nuts", "explorer_kwargs": {"max_tree_depth": 3}},
+    # The prior rung (beta = 0) drawn exactly, beside the batched engine's slots.
+    "hmc_prior_rung": {"explorer": "hmc", "explorer_kwargs": {"num_steps": 3},
+                       "max_temperature": float("inf")},
+}
+LADDER = {"num_replicas": 4, "max_temperature": 20.0}
+
+
+def run(kernel, warmup=WARMUP, samples=SAMPLES, data=None, seed=0, write=None):
+    """A seeded run; ``write``: {scan: path} checkpoints written from MCMC's hook."""
+    def hook(kernel, params, stage, i):
+        scan = i + 1 + (warmup if stage == "Sample" else 0)
+        if scan in (write or {}):
+            kernel.checkpoint(write[scan])
+
+    pyro.set_rng_seed(seed)
+    mcmc = MCMC(kernel, samples, warmup, disable_progbar=True, hook_fn=hook)
+    mcmc.run(*(data or linear_data()))
+    diag = kernel.diagnostics()
+    return {
+        "w": mcmc.get_samples()["w"],
+        "swap_accepted": diag["tempering_record"]["swap_accepted"].nan_to_num(-1),
+        "log_likelihood": diag["tempering_record"]["log_likelihood"],
+        **{key: diag[key] for key in ("swap_acceptance", "local_acceptance", "round_trips",
+                                      "divergences_per_temperature", "adaptation_history")},
+        "temperatures": kernel.temperatures,
+        "report": str(kernel.report.drop(columns="seconds").to_dict("list")),
+    }
+
+
+def resume(path, scan, kwargs, warmup=WARMUP, samples=SAMPLES, seed=123):
+    """Continue from the checkpoint at ``scan`` of a run of ``warmup`` and ``samples``, with the
+    warmup and draws left."""
+    kernel = ParallelTempering.resume(path, linear_model, **kwargs)
+    return run(kernel, max(warmup - scan, 0), samples - max(scan - warmup, 0), seed=seed)
+
+
+def assert_continues(full, resumed):
+    assert torch.equal(full["w"][-resumed["w"].shape[0]:], resumed["w"])
+    for key in full:
+        if key != "w":
+            assert str(full[key]) == str(resumed[key]), key
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_resumed_run_is_the_uninterrupted_run(name, tmp_path):
+    torch.set_num_threads(1)
+    kwargs = {**LADDER, **KERNELS[name]}
+    paths = {scan: str(tmp_path / f"scan{scan}.pt") for scan in SCANS}
+    full = run(ParallelTempering(linear_model, **kwargs), write=paths)
+    assert full["adaptation_history"] and full["swap_accepted"].eq(1).any()
+    for scan in SCANS:
+        header, _ = read_checkpoint(paths[scan], payload=False)
+        assert (header["scans"], header["num_samples"]) == (scan, SAMPLES)
+        assert_continues(full, resume(paths[scan], scan, kwargs))
+
+
+def test_periodic_checkpoints_leave_the_run_unchanged(tmp_path):
+    kwargs = {**LADDER, **KERNELS["rwmh"]}
+    path = tmp_path / "periodic.pt"
+    plain = run(ParallelTempering(linear_model, **kwargs))
+    full = run(ParallelTempering(linear_model, checkpoint_every=5, checkpoint_path=path, **kwargs))
+    assert_continues(plain, full)
+    assert read_checkpoint(path, payload=False)[0]["scans"] == 30  # the last multiple of 5
+    assert_continues(full, resume(path, 30, kwargs))
+    assert [p.name for p in tmp_path.iterdir()] == ["periodic.pt"]  # no temporary file left
+
+
+# ----- across numbers of processes -----
+
+DISTRIBUTED = {name: {**LADDER, **KERNELS[name]} for name in ("rwmh", "hmc")}
+# Short runs (collectives are slow on busy cores): the ladder adapts at scan 4, the checkpoint
+# is in the sampling phase.
+SHORT = {"warmup": 6, "samples": 6}
+SHORT_SCAN = 9
+
+
+def write_on_ranks(folder):
+    return {name: run(ParallelTempering(linear_model, **kwargs), **SHORT,
+                      write={SHORT_SCAN: os.path.join(folder, f"{name}.pt")})
+            for name, kwargs in DISTRIBUTED.items()}
+
+
+def resume_on_ranks(folder, names=tuple(DISTRIBUTED)):
+    return {name: resume(os.path.join(folder, f"{name}.pt"), SHORT_SCAN, DISTRIBUTED[name],
+                         **SHORT)
+            for name in names}
+
+
+@pytest.mark.slow
+def test_checkpoint_of_two_ranks_resumes_on_one_and_four(tmp_path):
+    torch.set_num_threads(1)
+    folder = str(tmp_path)
+    for ranks in ("two", "four"):
+        (tmp_path / ranks).mkdir()
+    written = spawn(2, tmp_path / "two", write_on_ranks, folder)
+    for name in DISTRIBUTED:
+        header, _ = read_checkpoint(os.path.join(folder, f"{name}.pt"), payload=False)
+        assert header["world_size"] == 2
+    one = resume_on_ranks(folder)  # the batched HMC's two engines of 2 slots join in one of 4
+    # Four ranks of one rung each (few, slow processes: the random walk alone).
+    four = spawn(4, tmp_path / "four", resume_on_ranks, folder, ("rwmh",))
+    for name, kwargs in DISTRIBUTED.items():
+        reference = run(ParallelTempering(linear_model, **kwargs), **SHORT)  # one process
+        # Every pair swaps in sampling: states cross every rank boundary of 2 and of 4 ranks.
+        assert reference["swap_accepted"].eq(1).any(0).all()
+        for result in [one] + written + four:
+            if name in result:
+                assert_continues(reference, result[name])
+
+
+# ----- a process killed while writing -----
+
+CHILD = textwrap.dedent("""
+    import os, sys, time
+    import pyro
+    from pyro.infer import MCMC
+    import pyro_pt.checkpoint as checkpoint
+    from pyro_pt import ParallelTempering
+    from tests.pt.models import linear_data, linear_model
+
+    path, marker = sys.argv[1], sys.argv[2]
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(linear_model, num_replicas=2, explorer="rwmh")
+    MCMC(kernel, 3, 3, disable_progbar=True).run(*linear_data())
+    kernel.checkpoint(path)
+
+    def half_then_wait(handle, data):  # the next checkpoint stops half-way, until killed
+        handle.write(data[: len(data) // 2])
+        handle.flush()
+        open(marker, "w").close()
+        time.sleep(600)
+
+    checkpoint._write = half_then_wait
+    kernel.checkpoint(path)
+""")
+
+
+def test_killed_while_writing_leaves_the_previous_checkpoint(tmp_path):
+    path, marker = tmp_path / "run.pt", tmp_path / "half-written"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(marker)], env=env,
+                             cwd=root)
+    deadline = time.monotonic() + 120
+    while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), "the child never reached the second write"
+    previous = path.read_bytes()
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert path.read_bytes() == previous
+    header, payload = read_checkpoint(path)
+    assert header["scans"] == 6 and len(payload["rungs"]) == 2
+    assert len(list(tmp_path.glob("run.pt.*.tmp"))) == 1  # the half-written one, never renamed
+
+
+# ----- bad checkpoints -----
+
+BAD = {"num_replicas": 3, "max_temperature": 10.0, "explorer": "rwmh"}
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("checkpoint") / "good.pt")
+    run(ParallelTempering(linear_model, **BAD), warmup=4, samples=2, write={4: path})
+    return path
+
+
+def wider_model(x, y):
+    zero = torch.zeros(3, dtype=x.dtype)
+    w = pyro.sample("w", pyro.distributions.Normal(zero, 1.0).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("y", pyro.distributions.Normal(w @ torch.cat([x, x[:, :1]], 1).T, 1.0),
+                    obs=y)
+
+
+def renamed_model(x, y):
+    v = pyro.sample("v", pyro.distributions.Normal(torch.zeros(2, dtype=x.dtype), 1.0)
+                    .to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("y", pyro.distributions.Normal(v @ x.T, 1.0), obs=y)
+
+
+@pytest.mark.parametrize("model, data, match", [
+    (wider_model, None, r"latent sites \[\['w', \[2\]\]\].*\[\['w', \[3\]\]\]"),
+    (renamed_model, None, r"latent sites \[\['w', \[2\]\]\].*\[\['v', \[2\]\]\]"),
+    (linear_model, [t.float() for t in linear_data()], "torch.float64 latents.*torch.float32"),
+])
+def test_another_model_is_refused(good, model, data, match):
+    kernel = ParallelTempering.resume(good, model, **BAD)
+    with pytest.raises(ValueError, match=match):
+        MCMC(kernel, 2, 0, disable_progbar=True).run(*(data or linear_data()))
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"num_replicas": 5}, "ladder"),
+    ({"max_temperature": 20.0}, "ladder"),
+    ({"explorer": "nuts"}, "other kernel settings.*explorer"),
+    ({"swap_scheme": "seo"}, "other kernel settings.*swap_scheme"),
+    ({"explorer_kwargs": {"scale": 0.5}}, "other kernel settings.*explorer_kwargs"),
+])
+def test_another_kernel_is_refused(good, change, match):
+    with pytest.raises(ValueError, match=match):
+        ParallelTempering.resume(good, linear_model, **{**BAD, **change})
+
+
+def test_the_wrong_warmup_is_refused_with_the_numbers_to_pass(good):
+    kernel = ParallelTempering.resume(good, linear_model, **BAD)
+    with pytest.raises(ValueError, match=r"0 warmup scans are left.*warmup_steps=0, "
+                                         r"num_samples=2 to finish the run\)"):
+        MCMC(kernel, 2, 4, disable_progbar=True).run(*linear_data())
+
+
+def test_the_ladder_comes_from_the_checkpoint(good):
+    kernel = ParallelTempering.resume(good, linear_model, explorer="rwmh")  # no ladder given
+    MCMC(kernel, 2, 0, disable_progbar=True).run(*linear_data())
+    assert kernel.num_replicas == 3
+    assert kernel.temperatures == read_checkpoint(good, payload=False)[0]["temperatures"]
+
+
+def test_damaged_files_are_refused(good, tmp_path):
+    data = open(good, "rb").read()
+    truncated, corrupt, foreign = tmp_path / "t.pt", tmp_path / "c.pt", tmp_path / "f.pt"
+    truncated.write_bytes(data[: len(data) - 100])
+    flipped = bytearray(data)
+    flipped[-50] ^= 0xFF
+    corrupt.write_bytes(bytes(flipped))
+    torch.save({"w": torch.zeros(2)}, foreign)
+    with pytest.raises(ValueError, match="truncated or corrupt"):
+        read_checkpoint(truncated)
+    with pytest.raises(ValueError, match="truncated or corrupt.*checksum wrong"):
+        read_checkpoint(corrupt)
+    (tmp_path / "h.pt").write_bytes(data[: len(MAGIC) + 20])  # cut inside the header
+    with pytest.raises(ValueError, match="header does not parse"):
+        ParallelTempering.resume(tmp_path / "h.pt", linear_model)
+    with pytest.raises(ValueError, match="not a pyro_pt checkpoint"):
+        ParallelTempering.resume(foreign, linear_model)
+    kernel = ParallelTempering.resume(truncated, linear_model, explorer="rwmh")
+    with pytest.raises(ValueError, match="truncated or corrupt"):
+        MCMC(kernel, 2, 0, disable_progbar=True).run(*linear_data())
+
+
+@pytest.mark.parametrize("every, path, error", [
+    (0, "x.pt", ValueError), (2.5, "x.pt", ValueError), (None, "x.pt", ValueError),
+    (5, None, TypeError),
+])
+def test_bad_checkpoint_arguments(every, path, error):
+    with pytest.raises(error, match="checkpoint_"):
+        ParallelTempering(linear_model, checkpoint_every=every, checkpoint_path=path)
