@@ -26,6 +26,7 @@ import torch
 from .checkpoint_state import capture, restore
 from .compat import mcmc_num_samples
 from .explorers.hmc_group import HMCRung
+from .ladder import inverse_temperatures, temperatures_of
 from .options import ladder_temperatures
 
 MAGIC = b"PYRO_PT_CHECKPOINT\n"
@@ -131,7 +132,8 @@ def _header(kernel):
         "world_size": kernel._rungs.comm.world_size, **_settings(kernel),
         "num_samples": _run_num_samples(kernel),
         "temperatures": kernel.temperatures,
-        "initial_ladder": list(getattr(kernel._ladder, "initial", kernel.temperatures)),
+        "initial_ladder": temperatures_of(kernel._ladder.initial),
+        "initial_betas": list(kernel._ladder.initial),  # exact: the ladder stores betas
     }
 
 
@@ -211,8 +213,9 @@ class Checkpointing:
                  if k in kwargs}
         # A ladder that grows (num_replicas="auto") is the checkpoint's from here on.
         fixed = given and not isinstance(given.get("num_replicas"), str)
-        if fixed and ladder_temperatures(given.get("num_replicas"), given.get("max_temperature"),
-                                         given.get("temperatures")) != header["initial_ladder"]:
+        if fixed and inverse_temperatures(ladder_temperatures(
+                given.get("num_replicas"), given.get("max_temperature"),
+                given.get("temperatures"))) != header["initial_betas"]:
             raise ValueError(
                 f"the checkpoint {path} was written with the ladder {header['initial_ladder']} "
                 f"(now {header['temperatures']}), but {given} give another; leave the ladder "
