@@ -16,8 +16,9 @@ import math
 
 import torch
 
-from .capture import Uncapturable, capture, compile_graph, forked_rng, mismatch
-from .densities import densities, densities_and_grads
+from .capture import (Uncapturable, capture, compile_graph, forked_rng, keeping_validation,
+                      mismatch)
+from .densities import counted_validation, densities, densities_and_grads
 from .inductor import check_compiler, choose_compiler, inductor_compile
 from .split import FlatLayout
 
@@ -175,11 +176,14 @@ class CompiledSplit:
     def _capture_checked(self, kind, dtype, device):
         points = self.check_points(dtype, device)
         make = densities_and_grads if kind == "grads" else densities
+        fn = make(self.split, self.layout)
         with forked_rng(device):
-            gm = capture(make(self.split, self.layout), points[0])
+            gm = capture(fn, points[0])
+            self._check_validation(min(fn.flag_counts, default=0), points[0])
         if kind == "grads" and self.compiler == "inductor":
             try:
-                compiled = inductor_compile(gm, points[0])
+                with keeping_validation():
+                    compiled = inductor_compile(gm, points[0])
                 self._check(compiled, points, dtype, device)
                 return gm, compiled, "inductor"
             except Exception as error:  # no compiler, an unsupported operation, a mismatch
@@ -188,6 +192,23 @@ class CompiledSplit:
         compiled, engine = compile_graph(gm, points[0])
         self._check(compiled, points, dtype, device)
         return gm, compiled, engine
+
+    def _check_validation(self, flags, point):
+        """
+        Raise Uncapturable unless the graph holds a flag for each validation check the traced
+        path makes at ``point``. The check points are valid points, where a graph without its
+        flags still agrees; where the model is invalid it would give finite densities (the
+        traced path NaN) and a chain would sample there.
+        """
+        counts = [0]
+        with torch.no_grad(), counted_validation(counts):
+            self.split.log_densities(self.layout.unflatten(point))
+        if flags < counts[0]:
+            raise Uncapturable(
+                f"the captured graph holds {flags} of the {counts[0]} distribution validation "
+                f"checks the traced model makes (validation changed while it was captured?), so "
+                f"it would give finite densities where the model is invalid"
+            )
 
     def _check(self, compiled, points, dtype, device):
         """Raise Uncapturable unless ``compiled`` gives the traced path's numbers at

@@ -65,6 +65,26 @@ def _validation_as_flags(flags):
         torch._is_all_true = original
 
 
+@contextlib.contextmanager
+def counted_validation(counts):
+    """
+    Count the checks of torch distribution validation (as :func:`_validation_as_flags` sees
+    them) in ``counts[0]``, each still deciding as before: how many flags a captured graph of
+    the same model run must hold.
+    """
+    original = torch._is_all_true
+
+    def count(valid):
+        counts[0] += 1
+        return original(valid)
+
+    torch._is_all_true = count
+    try:
+        yield
+    finally:
+        torch._is_all_true = original
+
+
 def split_terms(split, layout, flat):
     """
     ``(lp, ll)`` at the flat unconstrained point ``flat``, through a :class:`_Substitute`
@@ -83,10 +103,11 @@ def split_terms(split, layout, flat):
     return split.sum_terms(terms, z, constrained)
 
 
-def _flagged(split, layout, flat):
+def _flagged(split, layout, flat, counts):
     flags = []
     with _validation_as_flags(flags):
         lp, ll = split_terms(split, layout, flat)
+    counts.append(len(flags))
     valid = torch.stack(flags).all() if flags else None
     return lp, ll, valid
 
@@ -98,18 +119,23 @@ def _nan_unless(valid, value):
 
 
 def densities(split, layout):
-    """``flat -> (lp, ll)`` (NaN where validation would raise), to be captured."""
+    """
+    ``flat -> (lp, ll)`` (NaN where validation would raise), to be captured. Its attribute
+    ``flag_counts`` lists the number of flags of each model run it made.
+    """
 
     def fn(flat):
-        lp, ll, valid = _flagged(split, layout, flat)
+        lp, ll, valid = _flagged(split, layout, flat, fn.flag_counts)
         return _nan_unless(valid, lp), _nan_unless(valid, ll)
 
+    fn.flag_counts = []
     return fn
 
 
 def densities_and_grads(split, layout):
     """
-    ``flat -> (lp, ll, d lp / d flat, d ll / d flat)``, to be captured.
+    ``flat -> (lp, ll, d lp / d flat, d ll / d flat)``, to be captured; ``flag_counts`` as in
+    :func:`densities` (of the ll pass, whose flags judge both).
 
     The model runs twice, once per gradient; the network in the lp pass feeds nothing that is
     returned, so dead-code elimination of the captured graph removes it.
@@ -120,7 +146,7 @@ def densities_and_grads(split, layout):
             return split_terms(split, layout, flat)[0]
 
     def ll_fn(flat):
-        _, ll, valid = _flagged(split, layout, flat)
+        _, ll, valid = _flagged(split, layout, flat, fn.flag_counts)
         # torch.func's aux output must hold tensors: no flags (validation off) is "all valid".
         return ll, (valid if valid is not None else torch.ones((), dtype=torch.bool))
 
@@ -129,4 +155,5 @@ def densities_and_grads(split, layout):
         grad_ll, (ll, valid) = grad_and_value(ll_fn, has_aux=True)(flat)
         return _nan_unless(valid, lp), _nan_unless(valid, ll), grad_lp, grad_ll
 
+    fn.flag_counts = []
     return fn
