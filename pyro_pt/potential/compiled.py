@@ -3,11 +3,12 @@
 :class:`CompiledSplit` holds the captured graphs of ``flat -> (lp, ll)`` and of their gradients
 (:mod:`pyro_pt.potential.densities`, captured by :mod:`pyro_pt.potential.capture`), per dtype,
 device and validation setting, each checked at its first use against the traced path
-(:meth:`~pyro_pt.potential.split.ModelSplit.log_densities`) at the check points. The graph of
-the gradients (the one every leapfrog step evaluates) runs under TorchScript or, when chosen,
-Inductor (:mod:`pyro_pt.potential.inductor`), with TorchScript as the fallback; the values-only
-graph, used off the leapfrog path, always runs under TorchScript (a second Inductor compilation
-would not repay itself). It knows
+(:meth:`~pyro_pt.potential.split.ModelSplit.log_densities`): for its numbers at the check points,
+and for a flag per validation check the traced path makes. The graph of the gradients (the one
+every leapfrog step evaluates) runs under TorchScript or, when chosen, Inductor
+(:mod:`pyro_pt.potential.inductor`), with TorchScript as the fallback; the values-only graph,
+used off the leapfrog path, always runs under TorchScript (a second Inductor compilation would
+not repay itself). It knows
 nothing of temperatures or batches: :class:`~pyro_pt.potential.batched.BatchedEvaluator` and
 :class:`~pyro_pt.potential.functional.FunctionalSplit` are built on it, never the reverse.
 """

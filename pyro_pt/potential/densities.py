@@ -6,7 +6,10 @@ does; :meth:`~pyro_pt.potential.split.ModelSplit.sum_terms` then adds them exact
 path does. Distribution validation keeps its meaning inside a graph: each check that would
 raise (``torch._is_all_true`` in :class:`torch.distributions.Distribution`) becomes a flag, and
 the densities are NaN where a flag is false, which is what
-:meth:`~pyro_pt.potential.split.ModelSplit.log_densities` returns where validation raises.
+:meth:`~pyro_pt.potential.split.ModelSplit.log_densities` returns where validation raises. The
+number of flags of each capture is kept, for the set-up to compare with the number of checks
+the traced path makes (:func:`counted_validation`): a graph that lost a flag agrees at valid
+points and is finite where the model is invalid.
 """
 
 import contextlib
@@ -47,30 +50,37 @@ class _Substitute(Messenger):
 
 
 @contextlib.contextmanager
-def _validation_as_flags(flags):
-    """
-    Turn the raising checks of torch distribution validation into recorded flags (only while a
-    graph is captured: a raise needs the value in Python, which a graph cannot have).
-    """
+def _checks_answered_by(check):
+    """The checks of torch distribution validation (``torch._is_all_true(valid)``, raising where
+    it is false) answered by ``check`` instead."""
     original = torch._is_all_true
-
-    def record(valid):
-        flags.append(torch.as_tensor(valid).all())
-        return True
-
-    torch._is_all_true = record
+    torch._is_all_true = check
     try:
         yield
     finally:
         torch._is_all_true = original
 
 
-@contextlib.contextmanager
+def _validation_as_flags(flags):
+    """
+    Turn the raising checks of torch distribution validation into recorded flags (only while a
+    graph is captured: a raise needs the value in Python, which a graph cannot have).
+    """
+
+    def record(valid):
+        flags.append(torch.as_tensor(valid).all())
+        return True
+
+    return _checks_answered_by(record)
+
+
 def counted_validation(counts):
     """
-    Count the checks of torch distribution validation (as :func:`_validation_as_flags` sees
-    them) in ``counts[0]``, each still deciding as before: how many flags a captured graph of
-    the same model run must hold.
+    Count the checks of torch distribution validation (those :func:`_validation_as_flags`
+    turns into flags) in ``counts[0]``, each still deciding as before: how many flags a graph
+    captured from the same model run must hold.
+
+    :param list counts: a one-element list, the count so far.
     """
     original = torch._is_all_true
 
@@ -78,11 +88,7 @@ def counted_validation(counts):
         counts[0] += 1
         return original(valid)
 
-    torch._is_all_true = count
-    try:
-        yield
-    finally:
-        torch._is_all_true = original
+    return _checks_answered_by(count)
 
 
 def split_terms(split, layout, flat):
