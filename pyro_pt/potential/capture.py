@@ -57,6 +57,22 @@ def forked_rng(device=None):
     return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
 
 
+@contextlib.contextmanager
+def keeping_validation():
+    """
+    The user's torch distribution validation setting restored on exit. The first
+    ``torch.compile`` of a process turns validation off for the whole process
+    (``torch._dynamo.eval_frame.TorchPatcher.patch`` calls
+    ``Distribution.set_default_validate_args(False)``); compiling a graph must not change what
+    the traced path, and every graph captured afterwards, does at an invalid point.
+    """
+    setting = torch.distributions.Distribution._validate_args
+    try:
+        yield
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(setting)
+
+
 class Uncapturable(Exception):
     """The model cannot be evaluated as one fixed graph; the message says why."""
 
@@ -203,7 +219,8 @@ def compile_vmapped(gm, example, compiler="torchscript"):
         warnings.simplefilter("ignore")  # torch.jit.trace's deprecation notice
         if compiler == "inductor":
             try:
-                return inductor_compile(capture(batched, example), example)
+                with keeping_validation():
+                    return inductor_compile(capture(batched, example), example)
             except Exception:  # the batched evaluator's checks judge what runs instead
                 pass
         try:

@@ -3,11 +3,12 @@
 :class:`CompiledSplit` holds the captured graphs of ``flat -> (lp, ll)`` and of their gradients
 (:mod:`pyro_pt.potential.densities`, captured by :mod:`pyro_pt.potential.capture`), per dtype,
 device and validation setting, each checked at its first use against the traced path
-(:meth:`~pyro_pt.potential.split.ModelSplit.log_densities`) at the check points. The graph of
-the gradients (the one every leapfrog step evaluates) runs under TorchScript or, when chosen,
-Inductor (:mod:`pyro_pt.potential.inductor`), with TorchScript as the fallback; the values-only
-graph, used off the leapfrog path, always runs under TorchScript (a second Inductor compilation
-would not repay itself). It knows
+(:meth:`~pyro_pt.potential.split.ModelSplit.log_densities`): for its numbers at the check points,
+and for a flag per validation check the traced path makes. The graph of the gradients (the one
+every leapfrog step evaluates) runs under TorchScript or, when chosen, Inductor
+(:mod:`pyro_pt.potential.inductor`), with TorchScript as the fallback; the values-only graph,
+used off the leapfrog path, always runs under TorchScript (a second Inductor compilation would
+not repay itself). It knows
 nothing of temperatures or batches: :class:`~pyro_pt.potential.batched.BatchedEvaluator` and
 :class:`~pyro_pt.potential.functional.FunctionalSplit` are built on it, never the reverse.
 """
@@ -16,8 +17,9 @@ import math
 
 import torch
 
-from .capture import Uncapturable, capture, compile_graph, forked_rng, mismatch
-from .densities import densities, densities_and_grads
+from .capture import (Uncapturable, capture, compile_graph, forked_rng, keeping_validation,
+                      mismatch)
+from .densities import counted_validation, densities, densities_and_grads
 from .inductor import check_compiler, choose_compiler, inductor_compile
 from .split import FlatLayout
 
@@ -175,11 +177,14 @@ class CompiledSplit:
     def _capture_checked(self, kind, dtype, device):
         points = self.check_points(dtype, device)
         make = densities_and_grads if kind == "grads" else densities
+        fn = make(self.split, self.layout)
         with forked_rng(device):
-            gm = capture(make(self.split, self.layout), points[0])
+            gm = capture(fn, points[0])
+            self._check_validation(min(fn.flag_counts, default=0), points[0])
         if kind == "grads" and self.compiler == "inductor":
             try:
-                compiled = inductor_compile(gm, points[0])
+                with keeping_validation():
+                    compiled = inductor_compile(gm, points[0])
                 self._check(compiled, points, dtype, device)
                 return gm, compiled, "inductor"
             except Exception as error:  # no compiler, an unsupported operation, a mismatch
@@ -188,6 +193,23 @@ class CompiledSplit:
         compiled, engine = compile_graph(gm, points[0])
         self._check(compiled, points, dtype, device)
         return gm, compiled, engine
+
+    def _check_validation(self, flags, point):
+        """
+        Raise Uncapturable unless the graph holds a flag for each validation check the traced
+        path makes at ``point``. The check points are valid points, where a graph without its
+        flags still agrees; where the model is invalid it would give finite densities (the
+        traced path NaN) and a chain would sample there.
+        """
+        counts = [0]
+        with torch.no_grad(), counted_validation(counts):
+            self.split.log_densities(self.layout.unflatten(point))
+        if flags < counts[0]:
+            raise Uncapturable(
+                f"the captured graph holds {flags} of the {counts[0]} distribution validation "
+                f"checks the traced model makes (validation changed while it was captured?), so "
+                f"it would give finite densities where the model is invalid"
+            )
 
     def _check(self, compiled, points, dtype, device):
         """Raise Uncapturable unless ``compiled`` gives the traced path's numbers at

@@ -6,7 +6,10 @@ does; :meth:`~pyro_pt.potential.split.ModelSplit.sum_terms` then adds them exact
 path does. Distribution validation keeps its meaning inside a graph: each check that would
 raise (``torch._is_all_true`` in :class:`torch.distributions.Distribution`) becomes a flag, and
 the densities are NaN where a flag is false, which is what
-:meth:`~pyro_pt.potential.split.ModelSplit.log_densities` returns where validation raises.
+:meth:`~pyro_pt.potential.split.ModelSplit.log_densities` returns where validation raises. The
+number of flags of each capture is kept, for the set-up to compare with the number of checks
+the traced path makes (:func:`counted_validation`): a graph that lost a flag agrees at valid
+points and is finite where the model is invalid.
 """
 
 import contextlib
@@ -47,22 +50,45 @@ class _Substitute(Messenger):
 
 
 @contextlib.contextmanager
+def _checks_answered_by(check):
+    """The checks of torch distribution validation (``torch._is_all_true(valid)``, raising where
+    it is false) answered by ``check`` instead."""
+    original = torch._is_all_true
+    torch._is_all_true = check
+    try:
+        yield
+    finally:
+        torch._is_all_true = original
+
+
 def _validation_as_flags(flags):
     """
     Turn the raising checks of torch distribution validation into recorded flags (only while a
     graph is captured: a raise needs the value in Python, which a graph cannot have).
     """
-    original = torch._is_all_true
 
     def record(valid):
         flags.append(torch.as_tensor(valid).all())
         return True
 
-    torch._is_all_true = record
-    try:
-        yield
-    finally:
-        torch._is_all_true = original
+    return _checks_answered_by(record)
+
+
+def counted_validation(counts):
+    """
+    Count the checks of torch distribution validation (those :func:`_validation_as_flags`
+    turns into flags) in ``counts[0]``, each still deciding as before: how many flags a graph
+    captured from the same model run must hold.
+
+    :param list counts: a one-element list, the count so far.
+    """
+    original = torch._is_all_true
+
+    def count(valid):
+        counts[0] += 1
+        return original(valid)
+
+    return _checks_answered_by(count)
 
 
 def split_terms(split, layout, flat):
@@ -83,10 +109,11 @@ def split_terms(split, layout, flat):
     return split.sum_terms(terms, z, constrained)
 
 
-def _flagged(split, layout, flat):
+def _flagged(split, layout, flat, counts):
     flags = []
     with _validation_as_flags(flags):
         lp, ll = split_terms(split, layout, flat)
+    counts.append(len(flags))
     valid = torch.stack(flags).all() if flags else None
     return lp, ll, valid
 
@@ -98,18 +125,23 @@ def _nan_unless(valid, value):
 
 
 def densities(split, layout):
-    """``flat -> (lp, ll)`` (NaN where validation would raise), to be captured."""
+    """
+    ``flat -> (lp, ll)`` (NaN where validation would raise), to be captured. Its attribute
+    ``flag_counts`` lists the number of flags of each model run it made.
+    """
 
     def fn(flat):
-        lp, ll, valid = _flagged(split, layout, flat)
+        lp, ll, valid = _flagged(split, layout, flat, fn.flag_counts)
         return _nan_unless(valid, lp), _nan_unless(valid, ll)
 
+    fn.flag_counts = []
     return fn
 
 
 def densities_and_grads(split, layout):
     """
-    ``flat -> (lp, ll, d lp / d flat, d ll / d flat)``, to be captured.
+    ``flat -> (lp, ll, d lp / d flat, d ll / d flat)``, to be captured; ``flag_counts`` as in
+    :func:`densities` (of the ll pass, whose flags judge both).
 
     The model runs twice, once per gradient; the network in the lp pass feeds nothing that is
     returned, so dead-code elimination of the captured graph removes it.
@@ -120,7 +152,7 @@ def densities_and_grads(split, layout):
             return split_terms(split, layout, flat)[0]
 
     def ll_fn(flat):
-        _, ll, valid = _flagged(split, layout, flat)
+        _, ll, valid = _flagged(split, layout, flat, fn.flag_counts)
         # torch.func's aux output must hold tensors: no flags (validation off) is "all valid".
         return ll, (valid if valid is not None else torch.ones((), dtype=torch.bool))
 
@@ -129,4 +161,5 @@ def densities_and_grads(split, layout):
         grad_ll, (ll, valid) = grad_and_value(ll_fn, has_aux=True)(flat)
         return _nan_unless(valid, lp), _nan_unless(valid, ll), grad_lp, grad_ll
 
+    fn.flag_counts = []
     return fn

@@ -6,6 +6,10 @@ Only the slow tests compile with Inductor, and only the smallest model of the fu
 default never reaches Inductor.
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -141,3 +145,40 @@ def test_inductor_agrees_with_torchscript_and_traced(dtype):
         for actual, expected in zip(fast.batched_potential_and_grad(batch, betas),
                                     reference.batched_potential_and_grad(batch, betas)):
             assert relative_difference(actual, expected) <= RTOL
+
+
+# A fresh process: torch.compile changes process state once, at its first call, which an
+# earlier test of the session may already have spent.
+AFTER_FIRST_INDUCTOR = """
+import math, torch, pyro, pyro.distributions as dist
+from pyro_pt.potential import FunctionalSplit, ModelSplit
+
+def gamma_factor_model(v):
+    a = pyro.sample("a", dist.Normal(1.0, 1.0))
+    # Unvalidated, Gamma(a <= 0).log_prob is finite: only validation makes it NaN.
+    pyro.factor("f", dist.Gamma(a, 1.0).log_prob(v).sum())
+
+split = ModelSplit(gamma_factor_model, (torch.tensor([0.5, 2.0]),),
+                   init_strategy=lambda site: torch.tensor(1.0))
+bad = torch.tensor([-0.5])
+for compile, engine in (("inductor", "inductor"), ("torchscript", "jit")):
+    fast = FunctionalSplit(split, compile=compile, batched="loop")
+    assert (fast.path, fast.compiled.engine) == ("functional", engine), fast.compiled.reason
+    assert torch.distributions.Distribution._validate_args, "validation turned off"
+    lp, ll, _, _ = fast.evaluate(bad)
+    assert math.isnan(lp) and math.isnan(ll), (compile, lp, ll)
+    assert all(math.isnan(t) for t in split.log_densities({"a": bad.reshape(())}))
+print("validated")
+"""
+
+
+@pytest.mark.slow
+def test_graphs_keep_validation_after_the_first_inductor_compile_of_the_process():
+    # torch._dynamo's first torch.compile sets torch distribution validation off for the
+    # process; a graph captured after it lost its flags and gave a finite Gamma(a <= 0).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]
+        + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    out = subprocess.run([sys.executable, "-c", AFTER_FIRST_INDUCTOR], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "validated", out.stderr[-3000:]

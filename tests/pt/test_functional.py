@@ -1,6 +1,7 @@
 """FunctionalSplit against the traced ModelSplit and hand-written densities (float64): values,
 gradients, NaN semantics, fallbacks, batches and their independence of the batch."""
 
+import contextlib
 import importlib.util
 import math
 import os
@@ -16,7 +17,7 @@ import pyro.distributions as dist
 import pyro.poutine as poutine
 from pyro.ops.integrator import potential_grad
 
-from pyro_pt.potential import FunctionalSplit, ModelSplit, TemperedPotential
+from pyro_pt.potential import FunctionalSplit, ModelSplit, TemperedPotential, densities
 
 from . import models
 
@@ -291,6 +292,29 @@ def test_nan_where_traced_is_nan_with_gradients_connected(model, args, bad):
             assert_close(fast.log_densities(bad)[1], split.log_densities(bad)[1])
             assert math.isfinite(float(fast.log_densities(bad)[1]))
             assert fast.evaluate(torch.tensor([-0.5]), grads=True) is not None
+
+
+def test_graph_missing_a_validation_check_falls_back_to_traced(monkeypatch):
+    # The check points are valid, so there a graph without a flag agrees with the traced path;
+    # the set-up counts the flags against the traced path's checks instead.
+    record = densities._validation_as_flags
+
+    @contextlib.contextmanager
+    def misses_one(flags):
+        recorded = []
+        with record(recorded):
+            yield
+        flags.extend(recorded[1:])
+
+    monkeypatch.setattr(densities, "_validation_as_flags", misses_one)
+    split = ModelSplit(gamma_factor_model, (torch.tensor([0.5, 2.0]),),
+                       init_strategy=lambda site: torch.tensor(1.0))
+    fast = FunctionalSplit(split)
+    assert fast.path == "traced"
+    assert "holds 6 of the 7 distribution validation checks" in fast.reason, fast.reason
+    assert all(math.isnan(t) for t in fast.log_densities({"a": torch.tensor(-0.5)}))
+    monkeypatch.undo()
+    assert FunctionalSplit(split).path == "functional"
 
 
 # ----- the batched path -----
