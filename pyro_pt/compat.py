@@ -7,6 +7,9 @@ samplers' frames: ``_UnarySampler`` / ``_MultiSampler`` (with their ``num_chains
 ``_Worker`` of parallel chains, private names of ``pyro.infer.mcmc.api``; a checkpoint reads
 their ``num_samples`` the same way (:func:`mcmc_num_samples`). The test
 ``tests/pt/test_compat.py`` pins them to the Pyro version they were read from.
+
+:class:`KernelParams` holds the two parts of the ``MCMCKernel`` protocol whose meaning comes
+from how :class:`~pyro.infer.MCMC` uses them rather than from its documentation.
 """
 
 import sys
@@ -57,3 +60,32 @@ def refuse_multichain_mcmc(comm):
             "different seeds, or split the world with torch.distributed.new_group and pass "
             "each part as process_group="
         )
+
+
+class KernelParams:
+    """
+    ``initial_params`` and ``save_params`` of a kernel whose rungs are set up by ``setup``
+    (``_rungs``, ``_split``): before set-up, ``initial_params`` is what the user gave; after, the
+    cold rung's state (what MCMC records as the start). MCMC concatenates draws in
+    ``save_params`` order but unpacks them in sorted order, so the names are kept sorted.
+    """
+
+    _user_initial_params = _initial_params = _save_params = None
+
+    @property
+    def initial_params(self):
+        return self._initial_params if self._rungs else self._user_initial_params
+
+    @initial_params.setter
+    def initial_params(self, params):
+        self._user_initial_params = params
+
+    @property
+    def save_params(self):
+        if self._save_params is not None:
+            return self._save_params
+        return list(self._split.latent_names) if self._rungs else []
+
+    @save_params.setter
+    def save_params(self, names):
+        self._save_params = sorted(names)

@@ -3,7 +3,9 @@
 Glue only: each scan the rungs explore (:mod:`pyro_pt.explorers`), communicate (a swap round,
 :mod:`pyro_pt.swap`, states moved by :mod:`pyro_pt.rungs`), and the run records
 (:mod:`pyro_pt.recorders`, :mod:`pyro_pt.report`, the ladder's adaptation in
-:mod:`pyro_pt.ladder`).
+:mod:`pyro_pt.ladder`). What the kernel says about its run (report, diagnostics, logging) is
+:class:`~pyro_pt.report.Reporting`; checkpoints are :class:`~pyro_pt.checkpoint.Checkpointing`;
+Pyro's ``initial_params`` / ``save_params`` are :class:`~pyro_pt.compat.KernelParams`.
 """
 
 import math
@@ -16,21 +18,18 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from .checkpoint import Checkpointing, check_checkpointing
 from .comm import make_comm
-from .compat import refuse_multichain_mcmc
-from .explain import missing_sites, model_errors
-from .explorers import build_rungs
-from .health import annotate
+from .compat import KernelParams, refuse_multichain_mcmc
+from .explain import missing_sites
 from .ladder import Ladder
-from .options import check_options, check_split, ladder_temperatures, shared_settings
-from .potential import ModelSplit
+from .options import check_options, ladder_temperatures
 from .potential.inductor import check_compiler
 from .recorders import TemperingRecorder
-from .report import Report
-from .rungs import set_up_rungs
+from .report import Report, Reporting
+from .rungs import set_up_kernel
 from .swap import swap_round
 
 
-class ParallelTempering(Checkpointing, MCMCKernel):
+class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
     r"""
     Parallel tempering (replica exchange) with likelihood-only tempering.
 
@@ -132,12 +131,7 @@ class ParallelTempering(Checkpointing, MCMCKernel):
         self.compile = check_compiler(compile)
         self.checkpoint_every, self.checkpoint_path = check_checkpointing(checkpoint_every,
                                                                           checkpoint_path)
-        self.transforms = None
-        self._user_initial_params = None
-        self._initial_params = None
-        self._split = None
-        self._save_params = None
-        self._rungs = None
+        self.transforms = self._split = self._rungs = None
 
     # ----- ladder -----
 
@@ -165,51 +159,16 @@ class ParallelTempering(Checkpointing, MCMCKernel):
         """The temperatures of the rungs this process runs (after setup)."""
         return [self.temperatures[k] for k in self._rungs.rungs] if self._rungs else None
 
-    # ----- MCMCKernel protocol -----
-
-    @property
-    def initial_params(self):
-        return self._initial_params if self._rungs else self._user_initial_params
-
-    @initial_params.setter
-    def initial_params(self, params):
-        self._user_initial_params = params
-
-    @property
-    def save_params(self):
-        if self._save_params is not None:
-            return self._save_params
-        return list(self._split.latent_names) if self._rungs else []
-
-    @save_params.setter
-    def save_params(self, names):
-        # MCMC concatenates draws in save_params order but unpacks them in sorted order.
-        self._save_params = sorted(names)
-
     def setup(self, warmup_steps, *args, **kwargs):
         comm = make_comm(self.process_group)
         refuse_multichain_mcmc(comm)
         self._ladder.reset()  # a rerun starts from the ladder given, not the one it adapted to
         if self._resume_from:  # the checkpoint's ladder, and the run's warmup from what is left
             warmup_steps = self._resume_warmup(warmup_steps)
-        betas, num = self.betas, self.num_replicas
-
-        def build(split, rungs, seeds):
-            with model_errors(self.model, args, kwargs, split):
-                return build_rungs(split, rungs, betas, seeds, split.device, self.explorer,
-                                   self.explorer_kwargs, warmup_steps, self._user_initial_params,
-                                   compile=self.compile)
-
-        def make_split():
-            with model_errors(self.model, args, kwargs):
-                self._split = ModelSplit(self.model, args, kwargs, self._user_transforms,
-                                         init_strategy=self.init_strategy)
-            check_split(self._split, betas, self._save_params)
-            self.transforms = self._split.transforms
-            return self._split
-
-        self._rungs, _, local_ll, self.explorer_info, seeds = set_up_rungs(
-            comm, num, make_split, build, shared_settings(self, warmup_steps))
+        self._rungs, self._split, local_ll, self.explorer_info, seeds = set_up_kernel(
+            self, comm, warmup_steps, args, kwargs)
+        self.transforms = self._split.transforms
+        num = self.num_replicas
         self._swap_generator = torch.Generator().manual_seed(seeds[num])
         self._warmup_steps = warmup_steps
         self._ll = self._rungs.gather(local_ll)
@@ -257,40 +216,3 @@ class ParallelTempering(Checkpointing, MCMCKernel):
         if origin != sorted(origin):
             self._rungs.permute(origin)
         return outcome
-
-    @property
-    def adaptation_history(self):
-        """Per adaptation round: its scans, the ladder it ran and the rejection rates seen."""
-        return list(self._ladder.history) if self._rungs else []
-
-    @property
-    def report(self):
-        """The per-round report as a pandas DataFrame (columns:
-        :data:`pyro_pt.report.COLUMNS`); warmup rows cover one round each, sampling rows are
-        cumulative."""
-        if not self._rungs:
-            raise RuntimeError("report is available after MCMC.run has set the kernel up")
-        return self._report.data_frame()
-
-    def cleanup(self):
-        if self._rungs:
-            problems = self.diagnostics()["warnings"] if self._recorder.sampling else []
-            self._report.finish(self._ladder, self._recorder, problems)
-
-    def logging(self):
-        # The cold explorer lives on rank 0; other ranks log the (shared) swap statistics.
-        cold = self._rungs.explorers[0] if self._rungs.start == 0 else None
-        out = dict(cold.logging() or {}) if cold is not None else {}
-        out["swap acc."] = f"{self._recorder.phase.mean_acceptance():.3f}"
-        out["round trips"] = self._recorder.index.round_trips
-        return out
-
-    def diagnostics(self):
-        interval = self.swap_interval
-        num_rounds = max(0, self._t // interval - self._warmup_steps // interval)
-        rungs = self._rungs.summary(self._t, self.temperatures)
-        out = self._recorder.summary(self.betas, num_rounds, rungs)
-        # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
-        out["adaptation_history"] = self.adaptation_history
-        # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
-        return annotate(out, self.betas, num_rounds)

@@ -18,7 +18,7 @@ import warnings
 
 import torch
 
-from .health import TemperingWarning, warning_text
+from .health import TemperingWarning, annotate, warning_text
 from .ladder import warmup_round_ends
 from .barrier import global_barrier, recommended_replicas
 from .recorders import stepping_stone
@@ -196,3 +196,48 @@ class Report:
         import pandas as pd
 
         return pd.DataFrame(self.rows, columns=list(COLUMNS))
+
+
+class Reporting:
+    """
+    What a :class:`~pyro_pt.ParallelTempering` kernel says about its run: the report, the
+    adaptation history, the progress-bar fields and :meth:`diagnostics` (with the end-of-run
+    review of :mod:`pyro_pt.health`), read from its ladder, recorder, report and rungs.
+    """
+
+    @property
+    def adaptation_history(self):
+        """Per adaptation round: its scans, the ladder it ran and the rejection rates seen."""
+        return list(self._ladder.history) if self._rungs else []
+
+    @property
+    def report(self):
+        """The per-round report as a pandas DataFrame (columns:
+        :data:`pyro_pt.report.COLUMNS`); warmup rows cover one round each, sampling rows are
+        cumulative."""
+        if not self._rungs:
+            raise RuntimeError("report is available after MCMC.run has set the kernel up")
+        return self._report.data_frame()
+
+    def cleanup(self):
+        if self._rungs:
+            problems = self.diagnostics()["warnings"] if self._recorder.sampling else []
+            self._report.finish(self._ladder, self._recorder, problems)
+
+    def logging(self):
+        # The cold explorer lives on rank 0; other ranks log the (shared) swap statistics.
+        cold = self._rungs.explorers[0] if self._rungs.start == 0 else None
+        out = dict(cold.logging() or {}) if cold is not None else {}
+        out["swap acc."] = f"{self._recorder.phase.mean_acceptance():.3f}"
+        out["round trips"] = self._recorder.index.round_trips
+        return out
+
+    def diagnostics(self):
+        interval = self.swap_interval
+        num_rounds = max(0, self._t // interval - self._warmup_steps // interval)
+        rungs = self._rungs.summary(self._t, self.temperatures)
+        out = self._recorder.summary(self.betas, num_rounds, rungs)
+        # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
+        out["adaptation_history"] = self.adaptation_history
+        # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
+        return annotate(out, self.betas, num_rounds)

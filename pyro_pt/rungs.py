@@ -3,8 +3,10 @@
 import torch
 
 from .comm import agree_on_setup, rung_blocks
-from .explorers import step_rungs
-from .potential import FlatLayout
+from .explain import model_errors
+from .explorers import build_rungs, step_rungs
+from .options import check_split, shared_settings
+from .potential import FlatLayout, ModelSplit
 from .random import stream_seeds
 
 
@@ -159,3 +161,27 @@ def set_up_rungs(comm, num_rungs, make_split, build, settings):
         view = [(name, tuple(block.states[0][name].shape)) for name in split.latent_names]
     agree_on_setup(comm, failure, view, settings)
     return block, split, lls, info, seeds
+
+
+def set_up_kernel(kernel, comm, warmup_steps, args, kwargs):
+    """
+    :func:`set_up_rungs` for a :class:`~pyro_pt.ParallelTempering` ``kernel`` and the model call
+    ``(args, kwargs)``: the split and the explorers of its settings, with errors that name the
+    model's site (:mod:`pyro_pt.explain`).
+    """
+    betas = kernel.betas
+
+    def make_split():
+        with model_errors(kernel.model, args, kwargs):
+            split = ModelSplit(kernel.model, args, kwargs, kernel._user_transforms,
+                               init_strategy=kernel.init_strategy)
+        check_split(split, betas, kernel._save_params)
+        return split
+
+    def build(split, rungs, seeds):
+        with model_errors(kernel.model, args, kwargs, split):
+            return build_rungs(split, rungs, betas, seeds, split.device, kernel.explorer,
+                               kernel.explorer_kwargs, warmup_steps, kernel._user_initial_params,
+                               compile=kernel.compile)
+
+    return set_up_rungs(comm, len(betas), make_split, build, shared_settings(kernel, warmup_steps))
