@@ -12,6 +12,9 @@ import time
 
 import torch
 
+# The longest reason a rank leaves for the others in the store.
+NOTE_LENGTH = 2000
+
 
 def rung_blocks(num_rungs, world_size):
     """
@@ -89,6 +92,11 @@ class TorchComm:
             self._store = None
         ranks = "world" if process_group is None else dist.get_process_group_ranks(process_group)
         self._key_prefix = f"pyro_pt/failed/{ranks}/"
+        self._note_prefix = f"pyro_pt/note/{ranks}/"
+        if os.environ.get("TORCHELASTIC_RUN_ID") is not None:
+            from .torchrun import watch
+
+            watch(self)  # torchrun SIGTERMs the survivors: name the lost rank before that
 
     def _lost_ranks(self, wait=5.0):
         """Ranks that did not sign in within ``wait`` seconds; None if the store is gone."""
@@ -106,20 +114,47 @@ class TorchComm:
         except (RuntimeError, ValueError):
             return None  # the store itself is gone: its host died
 
+    def leave_note(self, error):
+        """Best effort: tell the other ranks, through the store, why this rank stops."""
+        if self._store is None:
+            return
+        try:
+            text = f"{type(error).__name__}: {error}"
+            self._store.set(self._note_prefix + str(self.rank), text[:NOTE_LENGTH])
+        except (RuntimeError, ValueError):
+            pass  # the store is gone; the rank's own traceback still says why
+
+    def _notes(self):
+        """``{rank: why it stopped}`` for the other ranks that left a note."""
+        notes = {}
+        try:
+            for r in range(self.world_size):
+                if r != self.rank and self._store.check([self._note_prefix + str(r)]):
+                    notes[r] = self._store.get(self._note_prefix + str(r)).decode()
+        except (AttributeError, RuntimeError, ValueError):
+            pass  # no store, or it is gone
+        return notes
+
+    def lost_ranks_text(self, wait=5.0):
+        """Which ranks are lost, and why where they said so: one text for every failure."""
+        lost, notes = self._lost_ranks(wait), self._notes()
+        said = "".join(f"; rank {r} stopped with {note}" for r, note in notes.items())
+        if lost:
+            return f"lost rank(s) {lost}: they stopped responding" + said
+        if lost is None:
+            return ("the rendezvous store is unreachable, so its host (usually rank 0) is lost"
+                    + said)
+        if notes:
+            return f"rank(s) {sorted(notes)} failed" + said
+        return "every rank is alive, so they have diverged (different models or calls?)"
+
     def _run(self, what, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except (RuntimeError, ValueError) as error:
-            lost = self._lost_ranks()
-            if lost:
-                who = f"lost rank(s) {lost}: they stopped responding"
-            elif lost is None:
-                who = "the rendezvous store is unreachable, so its host (usually rank 0) is lost"
-            else:
-                who = "every rank is alive, so they have diverged (different models or calls?)"
             raise RuntimeError(
-                f"pyro_pt: {what} failed on rank {self.rank} of {self.world_size}; {who}. "
-                f"Backend error: {error}"
+                f"pyro_pt: {what} failed on rank {self.rank} of {self.world_size}; "
+                f"{self.lost_ranks_text()}. Backend error: {error}"
             ) from error
 
     def all_gather_floats(self, values, block_sizes):
