@@ -17,10 +17,12 @@ Nothing is installed outside torchrun, outside the main thread, or over a SIGTER
 or excepthook of the user's own (ours chains to the excepthook found).
 """
 
+import json
 import os
 import signal
 import sys
 import threading
+import time
 import traceback
 
 # How long a rank stopped by SIGTERM waits for the other survivors to sign in at the store
@@ -60,25 +62,22 @@ def _excepthook(kind, value, tb):
     comm = _watched["comm"]
     if comm is not None and isinstance(value, Exception):
         comm.leave_note(value)
-        _record_error_file(value, tb)
+        _record_error_file(kind, value, tb)
     (_watched["previous_hook"] or sys.__excepthook__)(kind, value, tb)
 
 
-def _record_error_file(error, tb):
-    """torchrun's error file (what ``@record`` writes), unless the script's ``@record`` or
-    another handler wrote it already."""
+def _record_error_file(kind, error, tb):
+    """torchrun's error file, as ``@record`` writes it (the JSON that
+    ``torch.distributed.elastic.multiprocessing.errors.ErrorHandler`` reads back), unless the
+    script's own ``@record`` wrote it already."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path or os.path.exists(path):
         return
-    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
-
+    message = {"message": f"{kind.__name__}: {error}", "extraInfo": {
+        "py_callstack": "".join(traceback.format_exception(kind, error, tb)),
+        "timestamp": str(int(time.time()))}}
     try:
-        # torch's writer takes the traceback from the exception being handled.
-        raise error.with_traceback(tb)
-    except Exception:
-        try:
-            ErrorHandler().record_exception(error)
-        except Exception:  # a courtesy: never hide the error being reported
-            traceback.print_exc()
-    finally:
-        error.__traceback__ = tb
+        with open(path, "w") as f:
+            json.dump({"message": message}, f)
+    except OSError:
+        pass  # a courtesy: the rank's own traceback is printed all the same
