@@ -91,8 +91,10 @@ class TorchComm:
         except (RuntimeError, AttributeError, ValueError):
             self._store = None
         ranks = "world" if process_group is None else dist.get_process_group_ranks(process_group)
-        self._key_prefix = f"pyro_pt/failed/{ranks}/"
-        self._note_prefix = f"pyro_pt/note/{ranks}/"
+        # A torchrun restart keeps the agent's store: keys of an earlier attempt must not count.
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self._key_prefix = f"pyro_pt/failed/{ranks}/{attempt}/"
+        self._note_prefix = f"pyro_pt/note/{ranks}/{attempt}/"
         if os.environ.get("TORCHELASTIC_RUN_ID") is not None:
             from .torchrun import watch
 
@@ -135,8 +137,11 @@ class TorchComm:
             pass  # no store, or it is gone
         return notes
 
-    def lost_ranks_text(self, wait=5.0):
-        """Which ranks are lost, and why where they said so: one text for every failure."""
+    def lost_ranks_text(self, wait=5.0, if_any=False):
+        """
+        Which ranks are lost, and why where they said so: one text for every failure. With
+        ``if_any``, None when every rank is alive and none left a note (nothing to report).
+        """
         lost, notes = self._lost_ranks(wait), self._notes()
         said = "".join(f"; rank {r} stopped with {note}" for r, note in notes.items())
         if lost:
@@ -146,6 +151,8 @@ class TorchComm:
                     + said)
         if notes:
             return f"rank(s) {sorted(notes)} failed" + said
+        if if_any:
+            return None
         return "every rank is alive, so they have diverged (different models or calls?)"
 
     def _run(self, what, fn, *args, **kwargs):

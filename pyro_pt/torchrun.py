@@ -48,8 +48,8 @@ def watch(comm):
 def _on_sigterm(signum, frame):
     comm = _watched["comm"]
     try:
-        text = comm.lost_ranks_text(wait=SIGN_IN_SECONDS)
-        if not text.startswith("every rank is alive"):  # a plain stop needs no word
+        text = comm.lost_ranks_text(wait=SIGN_IN_SECONDS, if_any=True)
+        if text is not None:  # a plain stop (every rank alive, no error) needs no word
             print(f"pyro_pt: rank {comm.rank} of {comm.world_size} was stopped by torchrun "
                   f"(SIGTERM); {text}", file=sys.stderr, flush=True)
     finally:

@@ -52,3 +52,29 @@ def test_a_hung_rank_is_named_and_the_survivor_exits_without_it():
     assert procs[0].returncode != 0
     assert "pyro_pt: all_gather of log-likelihoods failed on rank 0 of 2" in out, out[-5000:]
     assert "lost rank(s) [1]: they stopped responding" in out
+
+
+def test_the_watch_keeps_the_scripts_own_sigterm_handler_and_chains_its_excepthook():
+    # In a subprocess: pytest's own handlers must not be touched.
+    code = """
+import signal, sys
+from pyro_pt.torchrun import watch
+mine = lambda *a: None
+signal.signal(signal.SIGTERM, mine)
+seen = []
+sys.excepthook = lambda kind, value, tb: seen.append(("user hook", str(value)))
+class Comm:
+    rank, world_size = 1, 2
+    def leave_note(self, error):
+        seen.append(("note", str(error)))
+watch(Comm())
+watch(Comm())  # a second kernel: installed once
+assert signal.getsignal(signal.SIGTERM) is mine
+sys.excepthook(ValueError, ValueError("boom"), None)
+assert seen == [("note", "boom"), ("user hook", "boom")], seen
+print("ok")
+"""
+    env = {k: v for k, v in _env().items() if k != "TORCHELASTIC_ERROR_FILE"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=GUARD)
+    assert proc.stdout.strip() == "ok", proc.stderr[-3000:]
