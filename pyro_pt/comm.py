@@ -65,6 +65,8 @@ class TorchComm:
     Tensors travel on ``device``: the rank's CUDA device with the ``nccl`` backend, the CPU
     otherwise. Errors from the backend are re-raised naming the operation, so a lost rank
     shows up as an error (after the process group's timeout at worst) rather than a hang.
+    Under torchrun, which stops the survivors before their collective fails, the process is
+    also watched (:mod:`pyro_pt.torchrun`) so that the lost rank is still named.
 
     :param process_group: the group, or None for the default (world) group.
     """
@@ -142,13 +144,13 @@ class TorchComm:
         Which ranks are lost, and why where they said so: one text for every failure. With
         ``if_any``, None when every rank is alive and none left a note (nothing to report).
         """
-        lost, notes = self._lost_ranks(wait), self._notes()
+        lost = self._lost_ranks(wait)
+        if lost is None:  # no store to read notes from either
+            return "the rendezvous store is unreachable, so its host (usually rank 0) is lost"
+        notes = self._notes()
         said = "".join(f"; rank {r} stopped with {note}" for r, note in notes.items())
         if lost:
             return f"lost rank(s) {lost}: they stopped responding" + said
-        if lost is None:
-            return ("the rendezvous store is unreachable, so its host (usually rank 0) is lost"
-                    + said)
         if notes:
             return f"rank(s) {sorted(notes)} failed" + said
         if if_any:
