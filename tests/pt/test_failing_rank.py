@@ -14,6 +14,7 @@ SCRIPT = os.path.join(ROOT, "tests", "pt", "failing_rank.py")
 GUARD = 240  # seconds: a hang guard only, far above what a run takes under load
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["raise", "exit"])
 def test_under_torchrun_the_survivors_name_the_failed_rank(how):
     # torchrun SIGTERMs the survivors as soon as rank 1 fails, before their own collective
@@ -35,6 +36,7 @@ def test_under_torchrun_the_survivors_name_the_failed_rank(how):
         assert "RuntimeError: rank 1's model blew up" in root_cause
 
 
+@pytest.mark.slow
 def test_a_hung_rank_is_named_and_the_survivor_exits_without_it():
     env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2")
     procs = [subprocess.Popen([sys.executable, SCRIPT, "hang", "--timeout", "5"], cwd=ROOT,
