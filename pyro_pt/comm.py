@@ -12,6 +12,9 @@ import time
 
 import torch
 
+# The longest reason a rank leaves for the others in the store.
+NOTE_LENGTH = 2000
+
 
 def rung_blocks(num_rungs, world_size):
     """
@@ -62,6 +65,8 @@ class TorchComm:
     Tensors travel on ``device``: the rank's CUDA device with the ``nccl`` backend, the CPU
     otherwise. Errors from the backend are re-raised naming the operation, so a lost rank
     shows up as an error (after the process group's timeout at worst) rather than a hang.
+    Under torchrun, which stops the survivors before their collective fails, the process is
+    also watched (:mod:`pyro_pt.torchrun`) so that the lost rank is still named.
 
     :param process_group: the group, or None for the default (world) group.
     """
@@ -88,7 +93,14 @@ class TorchComm:
         except (RuntimeError, AttributeError, ValueError):
             self._store = None
         ranks = "world" if process_group is None else dist.get_process_group_ranks(process_group)
-        self._key_prefix = f"pyro_pt/failed/{ranks}/"
+        # A torchrun restart keeps the agent's store: keys of an earlier attempt must not count.
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self._key_prefix = f"pyro_pt/failed/{ranks}/{attempt}/"
+        self._note_prefix = f"pyro_pt/note/{ranks}/{attempt}/"
+        if os.environ.get("TORCHELASTIC_RUN_ID") is not None:
+            from .torchrun import watch
+
+            watch(self)  # torchrun SIGTERMs the survivors: name the lost rank before that
 
     def _lost_ranks(self, wait=5.0):
         """Ranks that did not sign in within ``wait`` seconds; None if the store is gone."""
@@ -106,20 +118,52 @@ class TorchComm:
         except (RuntimeError, ValueError):
             return None  # the store itself is gone: its host died
 
+    def leave_note(self, error):
+        """Best effort: tell the other ranks, through the store, why this rank stops."""
+        if self._store is None:
+            return
+        try:
+            text = f"{type(error).__name__}: {error}"
+            self._store.set(self._note_prefix + str(self.rank), text[:NOTE_LENGTH])
+        except (RuntimeError, ValueError):
+            pass  # the store is gone; the rank's own traceback still says why
+
+    def _notes(self):
+        """``{rank: why it stopped}`` for the other ranks that left a note."""
+        notes = {}
+        try:
+            for r in range(self.world_size):
+                if r != self.rank and self._store.check([self._note_prefix + str(r)]):
+                    notes[r] = self._store.get(self._note_prefix + str(r)).decode()
+        except (AttributeError, RuntimeError, ValueError):
+            pass  # no store, or it is gone
+        return notes
+
+    def lost_ranks_text(self, wait=5.0, if_any=False):
+        """
+        Which ranks are lost, and why where they said so: one text for every failure. With
+        ``if_any``, None when every rank is alive and none left a note (nothing to report).
+        """
+        lost = self._lost_ranks(wait)
+        if lost is None:  # no store to read notes from either
+            return "the rendezvous store is unreachable, so its host (usually rank 0) is lost"
+        notes = self._notes()
+        said = "".join(f"; rank {r} stopped with {note}" for r, note in notes.items())
+        if lost:
+            return f"lost rank(s) {lost}: they stopped responding" + said
+        if notes:
+            return f"rank(s) {sorted(notes)} failed" + said
+        if if_any:
+            return None
+        return "every rank is alive, so they have diverged (different models or calls?)"
+
     def _run(self, what, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except (RuntimeError, ValueError) as error:
-            lost = self._lost_ranks()
-            if lost:
-                who = f"lost rank(s) {lost}: they stopped responding"
-            elif lost is None:
-                who = "the rendezvous store is unreachable, so its host (usually rank 0) is lost"
-            else:
-                who = "every rank is alive, so they have diverged (different models or calls?)"
             raise RuntimeError(
-                f"pyro_pt: {what} failed on rank {self.rank} of {self.world_size}; {who}. "
-                f"Backend error: {error}"
+                f"pyro_pt: {what} failed on rank {self.rank} of {self.world_size}; "
+                f"{self.lost_ranks_text()}. Backend error: {error}"
             ) from error
 
     def all_gather_floats(self, values, block_sizes):

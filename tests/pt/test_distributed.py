@@ -1,7 +1,5 @@
 """Parallelism invariance: the same seed gives the same cold chain on any number of ranks."""
 
-import time
-
 import pytest
 import torch
 
@@ -94,19 +92,20 @@ def test_ranks_with_different_ladders_fail_at_setup(tmp_path):
 def test_a_setup_failure_on_one_rank_stops_every_rank_with_its_reason(where, reason, tmp_path):
     # Before the set-up check, rank 0 stopped only when gloo saw rank 1's connection close,
     # with a "lost rank" error that did not say why; the message is what this test checks.
-    start = time.perf_counter()
-    results = spawn_catching(2, tmp_path, run_failing_on_rank_1, where, timeout=60.0)
+    # Not the backend's timeout: that is longer than the hang guard, after which the ranks
+    # are killed and leave no result.
+    results = spawn_catching(2, tmp_path, run_failing_on_rank_1, where, timeout=900.0,
+                             wait=300.0)
     assert reason.split(": ", 1)[1] in results[1]["message"]  # rank 1: its own error
     assert results[1]["error"] == reason.split(":")[0]
     assert results[0]["error"] == "RuntimeError"
     assert "set-up failed on rank(s) [1]" in results[0]["message"]
     assert reason in results[0]["message"]
-    assert time.perf_counter() - start < 45.0  # not the backend's timeout
 
 
 @pytest.mark.parametrize("dead_rank", [1, 0])
 def test_a_dead_rank_is_named_by_the_survivors(dead_rank, tmp_path):
-    start = time.perf_counter()
+    # spawn_catching's wait is the hang guard; what is checked is the message, not the time.
     results = spawn_catching(2, tmp_path, run_and_die, dead_rank, 8, timeout=10.0)
     assert results[dead_rank] is None  # it died without a word
     message = results[1 - dead_rank]["message"]
@@ -114,4 +113,3 @@ def test_a_dead_rank_is_named_by_the_survivors(dead_rank, tmp_path):
         assert "its host (usually rank 0) is lost" in message
     else:
         assert "lost rank(s) [1]" in message
-    assert time.perf_counter() - start < 2 * 10.0 + 15  # twice the timeout, plus start-up
