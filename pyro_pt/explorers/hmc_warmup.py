@@ -13,6 +13,8 @@ import torch
 from pyro.ops.dual_averaging import DualAveraging as PyroDualAveraging
 from pyro.ops.welford import WelfordCovariance
 
+from .hmc_trajectory import TrajectoryAdaptation
+
 
 # Fewest iterations of step-size adaptation after the last metric window.
 MIN_TERM_BUFFER = 10
@@ -193,6 +195,7 @@ class HMCWarmup:
         # Stan's regularized diagonal estimate, one row per slot.
         self.welford = WelfordCovariance(diagonal=True)
         self.dual = None
+        self.trajectory = None
 
     def start(self):
         """The initial step-size search, once the engine holds its first states."""
@@ -201,14 +204,27 @@ class HMCWarmup:
             self.find_step_sizes(range(engine.num_slots))
             self.dual = DualAveraging(self._log_step_sizes(), engine.target_accept_prob)
 
+    def start_trajectory(self):
+        """Trajectory-length adaptation, when the engine has no fixed ``num_steps``."""
+        engine = self.engine
+        if engine.num_steps is None and engine._warmup_steps > 0:
+            self.trajectory = TrajectoryAdaptation(engine._lengths, engine.max_num_steps)
+
     def restart(self, slots):
         """``slots`` got a new target (their beta moved): search and average their steps anew."""
-        self.find_step_sizes(slots)
-        self.dual.restart(self._log_step_sizes(), slots)
+        if self.dual is not None:
+            self.find_step_sizes(slots)
+            self.dual.restart(self._log_step_sizes(), slots)
+        if self.trajectory is not None:
+            self.trajectory.restart_centre(slots)
 
-    def update(self, accept_prob):
-        """Adapt after the warmup iteration just completed (``accept_prob``: one per slot)."""
+    def update(self, start, info):
+        """Adapt after the warmup iteration just completed from ``start`` (the states it began
+        from) with ``info`` (its :class:`~pyro_pt.explorers.hmc_state.HMCInfo`)."""
         engine = self.engine
+        accept_prob = info.accept_prob.tolist()
+        if self.trajectory is not None:
+            self._adapt_trajectory(start, info, accept_prob)
         if engine.adapt_step_size:
             self._set_step_sizes(self.dual.update(accept_prob))
         t = engine._t  # iterations completed; the one just done had index t - 1
@@ -225,6 +241,18 @@ class HMCWarmup:
                     self.dual.restart(self._log_step_sizes(), every)
         if t == engine._warmup_steps and engine.adapt_step_size:
             self._set_step_sizes(self.dual.final_log_step_size())
+        if t == engine._warmup_steps and self.trajectory is not None:
+            engine._lengths = self.trajectory.final_lengths()
+
+    def _adapt_trajectory(self, start, info, accept_prob):
+        """One ChEES step of every slot's trajectory length, from the iteration's proposal."""
+        engine, trajectory = self.engine, self.trajectory
+        step_sizes = engine._step_size.tolist()
+        times = [n * e for n, e in zip(info.num_steps.tolist(), step_sizes)]
+        velocity = engine._inv_mass * info.momentum
+        gradients = trajectory.gradients(start, info.proposal, velocity, times, accept_prob)
+        trajectory.observe(engine._z)
+        engine._lengths = trajectory.update(gradients, step_sizes)
 
     def _log_step_sizes(self):
         return [math.log(e) for e in self.engine._step_size.tolist()]

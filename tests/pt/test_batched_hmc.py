@@ -57,7 +57,7 @@ def run(potential, betas, seeds, warmup, samples, start=None, **kwargs):
     hmc.setup(z, torch.tensor(betas, dtype=F64), seeds, warmup)
     draws, lls = [], []
     for t in range(warmup + samples):
-        z, ll, _ = hmc.step(z)
+        (z, ll), _ = hmc.step(z)
         if t >= warmup:
             draws.append(z)
             lls.append(ll)
@@ -135,8 +135,9 @@ def run_placed(groups, jitter):
     history = []
     for t in range(100):
         out = [hmc.step(z[slots]) for hmc, slots in zip(engines, groups)]
-        z = torch.cat([o[0] for o in out])
-        history.append((z, torch.cat([o[1] for o in out]), torch.cat([o[2] for o in out])))
+        z = torch.cat([state.z for state, _ in out])
+        history.append((z, torch.cat([state.ll for state, _ in out]),
+                        torch.cat([info.accepted for _, info in out])))
         if t == 20:  # ladder adaptation: slots 1 and 2 get new betas
             betas = betas.clone()
             betas[1:3] = torch.tensor([0.9, 0.8])
@@ -263,7 +264,7 @@ def test_next_step_starts_from_replaced_states(announce):
     z = torch.zeros(3, 3, dtype=F64)
     hmc.setup(z, torch.tensor([1.0, 0.5, 0.2], dtype=F64), [1, 2, 3], 10)
     for _ in range(5):
-        z, _, _ = hmc.step(z)
+        z = hmc.step(z)[0].z
     spy.calls.clear()
     hmc.step(z)
     assert len(spy.calls) == 3 and not torch.equal(spy.calls[0][0], z)  # cached: no re-evaluation
@@ -272,12 +273,12 @@ def test_next_step_starts_from_replaced_states(announce):
     if announce:
         hmc.replace_states([0, 2])
     spy.calls.clear()
-    new, ll, _ = hmc.step(swapped)
+    (new, ll), _ = hmc.step(swapped)
     assert len(spy.calls) == 4 and torch.equal(spy.calls[0][0], swapped)
 
     hmc.set_betas([1.0, 0.6, 0.2])
     spy.calls.clear()
-    after, ll, _ = hmc.step(new)
+    (after, ll), _ = hmc.step(new)
     first_z, first_betas = spy.calls[0]
     assert torch.equal(first_z, new)  # slot 1's beta changed: re-evaluated at the new beta
     assert torch.equal(first_betas, torch.tensor([1.0, 0.6, 0.2], dtype=F64))
@@ -292,7 +293,7 @@ def test_float32_runs_and_keeps_its_dtype():
     assert ll.dtype == torch.float32
     draws = []
     for _ in range(400):
-        z, ll, accepted = hmc.step(z)
+        (z, ll), _ = hmc.step(z)
         draws.append(z)
     assert z.dtype == ll.dtype == hmc.step_sizes.dtype == hmc.inverse_mass.dtype == torch.float32
     draws = torch.stack(draws[100:]).to(F64)
@@ -311,7 +312,7 @@ def test_cuda_matches_itself_across_batching():
             z = torch.zeros(len(slots), 3, dtype=F64, device="cuda")
             hmc.setup(z, [[1.0, 0.5, 0.2][k] for k in slots], [9 + k for k in slots], 50)
             for _ in range(80):
-                z, ll, _ = hmc.step(z)
+                (z, ll), _ = hmc.step(z)
             assert z.device.type == "cuda" and ll.device.type == "cuda"
             draws.append(z)
         results.append(torch.cat(draws).cpu())
