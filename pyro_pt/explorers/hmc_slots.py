@@ -94,7 +94,7 @@ class HMCSlots:
         return self._inv_mass.clone()
 
     def diagnostics(self):
-        """
+        r"""
         One dict per slot (:meth:`~pyro_pt.explorers.hmc_record.HMCRecord.diagnostics`); with
         an adapted trajectory also its ``trajectory length`` :math:`T` and ``num steps``, the
         leapfrog steps of an unjittered trajectory (:math:`\lceil T / \epsilon \rceil`, capped).

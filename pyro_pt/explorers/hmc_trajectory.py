@@ -23,14 +23,18 @@ proposals as in the paper's Algorithm 1; :math:`M^{-1}p' = dz'/dt`).
 **The per-slot form.** The paper averages :math:`g` over an ensemble of chains at one
 iteration and centres on the ensemble mean. Here a slot (a rung) is usually one chain, so
 the same expectation over :math:`\pi` is taken along the chain instead: :math:`\mu` is the
-running mean of the slot's own states (restarted when its target moves), and Adam's first
-moment (:math:`\beta_1 = 0.9`) pools the terms of the last ~10 iterations, where the paper
-has :math:`\beta_1 = 0` with an ensemble. At stationarity a chain's states have the same law
-as an ensemble's, so the pooled term estimates the same gradient, only with autocorrelated
-samples; the step direction is then the one ChEES-HMC takes, and the log trajectory length
-kept after warmup is the dual-averaging-style average :math:`\bar x_t = t^{-\kappa} x_t +
-(1 - t^{-\kappa}) \bar x_{t-1}` of the iterates (:math:`\kappa = 0.75`), which removes most of
-the per-chain noise of the last iterate.
+running mean of the slot's own states (restarted when its target moves), and the terms of
+successive iterations are pooled by the ascent itself. At stationarity a chain's states have
+the same law as an ensemble's, so each term is an (autocorrelated) unbiased draw of the same
+gradient. One term is much noisier than an ensemble average, so, beyond the paper's Adam
+(:math:`\beta_1 = 0`, :math:`\beta_2 = 0.95`, rate 0.025): the rate decays as
+:math:`0.025 / \sqrt{1 + n/100}` after n updates (Robbins-Monro), and the log length kept
+after warmup is the average :math:`\bar x_t = t^{-\kappa} x_t + (1 - t^{-\kappa}) \bar x_{t-1}`
+(:math:`\kappa = 0.75`, as in dual averaging) of the iterates since the last metric update.
+Measured on 4-d Gaussians (24 slots, 1000 warmup iterations): a constant rate left 2 of 24
+slots at a secondary maximum of ChEES (2.5 times the optimum), the decaying rate none. The
+ascent starts from a short :math:`T` (three step sizes) so that it meets the first maximum,
+the global one, first.
 
 The state is Python floats per slot plus one ``[R, D]`` running mean (elementwise updates and
 a fixed-order row reduction), so a slot's trajectory length does not depend on which other
@@ -75,19 +79,42 @@ class TrajectoryAdaptation:
     :param float beta2: Adam's second-moment decay (the paper's 0.95).
     """
 
-    def __init__(self, trajectory_length, max_num_steps, learning_rate=0.025, beta1=0.9,
-                 beta2=0.95, kappa=0.75):
+    def __init__(self, trajectory_length, max_num_steps, learning_rate=0.025, beta1=0.0,
+                 beta2=0.95, kappa=0.75, decay_steps=100.0):
         self.log_length = [math.log(x) for x in trajectory_length]
         self.max_num_steps = max_num_steps
-        self.learning_rate, self.beta1, self.beta2, self.kappa = (learning_rate, beta1, beta2,
-                                                                  kappa)
+        self.learning_rate, self.beta1, self.beta2 = learning_rate, beta1, beta2
+        self.kappa, self.decay_steps = kappa, decay_steps
         num_slots = len(self.log_length)
         self.moment1 = [0.0] * num_slots
         self.moment2 = [0.0] * num_slots
-        self.t = [0] * num_slots
+        self.t = [0] * num_slots  # Adam's count since the last restart
+        self.num_updates = [0] * num_slots  # the learning rate's, never restarted
         self.average = list(self.log_length)
         self.centre = None  # [R, D] running mean of each slot's states
         self.num_states = [0] * num_slots
+
+    def rescale(self, old_inv_mass, new_inv_mass):
+        r"""
+        Carry each slot's :math:`T` over a metric update and restart its ascent there.
+
+        The inverse mass sets the frequencies of the dynamics: on a Gaussian coordinate of
+        scale :math:`\sigma_i`, :math:`\omega_i = \sqrt{m_i} / \sigma_i`. ChEES has local
+        maxima beyond its first, global one, so a :math:`T` kept as it was could land past the
+        first dip when the frequencies grow (measured: 3.8 times the optimum after a unit
+        metric became the posterior variance). So :math:`T` is scaled by
+        :math:`\omega_{old} / \omega_{new} = \sqrt{m_{old} / m_{new}}`, averaged over the
+        coordinates with ChEES's weights :math:`\sigma_i^4`, estimated by
+        :math:`m_{new,i}^2` (the new metric is the variance of the window's draws).
+        """
+        weight = new_inv_mass * new_inv_mass
+        ratio = (old_inv_mass / new_inv_mass).sqrt()
+        factors = (row_sum(weight * ratio) / row_sum(weight)).tolist()
+        for r, factor in enumerate(factors):
+            self.log_length[r] += math.log(factor)
+            self.average[r] = self.log_length[r]
+            self.moment1[r] = self.moment2[r] = 0.0
+            self.t[r] = 0
 
     def restart_centre(self, slots):
         """Forget the running mean of ``slots`` (their target moved)."""
@@ -127,7 +154,9 @@ class TrajectoryAdaptation:
             self.moment2[r] = self.beta2 * self.moment2[r] + (1 - self.beta2) * g * g
             m = self.moment1[r] / (1 - self.beta1 ** t)
             v = self.moment2[r] / (1 - self.beta2 ** t)
-            x = self.log_length[r] + self.learning_rate * m / (math.sqrt(v) + 1e-12)
+            self.num_updates[r] += 1
+            rate = self.learning_rate / math.sqrt(1.0 + self.num_updates[r] / self.decay_steps)
+            x = self.log_length[r] + rate * m / (math.sqrt(v) + 1e-12)
             low = math.log(step_sizes[r])
             x = min(max(x, low), low + math.log(self.max_num_steps))
             self.log_length[r] = x

@@ -86,9 +86,15 @@ BETAS = [1.0, 0.5, 0.2, 0.05]
 SEEDS = [11, 12, 13, 14]
 
 
-def test_samples_exact_tempered_posteriors():
+# Adapted trajectory lengths (the default), and a fixed jittered count. Three steps without
+# jitter no longer: once warmup ends at the target acceptance, 3 steps of the preconditioned
+# Gaussian are nearly half a period (omega L eps / pi = 0.96 measured), x -> -x, and x^2 hardly
+# mixes; the reason explorer="hmc" jitters a fixed num_steps by default.
+@pytest.mark.parametrize("kwargs", [{}, {"num_steps": 3, "num_steps_jitter": 0.5}],
+                         ids=["adaptive", "fixed"])
+def test_samples_exact_tempered_posteriors(kwargs):
     target = gaussian()
-    hmc, draws, _ = run(target, BETAS, SEEDS, warmup=400, samples=4000, num_steps=3)
+    hmc, draws, _ = run(target, BETAS, SEEDS, warmup=400, samples=4000, **kwargs)
     assert_matches_posterior(target, BETAS, draws)
     assert all(d["divergences"] == [] for d in hmc.diagnostics())
 
