@@ -1,5 +1,5 @@
 """
-Fixed-step HMC for all the rungs one process holds, advanced together.
+HMC for all the rungs one process holds, advanced together.
 
 A *slot* is a rung: it owns a step size, a diagonal inverse mass matrix, an inverse
 temperature and a random stream. States are rows of one ``[R, D]`` tensor and move between
@@ -78,7 +78,8 @@ class BatchedHMC(HMCSlots):
     :param float target_accept_prob: the acceptance rate step-size adaptation aims for.
     :param bool adapt_step_size: adapt step sizes during warmup.
     :param bool adapt_mass_matrix: adapt diagonal inverse mass matrices during warmup.
-    :param float num_steps_jitter: if > 0, each iteration slot r takes a number of steps drawn
+    :param float num_steps_jitter: with ``num_steps`` only (an adapted trajectory is always
+        jittered): if > 0, each iteration slot r takes a number of steps drawn
         uniformly from ``[ceil((1 - jitter) num_steps), num_steps]`` with its own generator
         (breaks periodic trajectories on near-Gaussian targets); default 0, no jitter.
     :param float max_delta_energy: energy error above which a trajectory counts as divergent.

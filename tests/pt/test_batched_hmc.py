@@ -133,7 +133,9 @@ def run_placed(groups, jitter):
     z = torch.zeros(num, 3, dtype=F64)
     engines = []
     for slots in groups:
-        hmc = BatchedHMC(target, num_steps=3, num_steps_jitter=jitter)
+        # jitter None: adapted trajectory lengths (ChEES), jittered on (0, T]
+        kwargs = {} if jitter is None else {"num_steps": 3, "num_steps_jitter": jitter}
+        hmc = BatchedHMC(target, **kwargs)
         hmc.setup(z[slots], betas[slots], [seeds[k] for k in slots], 60)
         engines.append(hmc)
     swap = list(range(num))
@@ -154,12 +156,14 @@ def run_placed(groups, jitter):
             for hmc, slots in zip(engines, groups):
                 hmc.replace_states([i for i, k in enumerate(slots) if k in (0, 1, 2)])
     diagnostics = [d for hmc in engines for d in hmc.diagnostics()]
+    if jitter is None:  # the adapted lengths are in the diagnostics, compared too
+        assert all(d["trajectory length"] > 0 for d in diagnostics)
     step_sizes = torch.cat([hmc.step_sizes for hmc in engines])
     inverse_mass = torch.cat([hmc.inverse_mass for hmc in engines])
     return history, diagnostics, step_sizes, inverse_mass
 
 
-@pytest.mark.parametrize("jitter", [0.0, 0.5])
+@pytest.mark.parametrize("jitter", [0.0, 0.5, None])
 @pytest.mark.parametrize("together, split", [
     ([[0, 1, 2, 3]], [[0, 1], [2, 3]]),
     # 64 slots: long enough vectors that torch's CPU kernels take their vectorized paths
