@@ -45,8 +45,10 @@ class BatchedHMC(HMCSlots):
     During warmup each slot adapts its step size by dual averaging towards
     ``target_accept_prob`` and its diagonal inverse mass matrix from the variance of its
     draws in Stan's windows (:func:`~pyro_pt.explorers.hmc_warmup.warmup_windows`); after each
-    window the step size is re-initialized by the doubling/halving heuristic of Hoffman &
-    Gelman (Algorithm 4) and dual averaging restarts. The momenta, accept uniforms (and
+    window dual averaging restarts warm, from its averaged step size (so that warmup ends
+    accepting near the target; :class:`~pyro_pt.explorers.hmc_warmup.HMCWarmup`). The first
+    step size comes from the doubling/halving heuristic of Hoffman & Gelman (Algorithm 4).
+    The momenta, accept uniforms (and
     step-count jitter) of slot r come from its own ``torch.Generator``, on the states' device.
 
     With ``num_steps=None`` (the default) slot r has a trajectory length :math:`T_r`, adapted

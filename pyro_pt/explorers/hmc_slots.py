@@ -25,9 +25,9 @@ class HMCSlots:
     def set_betas(self, betas):
         """
         Give the slots new inverse temperatures (ladder adaptation). Slots whose beta changed
-        recompute their potential at the next step and, during warmup, re-initialize their
-        step size and restart dual averaging (their target moved); their mass matrix keeps
-        adapting in the current window.
+        recompute their potential at the next step and, during warmup, restart dual averaging
+        warm and the centre of their trajectory criterion (their target moved); their mass
+        matrix keeps adapting in the current window.
         """
         betas = self._per_slot(betas, "betas", len(self._generators))
         changed = betas != self._betas

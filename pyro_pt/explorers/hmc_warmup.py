@@ -85,7 +85,9 @@ class HMCWarmup:
     iteration, dual averaging of the step sizes (and, without a fixed ``num_steps``, a ChEES
     step of the trajectory lengths, :mod:`~pyro_pt.explorers.hmc_trajectory`); in Stan's
     windows (:func:`warmup_windows`), the draws' variance as the next diagonal inverse mass
-    matrix; at the end, the averaged step sizes and trajectory lengths.
+    matrix (carrying the trajectory lengths over to it:
+    :meth:`~.hmc_trajectory.TrajectoryAdaptation.rescale`); at the end, the averaged step
+    sizes and trajectory lengths.
 
     The first step sizes come from Hoffman & Gelman's search (:func:`find_reasonable_step_sizes`)
     with Stan's dual averaging (prox centre ten times that, :math:`\gamma = 0.05`). After a

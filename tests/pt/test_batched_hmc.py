@@ -312,13 +312,14 @@ def test_float32_runs_and_keeps_its_dtype():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_matches_itself_across_batching():
+@pytest.mark.parametrize("kwargs", [{"num_steps": 3}, {}], ids=["fixed", "adaptive"])
+def test_cuda_matches_itself_across_batching(kwargs):
     target = gaussian()
     results = []
     for groups in ([[0, 1, 2]], [[0], [1, 2]]):
         draws = []
         for slots in groups:
-            hmc = BatchedHMC(target, num_steps=3)
+            hmc = BatchedHMC(target, **kwargs)
             z = torch.zeros(len(slots), 3, dtype=F64, device="cuda")
             hmc.setup(z, [[1.0, 0.5, 0.2][k] for k in slots], [9 + k for k in slots], 50)
             for _ in range(80):
