@@ -68,16 +68,18 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         increasing; the last may be ``inf``. With it, ``num_replicas`` and
         ``max_temperature`` may be left out; given, they must agree with it.
     :param explorer: the local kernel of each rung: ``"nuts"`` (Pyro's NUTS on every rung,
-        default), ``"hmc"`` (HMC with a fixed number of leapfrog steps, per-rung step size and
-        diagonal mass matrix adapted in warmup; all the rungs of a process advance together,
+        default), ``"hmc"`` (HMC with per-rung step size, diagonal mass matrix and trajectory
+        length (ChEES) adapted in warmup; all the rungs of a process advance together,
         one batched evaluation of a captured graph of the model per leapfrog step, see
         :attr:`explorer_info`), ``"rwmh"`` (random-walk Metropolis with a scale adapted in
         warmup), or a callable ``potential_fn -> MCMCKernel``.
     :param dict explorer_kwargs: keyword arguments for every rung's explorer (e.g.
-        ``{"max_tree_depth": 6}`` for NUTS; ``num_steps`` (default 10), ``num_steps_jitter``
-        (default 0.5: each iteration takes between half and all of ``num_steps``),
-        ``step_size``, ``target_accept_prob``, ``adapt_step_size``, ``adapt_mass_matrix`` for
-        ``"hmc"``).
+        ``{"max_tree_depth": 6}`` for NUTS; for ``"hmc"``: ``num_steps`` (default: none, the
+        trajectory length adapts and each iteration runs a jittered share of it, at most
+        ``max_num_steps`` (default 1024) leapfrog steps; an explicit ``num_steps`` fixes them),
+        ``num_steps_jitter`` (with ``num_steps`` only; default 0.5: each iteration takes
+        between half and all of ``num_steps``), ``step_size``, ``target_accept_prob``,
+        ``adapt_step_size``, ``adapt_mass_matrix``).
     :param str swap_scheme: ``"deo"`` (deterministic even-odd, non-reversible, default),
         ``"seo"`` (stochastic even-odd) or ``"sequential"`` (every pair, cold to hot).
     :param int swap_interval: scans between swap rounds (default 1).

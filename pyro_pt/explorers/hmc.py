@@ -1,5 +1,5 @@
 """
-Fixed-step HMC for all the rungs one process holds, advanced together.
+HMC for all the rungs one process holds, advanced together.
 
 A *slot* is a rung: it owns a step size, a diagonal inverse mass matrix, an inverse
 temperature and a random stream. States are rows of one ``[R, D]`` tensor and move between
@@ -18,15 +18,23 @@ import torch
 from ..swap import metropolis_probability
 from .hmc_record import HMCRecord
 from .hmc_dynamics import draw, leapfrog, not_finite, row_sum
+from .hmc_slots import HMCSlots
+from .hmc_state import HMCInfo, HMCState
+from .hmc_trajectory import jittered_num_steps
 from .hmc_warmup import HMCWarmup
 
-class BatchedHMC:
+# Steps of the first trajectory when the length adapts. ChEES on a Gaussian has local maxima
+# beyond the global one (the first); ascent from a short T reaches the first (measured: from
+# 10 initial step sizes, 3 of 20 slots stopped at the second one, 2-3 times too long).
+INITIAL_NUM_STEPS = 3
+
+class BatchedHMC(HMCSlots):
     r"""
-    Hamiltonian Monte Carlo with a fixed number of leapfrog steps for R slots at once, each
-    targeting its own tempered density :math:`\exp(lp(z) + \beta_r\, ll(z))`.
+    Hamiltonian Monte Carlo for R slots at once, each targeting its own tempered density
+    :math:`\exp(lp(z) + \beta_r\, ll(z))`, with an adapted or a fixed number of leapfrog steps.
 
     Each iteration, slot r draws a momentum :math:`p \sim N(0, M_r)` with
-    :math:`M_r^{-1} = \mathrm{diag}(m_r)`, runs ``num_steps`` leapfrog steps of size
+    :math:`M_r^{-1} = \mathrm{diag}(m_r)`, runs :math:`L_r` leapfrog steps of size
     :math:`\epsilon_r` (all slots together: one call of ``potential_and_grad`` per step), and
     accepts the end point with probability :math:`\min(1, e^{-\Delta H})`. A non-finite
     potential, gradient or energy anywhere on a slot's trajectory rejects that slot's proposal
@@ -37,9 +45,17 @@ class BatchedHMC:
     During warmup each slot adapts its step size by dual averaging towards
     ``target_accept_prob`` and its diagonal inverse mass matrix from the variance of its
     draws in Stan's windows (:func:`~pyro_pt.explorers.hmc_warmup.warmup_windows`); after each
-    window the step size is re-initialized by the doubling/halving heuristic of Hoffman &
-    Gelman (Algorithm 4) and dual averaging restarts. The momenta, accept uniforms (and
+    window dual averaging restarts warm, from its averaged step size (so that warmup ends
+    accepting near the target; :class:`~pyro_pt.explorers.hmc_warmup.HMCWarmup`). The first
+    step size comes from the doubling/halving heuristic of Hoffman & Gelman (Algorithm 4).
+    The momenta, accept uniforms (and
     step-count jitter) of slot r come from its own ``torch.Generator``, on the states' device.
+
+    With ``num_steps=None`` (the default) slot r has a trajectory length :math:`T_r`, adapted
+    in warmup by the per-slot ChEES criterion (:mod:`~pyro_pt.explorers.hmc_trajectory`), and
+    each iteration runs :math:`L_r = \min(L_{max}, \lceil h T_r / \epsilon_r \rceil)` steps
+    with a jitter :math:`h \sim U(0, 1]` (in sampling too). An explicit ``num_steps`` fixes
+    :math:`L_r` instead.
 
     The potential at the current states is cached between iterations: a step costs
     ``num_steps`` calls, plus one when a slot's state or beta changed (swaps, ladder
@@ -57,13 +73,15 @@ class BatchedHMC:
     :param callable potential_and_grad: ``(z [R, D], betas [R]) -> (potential [R], grad [R, D],
         ll [R])`` with potential :math:`-(lp + \beta\, ll)` and its gradient in ``z``; NaN or
         infinite rows are allowed.
-    :param int num_steps: leapfrog steps per iteration (fixed: they do not grow as the step
-        size shrinks).
+    :param int num_steps: a fixed number of leapfrog steps per iteration (they do not grow as
+        the step size shrinks); None (default) adapts the trajectory length.
+    :param int max_num_steps: the cap on an adapted trajectory's leapfrog steps.
     :param step_size: initial step size, a float or one per slot.
     :param float target_accept_prob: the acceptance rate step-size adaptation aims for.
     :param bool adapt_step_size: adapt step sizes during warmup.
     :param bool adapt_mass_matrix: adapt diagonal inverse mass matrices during warmup.
-    :param float num_steps_jitter: if > 0, each iteration slot r takes a number of steps drawn
+    :param float num_steps_jitter: with ``num_steps`` only (an adapted trajectory is always
+        jittered): if > 0, each iteration slot r takes a number of steps drawn
         uniformly from ``[ceil((1 - jitter) num_steps), num_steps]`` with its own generator
         (breaks periodic trajectories on near-Gaussian targets); default 0, no jitter.
     :param float max_delta_energy: energy error above which a trajectory counts as divergent.
@@ -73,21 +91,29 @@ class BatchedHMC:
 
     Example::
 
-        hmc = BatchedHMC(potential_and_grad, num_steps=10)
+        hmc = BatchedHMC(potential_and_grad)
         ll = hmc.setup(z, betas=[1.0, 0.5], seeds=[11, 12], warmup_steps=500)
         for _ in range(1500):
-            z, ll, accepted = hmc.step(z)
-        hmc.diagnostics()[0]["acceptance rate"]
+            state, info = hmc.step(z)
+            z = state.z
+        hmc.diagnostics()[0]["acceptance rate"], hmc.trajectory_lengths
     """
 
-    def __init__(self, potential_and_grad, num_steps=10, step_size=1.0, target_accept_prob=0.8,
+    def __init__(self, potential_and_grad, num_steps=None, step_size=1.0, target_accept_prob=0.8,
                  adapt_step_size=True, adapt_mass_matrix=True, num_steps_jitter=0.0,
-                 max_delta_energy=1000.0, init_buffer=75, term_buffer=50, base_window=25):
+                 max_delta_energy=1000.0, init_buffer=75, term_buffer=50, base_window=25,
+                 max_num_steps=1024):
         if not callable(potential_and_grad):
             raise TypeError("potential_and_grad must be a callable (z, betas) -> "
                             f"(potential, grad, ll), got {type(potential_and_grad).__name__}")
-        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-            raise ValueError(f"num_steps must be a positive int, got {num_steps!r}")
+        for name, value in (("num_steps", num_steps), ("max_num_steps", max_num_steps)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if num_steps is None and num_steps_jitter:
+            raise ValueError("num_steps_jitter applies to a fixed num_steps; an adapted "
+                             "trajectory is always jittered (uniformly on (0, T]): pass "
+                             "num_steps too, or leave num_steps_jitter out")
         if not 0.0 < target_accept_prob < 1.0:
             raise ValueError(f"target_accept_prob must be in (0, 1), got {target_accept_prob!r}")
         if not 0.0 <= num_steps_jitter < 1.0:
@@ -99,7 +125,13 @@ class BatchedHMC:
         self.adapt_step_size = adapt_step_size
         self.adapt_mass_matrix = adapt_mass_matrix
         self.num_steps_jitter = num_steps_jitter
-        self.min_num_steps = max(1, math.ceil((1.0 - num_steps_jitter) * num_steps))
+        self.max_num_steps = max_num_steps
+        if num_steps is None:
+            self._jitter = "fraction"
+        elif num_steps_jitter > 0:
+            self._jitter = (max(1, math.ceil((1.0 - num_steps_jitter) * num_steps)), num_steps)
+        else:
+            self._jitter = None
         self.max_delta_energy = max_delta_energy
         self._buffers = (init_buffer, term_buffer, base_window)
         self.num_potential_calls = 0
@@ -155,47 +187,21 @@ class BatchedHMC:
         self._stale = torch.zeros(num_slots, dtype=torch.bool, device=self._device)
         self._pending_restart = set()
         self._warmup.start()
+        # Set after the step-size search: T is that many initial step sizes.
+        self._lengths = [INITIAL_NUM_STEPS * e for e in self._step_size.tolist()]
+        self._warmup.start_trajectory()
         return ll.clone()
-
-    def _per_slot(self, value, name, num_slots):
-        out = torch.as_tensor(value, dtype=self._dtype, device=self._device).reshape(-1)
-        if out.numel() == 1:
-            out = out.expand(num_slots).clone()
-        if out.numel() != num_slots:
-            raise ValueError(f"{name} must have one value per slot ({num_slots}), got {value!r}")
-        return out
-
-    def set_betas(self, betas):
-        """
-        Give the slots new inverse temperatures (ladder adaptation). Slots whose beta changed
-        recompute their potential at the next step and, during warmup, re-initialize their
-        step size and restart dual averaging (their target moved); their mass matrix keeps
-        adapting in the current window.
-        """
-        betas = self._per_slot(betas, "betas", len(self._generators))
-        changed = betas != self._betas
-        self._betas = betas
-        self._stale |= changed
-        if self.adapt_step_size and self._t < self._warmup_steps:
-            self._pending_restart.update(changed.nonzero().flatten().tolist())
-
-    def replace_states(self, slots):
-        """
-        Mark the states at ``slots`` as replaced (after swaps): their cached potential and
-        gradient are recomputed at the next step. :meth:`step` also recomputes any row of
-        its input that differs from the state it returned, so this is a safeguard for a
-        potential whose value changed for other reasons.
-        """
-        self._stale[torch.as_tensor(list(slots), dtype=torch.long, device=self._device)] = True
 
     # ----- one iteration -----
 
     def step(self, z_flat):
         """
-        One HMC iteration of every slot from the states ``z_flat`` ``[R, D]``.
+        One HMC iteration of every slot from the states ``z_flat`` ``[R, D]``; in warmup, the
+        adaptation (:class:`~pyro_pt.explorers.hmc_warmup.HMCWarmup`) then reads its info.
 
-        :returns: ``(z [R, D], ll [R], accepted [R] bool)``: the new states, their
-            log-likelihoods (from the trajectory's own potential calls) and which slots moved.
+        :returns: ``(state, info)``: an :class:`~pyro_pt.explorers.hmc_state.HMCState` (the
+            new states and their log-likelihoods, from the trajectory's own potential calls)
+            and an :class:`~pyro_pt.explorers.hmc_state.HMCInfo`.
         """
         self._refresh(z_flat.detach())
         in_warmup = self._t < self._warmup_steps
@@ -203,8 +209,19 @@ class BatchedHMC:
             if in_warmup:
                 self._warmup.restart(sorted(self._pending_restart))
             self._pending_restart = set()
+        start = self._z
+        state, info = self._transition()
+        self._t += 1
+        self._record.add(self._t, info.energy_error.tolist(), info.accept_prob.tolist(),
+                         info.accepted.tolist())
+        if in_warmup:
+            self._warmup.update(start, info)
+        return state, info
 
-        steps, noise, uniform = self._draw(range(self.num_slots), uniform=True)
+    def _transition(self):
+        """The HMC kernel itself: one trajectory and accept test per slot, no adaptation."""
+        jitter, noise, uniform = self._draw(range(self.num_slots), uniform=True)
+        steps = self._num_steps(jitter) if self.num_steps is None else jitter
         z0, u0 = self._z, self._potential
         p0 = noise * self._momentum_scale
         z, p, potential, grad, ll, bad = self._leapfrog(p0, self._step_size, steps)
@@ -220,38 +237,27 @@ class BatchedHMC:
         self._potential = torch.where(accepted, potential, u0)
         self._grad = torch.where(keep, grad, self._grad)
         self._ll = torch.where(accepted, ll, self._ll)
+        f64 = {"dtype": torch.float64, "device": self._device}
+        if steps is None:
+            steps = torch.full((self.num_slots,), self.num_steps, device=self._device)
+        info = HMCInfo(accepted=accepted, accept_prob=torch.tensor(accept_prob, **f64),
+                       divergent=torch.tensor([not d <= self.max_delta_energy for d in deltas],
+                                              device=self._device),
+                       energy_error=torch.tensor(deltas, **f64), num_steps=steps,
+                       proposal=z, momentum=p)
+        return HMCState(self._z.clone(), self._ll.clone()), info
 
-        self._t += 1
-        self._record.add(self._t, deltas, accept_prob, accepted_list)
-        if in_warmup:
-            self._warmup.update(accept_prob)
-        return self._z.clone(), self._ll.clone(), accepted
-
-    def _evaluate(self, z):
-        potential, grad, ll = self.potential_and_grad(z, self._betas)
-        self.num_potential_calls += 1
-        return potential.detach(), grad.detach(), ll.detach()
-
-    def _refresh(self, z):
-        """Recompute the cached potential where the state or beta changed since the last step."""
-        if z.shape != self._z.shape or z.dtype != self._dtype or z.device != self._device:
-            raise ValueError(
-                f"z_flat must be a {self._dtype} tensor of shape {list(self._z.shape)} on "
-                f"{self._device} (as given to setup), got {z.dtype} {list(z.shape)} on {z.device}")
-        stale = self._stale | (z != self._z).any(-1)
-        if bool(stale.any()):
-            potential, grad, ll = self._evaluate(z)
-            self._potential = torch.where(stale, potential, self._potential)
-            self._grad = torch.where(stale[:, None], grad, self._grad)
-            self._ll = torch.where(stale, ll, self._ll)
-            self._stale = torch.zeros_like(self._stale)
-        self._z = z
+    def _num_steps(self, fractions):
+        """Each slot's jittered number of steps for its trajectory length (a long tensor)."""
+        steps = [jittered_num_steps(h, length, eps, self.max_num_steps) for h, length, eps
+                 in zip(fractions, self._lengths, self._step_size.tolist())]
+        return torch.tensor(steps, device=self._device)
 
     def _draw(self, slots, uniform):
         """Slot r's random numbers from its own generator (:func:`~.hmc_dynamics.draw`)."""
         num_slots, dim = self._z.shape
-        return draw(self._generators, slots, dim, self.num_steps, self.min_num_steps,
-                    self.num_steps_jitter > 0, uniform, self._dtype, self._device)
+        return draw(self._generators, slots, dim, self._jitter, uniform, self._dtype,
+                    self._device)
 
     def _kinetic(self, p):
         return 0.5 * row_sum(self._inv_mass * p * p)
@@ -261,31 +267,3 @@ class BatchedHMC:
         n_max = num_steps or (self.num_steps if steps is None else int(steps.max()))
         start = (self._z, self._potential, self._grad, self._ll)
         return leapfrog(self._evaluate, start, p0, step_size, self._inv_mass, steps, n_max)
-
-    # ----- reporting -----
-
-    @property
-    def num_slots(self):
-        return len(self._generators)
-
-    @property
-    def betas(self):
-        return self._betas.clone()
-
-    @property
-    def step_sizes(self):
-        """The current step size of every slot ``[R]``."""
-        return self._step_size.clone()
-
-    @property
-    def inverse_mass(self):
-        """The diagonal inverse mass matrix of every slot ``[R, D]``."""
-        return self._inv_mass.clone()
-
-    def diagnostics(self):
-        """One dict per slot (:meth:`~pyro_pt.explorers.hmc_record.HMCRecord.diagnostics`)."""
-        return self._record.diagnostics(self._t, self._step_size, self._inv_mass)
-
-    def logging(self, slot=0):
-        """Progress-bar fields of one slot: its step size and mean acceptance probability."""
-        return self._record.logging(slot, self._step_size)

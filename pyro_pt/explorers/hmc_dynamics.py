@@ -35,28 +35,35 @@ def not_finite(potential, grad):
     return ~torch.isfinite(potential + row_sum(grad))
 
 
-def draw(generators, slots, dim, num_steps, min_num_steps, jittered, uniform, dtype, device):
+def draw(generators, slots, dim, jitter, uniform, dtype, device):
     """
-    Slot r's random numbers from its own generator, in a fixed order (step count if
-    ``jittered``, momentum noise, accept uniform if ``uniform``); rows not in ``slots`` get
-    zeros and draw nothing.
+    Slot r's random numbers from its own generator, in a fixed order (its jitter, momentum
+    noise, accept uniform if ``uniform``); rows not in ``slots`` get zeros and draw nothing.
 
-    :returns: ``(steps [R] or None, noise [R, D], uniforms [R])``.
+    :param jitter: None (no jitter drawn), ``(low, high)`` (a number of steps, uniform on
+        ``low..high``) or ``"fraction"`` (a float uniform on (0, 1], the share of the
+        trajectory length to run).
+    :returns: ``(jitter [R] or None, noise [R, D], uniforms [R])``: a long tensor of step
+        counts, or a list of floats for ``"fraction"``.
     """
     num_slots = len(generators)
     kw = {"dtype": dtype, "device": device}
     noise = [torch.zeros(dim, **kw)] * num_slots
     uniforms = [torch.zeros((), **kw)] * num_slots
-    steps = [num_steps] * num_slots if jittered else None
+    fractions = jitter == "fraction"
+    steps = None if jitter is None else [1.0 if fractions else jitter[1]] * num_slots
     for r in slots:
         gen = generators[r]
-        if steps is not None:
-            steps[r] = int(torch.randint(min_num_steps, num_steps + 1, (1,),
+        if fractions:
+            steps[r] = 1.0 - float(torch.rand((), generator=gen, dtype=torch.float64,
+                                              device=device))
+        elif steps is not None:
+            steps[r] = int(torch.randint(jitter[0], jitter[1] + 1, (1,),
                                          generator=gen, device=device))
         noise[r] = torch.randn(dim, generator=gen, **kw)
         if uniform:
             uniforms[r] = torch.rand((), generator=gen, **kw)
-    if steps is not None:
+    if steps is not None and not fractions:
         steps = torch.tensor(steps, device=device)
     return steps, torch.stack(noise), torch.stack(uniforms)
 

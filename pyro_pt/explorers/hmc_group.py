@@ -16,10 +16,15 @@ from .hmc import BatchedHMC
 
 BATCHED_HMC_OPTIONS = ("num_steps", "step_size", "target_accept_prob", "adapt_step_size",
                        "adapt_mass_matrix", "num_steps_jitter", "max_delta_energy",
-                       "init_buffer", "term_buffer", "base_window")
+                       "init_buffer", "term_buffer", "base_window", "max_num_steps")
+# compile="auto" (explorers/__init__.py) counts a rung's warmup gradient evaluations from
+# num_steps and its jitter; without num_steps it assumes this many steps, the count of the
+# fixed default before the trajectory length adapted. Not a bound: an adapted trajectory
+# starts at INITIAL_NUM_STEPS (3) and grows towards the ChEES optimum, usually past this.
 DEFAULT_NUM_STEPS = 10
 # A fixed trajectory length can be periodic on near-Gaussian targets (states come back to the
 # same radius, and ll hardly mixes); a random number of steps breaks that (Neal 2011, 5.4.2.2).
+# An explicit num_steps gets this jitter; an adapted length is always jittered on (0, T].
 DEFAULT_NUM_STEPS_JITTER = 0.5
 
 
@@ -28,7 +33,7 @@ def check_hmc_options(kwargs):
     unknown = sorted(set(kwargs) - set(BATCHED_HMC_OPTIONS))
     if unknown:
         raise TypeError(
-            f"explorer_kwargs {unknown} are not options of explorer='hmc' (a fixed-step HMC "
+            f"explorer_kwargs {unknown} are not options of explorer='hmc' (an HMC "
             f"that batches the rungs of a process; it takes {list(BATCHED_HMC_OPTIONS)}). For "
             "Pyro's own HMC on every rung pass explorer=lambda fn, **kw: "
             "pyro.infer.HMC(potential_fn=fn, **kw)"
@@ -46,8 +51,8 @@ class HMCGroup(ExplorerGroup):
     def __init__(self, fast, options):
         check_hmc_options(options)
         options = dict(options)
-        options.setdefault("num_steps", DEFAULT_NUM_STEPS)
-        options.setdefault("num_steps_jitter", DEFAULT_NUM_STEPS_JITTER)
+        if options.get("num_steps") is not None:
+            options.setdefault("num_steps_jitter", DEFAULT_NUM_STEPS_JITTER)
         self.fast = fast
         self.engine = BatchedHMC(fast.batched_potential_and_grad, **options)
         self._betas, self._seeds, self._initial = [], [], []
@@ -71,8 +76,9 @@ class HMCGroup(ExplorerGroup):
     def step(self, states):
         """One iteration of every slot from ``states`` (slot order): ``[(z, ll), ...]``."""
         z = torch.stack([self.fast.flatten(s) for s in states])
-        new, ll, _ = self.engine.step(z)
-        return [(self.fast.unflatten(row), value) for row, value in zip(new, ll.tolist())]
+        state, _ = self.engine.step(z)
+        return [(self.fast.unflatten(row), value)
+                for row, value in zip(state.z, state.ll.tolist())]
 
     @property
     def betas(self):
@@ -118,7 +124,11 @@ class HMCRung(RungExplorer):
 
     @property
     def num_steps(self):
-        return self.group.engine.num_steps
+        """The fixed ``num_steps``, or the steps of the rung's adapted (unjittered) length."""
+        engine = self.group.engine
+        if engine.num_steps is not None:
+            return engine.num_steps
+        return self.diagnostics()["num steps"]
 
     def diagnostics(self):
         return self.group.engine.diagnostics()[self.slot]

@@ -57,7 +57,7 @@ def run(potential, betas, seeds, warmup, samples, start=None, **kwargs):
     hmc.setup(z, torch.tensor(betas, dtype=F64), seeds, warmup)
     draws, lls = [], []
     for t in range(warmup + samples):
-        z, ll, _ = hmc.step(z)
+        (z, ll), _ = hmc.step(z)
         if t >= warmup:
             draws.append(z)
             lls.append(ll)
@@ -86,9 +86,15 @@ BETAS = [1.0, 0.5, 0.2, 0.05]
 SEEDS = [11, 12, 13, 14]
 
 
-def test_samples_exact_tempered_posteriors():
+# Adapted trajectory lengths (the default), and a fixed jittered count. Three steps without
+# jitter no longer: once warmup ends at the target acceptance, 3 steps of the preconditioned
+# Gaussian are nearly half a period (omega L eps / pi = 0.96 measured), x -> -x, and x^2 hardly
+# mixes; the reason explorer="hmc" jitters a fixed num_steps by default.
+@pytest.mark.parametrize("kwargs", [{}, {"num_steps": 3, "num_steps_jitter": 0.5}],
+                         ids=["adaptive", "fixed"])
+def test_samples_exact_tempered_posteriors(kwargs):
     target = gaussian()
-    hmc, draws, _ = run(target, BETAS, SEEDS, warmup=400, samples=4000, num_steps=3)
+    hmc, draws, _ = run(target, BETAS, SEEDS, warmup=400, samples=4000, **kwargs)
     assert_matches_posterior(target, BETAS, draws)
     assert all(d["divergences"] == [] for d in hmc.diagnostics())
 
@@ -127,7 +133,9 @@ def run_placed(groups, jitter):
     z = torch.zeros(num, 3, dtype=F64)
     engines = []
     for slots in groups:
-        hmc = BatchedHMC(target, num_steps=3, num_steps_jitter=jitter)
+        # jitter None: adapted trajectory lengths (ChEES), jittered on (0, T]
+        kwargs = {} if jitter is None else {"num_steps": 3, "num_steps_jitter": jitter}
+        hmc = BatchedHMC(target, **kwargs)
         hmc.setup(z[slots], betas[slots], [seeds[k] for k in slots], 60)
         engines.append(hmc)
     swap = list(range(num))
@@ -135,8 +143,9 @@ def run_placed(groups, jitter):
     history = []
     for t in range(100):
         out = [hmc.step(z[slots]) for hmc, slots in zip(engines, groups)]
-        z = torch.cat([o[0] for o in out])
-        history.append((z, torch.cat([o[1] for o in out]), torch.cat([o[2] for o in out])))
+        z = torch.cat([state.z for state, _ in out])
+        history.append((z, torch.cat([state.ll for state, _ in out]),
+                        torch.cat([info.accepted for _, info in out])))
         if t == 20:  # ladder adaptation: slots 1 and 2 get new betas
             betas = betas.clone()
             betas[1:3] = torch.tensor([0.9, 0.8])
@@ -147,12 +156,14 @@ def run_placed(groups, jitter):
             for hmc, slots in zip(engines, groups):
                 hmc.replace_states([i for i, k in enumerate(slots) if k in (0, 1, 2)])
     diagnostics = [d for hmc in engines for d in hmc.diagnostics()]
+    if jitter is None:  # the adapted lengths are in the diagnostics, compared too
+        assert all(d["trajectory length"] > 0 for d in diagnostics)
     step_sizes = torch.cat([hmc.step_sizes for hmc in engines])
     inverse_mass = torch.cat([hmc.inverse_mass for hmc in engines])
     return history, diagnostics, step_sizes, inverse_mass
 
 
-@pytest.mark.parametrize("jitter", [0.0, 0.5])
+@pytest.mark.parametrize("jitter", [0.0, 0.5, None])
 @pytest.mark.parametrize("together, split", [
     ([[0, 1, 2, 3]], [[0, 1], [2, 3]]),
     # 64 slots: long enough vectors that torch's CPU kernels take their vectorized paths
@@ -263,7 +274,7 @@ def test_next_step_starts_from_replaced_states(announce):
     z = torch.zeros(3, 3, dtype=F64)
     hmc.setup(z, torch.tensor([1.0, 0.5, 0.2], dtype=F64), [1, 2, 3], 10)
     for _ in range(5):
-        z, _, _ = hmc.step(z)
+        z = hmc.step(z)[0].z
     spy.calls.clear()
     hmc.step(z)
     assert len(spy.calls) == 3 and not torch.equal(spy.calls[0][0], z)  # cached: no re-evaluation
@@ -272,12 +283,12 @@ def test_next_step_starts_from_replaced_states(announce):
     if announce:
         hmc.replace_states([0, 2])
     spy.calls.clear()
-    new, ll, _ = hmc.step(swapped)
+    (new, ll), _ = hmc.step(swapped)
     assert len(spy.calls) == 4 and torch.equal(spy.calls[0][0], swapped)
 
     hmc.set_betas([1.0, 0.6, 0.2])
     spy.calls.clear()
-    after, ll, _ = hmc.step(new)
+    (after, ll), _ = hmc.step(new)
     first_z, first_betas = spy.calls[0]
     assert torch.equal(first_z, new)  # slot 1's beta changed: re-evaluated at the new beta
     assert torch.equal(first_betas, torch.tensor([1.0, 0.6, 0.2], dtype=F64))
@@ -292,7 +303,7 @@ def test_float32_runs_and_keeps_its_dtype():
     assert ll.dtype == torch.float32
     draws = []
     for _ in range(400):
-        z, ll, accepted = hmc.step(z)
+        (z, ll), _ = hmc.step(z)
         draws.append(z)
     assert z.dtype == ll.dtype == hmc.step_sizes.dtype == hmc.inverse_mass.dtype == torch.float32
     draws = torch.stack(draws[100:]).to(F64)
@@ -301,17 +312,18 @@ def test_float32_runs_and_keeps_its_dtype():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_matches_itself_across_batching():
+@pytest.mark.parametrize("kwargs", [{"num_steps": 3}, {}], ids=["fixed", "adaptive"])
+def test_cuda_matches_itself_across_batching(kwargs):
     target = gaussian()
     results = []
     for groups in ([[0, 1, 2]], [[0], [1, 2]]):
         draws = []
         for slots in groups:
-            hmc = BatchedHMC(target, num_steps=3)
+            hmc = BatchedHMC(target, **kwargs)
             z = torch.zeros(len(slots), 3, dtype=F64, device="cuda")
             hmc.setup(z, [[1.0, 0.5, 0.2][k] for k in slots], [9 + k for k in slots], 50)
             for _ in range(80):
-                z, ll, _ = hmc.step(z)
+                (z, ll), _ = hmc.step(z)
             assert z.device.type == "cuda" and ll.device.type == "cuda"
             draws.append(z)
         results.append(torch.cat(draws).cpu())

@@ -1,0 +1,111 @@
+"""The slots of a batched HMC: their cached potential, the caller's hooks, their reporting.
+
+:class:`HMCSlots` is the part of :class:`~pyro_pt.explorers.hmc.BatchedHMC` that is about the
+slots rather than the transition: the potential cached at the current states (recomputed
+where a swap or a ladder change made it stale) and what the slots report.
+"""
+
+import torch
+
+from .hmc_trajectory import jittered_num_steps
+
+
+class HMCSlots:
+    """The slots' cached states, hooks and reports (a base of
+    :class:`~pyro_pt.explorers.hmc.BatchedHMC`, which sets the attributes read here)."""
+
+    def _per_slot(self, value, name, num_slots):
+        out = torch.as_tensor(value, dtype=self._dtype, device=self._device).reshape(-1)
+        if out.numel() == 1:
+            out = out.expand(num_slots).clone()
+        if out.numel() != num_slots:
+            raise ValueError(f"{name} must have one value per slot ({num_slots}), got {value!r}")
+        return out
+
+    def set_betas(self, betas):
+        """
+        Give the slots new inverse temperatures (ladder adaptation). Slots whose beta changed
+        recompute their potential at the next step and, during warmup, restart dual averaging
+        warm and the centre of their trajectory criterion (their target moved); their mass
+        matrix keeps adapting in the current window.
+        """
+        betas = self._per_slot(betas, "betas", len(self._generators))
+        changed = betas != self._betas
+        self._betas = betas
+        self._stale |= changed
+        if self.adapt_step_size and self._t < self._warmup_steps:
+            self._pending_restart.update(changed.nonzero().flatten().tolist())
+
+    def replace_states(self, slots):
+        """
+        Mark the states at ``slots`` as replaced (after swaps): their cached potential and
+        gradient are recomputed at the next step. :meth:`step` also recomputes any row of
+        its input that differs from the state it returned, so this is a safeguard for a
+        potential whose value changed for other reasons.
+        """
+        self._stale[torch.as_tensor(list(slots), dtype=torch.long, device=self._device)] = True
+
+    def _evaluate(self, z):
+        potential, grad, ll = self.potential_and_grad(z, self._betas)
+        self.num_potential_calls += 1
+        return potential.detach(), grad.detach(), ll.detach()
+
+    def _refresh(self, z):
+        """Recompute the cached potential where the state or beta changed since the last step."""
+        if z.shape != self._z.shape or z.dtype != self._dtype or z.device != self._device:
+            raise ValueError(
+                f"z_flat must be a {self._dtype} tensor of shape {list(self._z.shape)} on "
+                f"{self._device} (as given to setup), got {z.dtype} {list(z.shape)} on {z.device}")
+        stale = self._stale | (z != self._z).any(-1)
+        if bool(stale.any()):
+            potential, grad, ll = self._evaluate(z)
+            self._potential = torch.where(stale, potential, self._potential)
+            self._grad = torch.where(stale[:, None], grad, self._grad)
+            self._ll = torch.where(stale, ll, self._ll)
+            self._stale = torch.zeros_like(self._stale)
+        self._z = z
+
+    # ----- reporting -----
+
+    @property
+    def num_slots(self):
+        return len(self._generators)
+
+    @property
+    def betas(self):
+        return self._betas.clone()
+
+    @property
+    def step_sizes(self):
+        """The current step size of every slot ``[R]``."""
+        return self._step_size.clone()
+
+    @property
+    def trajectory_lengths(self):
+        """The trajectory length :math:`T` of every slot (floats): adapted, or ``num_steps``
+        step sizes."""
+        if self.num_steps is not None:
+            return [self.num_steps * e for e in self._step_size.tolist()]
+        return list(self._lengths)
+
+    @property
+    def inverse_mass(self):
+        """The diagonal inverse mass matrix of every slot ``[R, D]``."""
+        return self._inv_mass.clone()
+
+    def diagnostics(self):
+        r"""
+        One dict per slot (:meth:`~pyro_pt.explorers.hmc_record.HMCRecord.diagnostics`); with
+        an adapted trajectory also its ``trajectory length`` :math:`T` and ``num steps``, the
+        leapfrog steps of an unjittered trajectory (:math:`\lceil T / \epsilon \rceil`, capped).
+        """
+        out = self._record.diagnostics(self._t, self._step_size, self._inv_mass)
+        if self.num_steps is None:
+            for d, length, eps in zip(out, self._lengths, self._step_size.tolist()):
+                d["trajectory length"] = length
+                d["num steps"] = jittered_num_steps(1.0, length, eps, self.max_num_steps)
+        return out
+
+    def logging(self, slot=0):
+        """Progress-bar fields of one slot: its step size and mean acceptance probability."""
+        return self._record.logging(slot, self._step_size)

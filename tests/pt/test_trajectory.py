@@ -1,0 +1,157 @@
+r"""
+The adapted trajectory length against the ChEES optimum on Gaussians, and a warmup whose final
+step size accepts near the target (issue 15, items 2 and 2a).
+
+**The optimum.** On :math:`N(\mu, \mathrm{diag}\,\sigma^2)` with inverse mass
+:math:`\mathrm{diag}(m)`, exact Hamiltonian dynamics moves coordinate i as
+:math:`x_i(t) - \mu_i = a_i \cos\omega_i t + b_i \sin\omega_i t` with
+:math:`\omega_i = \sqrt{m_i}/\sigma_i` and, at stationarity, :math:`a_i, b_i` i.i.d.
+:math:`N(0, \sigma_i^2)`. Then :math:`d_i = x_i(t)^2 - x_i(0)^2 = \sin^2\omega_i t\,(b_i^2 - a_i^2)
++ 2 \sin\omega_i t \cos\omega_i t\, a_i b_i` has mean 0 and variance
+:math:`4\sigma_i^4 \sin^2\omega_i t`, and the coordinates are independent, so
+:math:`\mathrm{ChEES}(t) = \tfrac14 E(\sum_i d_i)^2 = \sum_i \sigma_i^4 \sin^2 \omega_i t`.
+With the jitter :math:`t = hT`, :math:`h \sim U(0, 1]`, the criterion is
+
+.. math::
+
+    J(T) = \sum_i \sigma_i^4\, \tfrac12\Big(1 - \frac{\sin 2\omega_i T}{2\omega_i T}\Big),
+
+maximized numerically over a grid here (leapfrog error and the accept test move the optimum
+of the sampler a little; the test allows a factor 2).
+"""
+
+import math
+
+import pytest
+import torch
+
+import pyro
+import pyro.distributions as dist
+from pyro.infer import MCMC
+
+from pyro_pt import ParallelTempering
+from pyro_pt.explorers.hmc import BatchedHMC
+
+F64 = torch.float64
+
+
+def chees_optimum(scales, inv_mass=None):
+    """The T maximizing J(T) above, for Gaussian scales ``scales`` and inverse mass."""
+    inv_mass = torch.ones_like(scales) if inv_mass is None else inv_mass
+    omega = inv_mass.sqrt() / scales
+    lengths = torch.linspace(1e-3, 20.0 * float(scales.max()), 200001, dtype=F64)
+    x = 2.0 * omega[None] * lengths[:, None]
+    criterion = (scales ** 4 * 0.5 * (1.0 - torch.sin(x) / x)).sum(-1)
+    return float(lengths[criterion.argmax()])
+
+
+class Gaussian:
+    """``lp = ll = -|z / sigma|^2 / 2``: the rung at beta targets N(0, sigma^2 / (1 + beta))."""
+
+    def __init__(self, scales):
+        self.scales = scales
+
+    def __call__(self, z, betas):
+        lp = -0.5 * (z * z / self.scales ** 2).sum(-1)
+        grad = z / self.scales ** 2 * (1.0 + betas[:, None])
+        return -(1.0 + betas) * lp, grad, lp
+
+    def scales_at(self, beta):
+        return self.scales / math.sqrt(1.0 + beta)
+
+
+def test_chees_optimum_closed_form_matches_simulation():
+    # The closed form J(T) against a Monte Carlo of exact dynamics (independent check).
+    scales = torch.tensor([0.5, 2.0], dtype=F64)
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(400000, 2, generator=gen, dtype=F64) * scales for _ in range(2))
+    for length in (1.0, 4.0):
+        h = 1.0 - torch.rand(400000, 1, generator=gen, dtype=F64)
+        x = a * torch.cos(h * length / scales) + b * torch.sin(h * length / scales)
+        simulated = 0.25 * ((x * x - a * a).sum(-1) ** 2).mean()
+        y = 2.0 * length / scales
+        closed = (scales ** 4 * 0.5 * (1.0 - torch.sin(y) / y)).sum()
+        assert abs(float(simulated / closed) - 1.0) < 0.03
+
+
+@pytest.mark.parametrize("adapt_mass_matrix", [False, True])
+def test_adapted_length_is_near_the_chees_optimum(adapt_mass_matrix):
+    scales = torch.tensor([0.5, 1.0, 2.0, 4.0], dtype=F64)
+    target = Gaussian(scales)
+    betas = [1.0, 0.5, 0.0]
+    hmc = BatchedHMC(target, adapt_mass_matrix=adapt_mass_matrix)
+    z = torch.zeros(3, 4, dtype=F64)
+    hmc.setup(z, betas, [3, 4, 5], 1000)
+    for _ in range(1000):
+        z = hmc.step(z)[0].z
+    lengths = hmc.trajectory_lengths
+    diagnostics = hmc.diagnostics()
+    for r, beta in enumerate(betas):
+        inv_mass = hmc.inverse_mass[r] if adapt_mass_matrix else None
+        optimum = chees_optimum(target.scales_at(beta), inv_mass)
+        assert 0.5 < lengths[r] / optimum < 2.0, (r, lengths[r], optimum)
+        eps = diagnostics[r]["step size"]
+        assert diagnostics[r]["trajectory length"] == lengths[r]
+        assert diagnostics[r]["num steps"] == math.ceil(lengths[r] / eps)
+    # Sampling keeps the adapted length.
+    for _ in range(20):
+        z = hmc.step(z)[0].z
+    assert hmc.trajectory_lengths == lengths
+
+
+def test_steps_are_capped_and_jittered():
+    target = Gaussian(torch.tensor([0.1, 10.0], dtype=F64))  # wants ~200 steps
+    hmc = BatchedHMC(target, adapt_mass_matrix=False, max_num_steps=8)
+    z = torch.ones(1, 2, dtype=F64)
+    hmc.setup(z, [1.0], [0], 300)
+    steps = []
+    for _ in range(400):
+        state, info = hmc.step(z)
+        z = state.z
+        steps.append(int(info.num_steps[0]))
+    assert max(steps) == 8  # the cap binds: T alone would ask for ~100 steps
+    assert len(set(steps[300:])) > 3  # jittered in sampling too
+    assert hmc.diagnostics()[0]["num steps"] <= 8
+
+
+def test_num_steps_jitter_needs_a_fixed_num_steps():
+    with pytest.raises(ValueError, match="num_steps_jitter"):
+        BatchedHMC(Gaussian(torch.ones(2, dtype=F64)), num_steps_jitter=0.5)
+    with pytest.raises(ValueError, match="max_num_steps"):
+        BatchedHMC(Gaussian(torch.ones(2, dtype=F64)), max_num_steps=0)
+
+
+# ----- the step size at the end of warmup (item 2a) -----
+
+GAUSSIAN_SCALES = torch.logspace(-1.0, 0.5, 10, dtype=F64)
+
+
+def gaussian_model():
+    z = pyro.sample("z", dist.Normal(torch.zeros(10, dtype=F64), 1.0).to_event(1))
+    pyro.sample("y", dist.Normal(z, GAUSSIAN_SCALES).to_event(1),
+                obs=torch.linspace(-1.0, 1.0, 10, dtype=F64))
+
+
+SCHOOLS_Y = torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0], dtype=F64)
+SCHOOLS_SIGMA = torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0], dtype=F64)
+
+
+def eight_schools_noncentered():
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=F64), 5.0))
+    tau = pyro.sample("tau", dist.HalfCauchy(torch.tensor(5.0, dtype=F64)))
+    with pyro.plate("schools", 8):
+        theta = pyro.sample("theta_tilde", dist.Normal(torch.tensor(0.0, dtype=F64), 1.0))
+        pyro.sample("y", dist.Normal(mu + tau * theta, SCHOOLS_SIGMA), obs=SCHOOLS_Y)
+
+
+@pytest.mark.parametrize("model", [gaussian_model, eight_schools_noncentered])
+@pytest.mark.parametrize("explorer_kwargs", [{}, {"num_steps": 10}], ids=["adaptive", "fixed"])
+def test_cold_rung_accepts_near_the_target_after_warmup(model, explorer_kwargs):
+    pyro.set_rng_seed(1)
+    kernel = ParallelTempering(model, num_replicas=3, max_temperature=10.0, explorer="hmc",
+                               explorer_kwargs=explorer_kwargs)
+    mcmc = MCMC(kernel, num_samples=400, warmup_steps=300, disable_progbar=True)
+    mcmc.run()
+    cold = kernel._rungs.explorers[0]
+    assert cold.beta == 1.0
+    assert abs(cold.diagnostics()["acceptance rate"] - 0.8) < 0.07, cold.diagnostics()
