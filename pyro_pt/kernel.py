@@ -18,6 +18,7 @@ from .comm import make_comm
 from .compat import refuse_multichain_mcmc
 from .explain import missing_sites, model_errors
 from .explorers import build_rungs
+from .growth import Growth, growth_options
 from .health import annotate
 from .ladder import Ladder
 from .options import check_options, check_split, ladder_temperatures, shared_settings
@@ -60,7 +61,10 @@ class ParallelTempering(MCMCKernel):
     [2] Earl, Deem (2005), "Parallel tempering: theory, applications, and new perspectives".
 
     :param callable model: a Pyro model with at least one observed site.
-    :param int num_replicas: K, the number of rungs of a geometric ladder (default 8).
+    :param int num_replicas: K, the number of rungs of a geometric ladder (default 8), or
+        ``"auto"``: start there (or at ``temperatures``) and add rungs in warmup while the
+        barrier calls for more, up to ``max_replicas`` (:mod:`pyro_pt.growth`; one process).
+    :param int max_replicas: the cap of ``num_replicas="auto"`` (default 32).
     :param float max_temperature: the hottest temperature of the geometric ladder
         :math:`T_k = T_{max}^{k/(K-1)}` (default 50); ``float("inf")`` makes the hottest
         rung the prior, sampled exactly.
@@ -111,9 +115,11 @@ class ParallelTempering(MCMCKernel):
     def __init__(self, model, num_replicas=None, max_temperature=None, temperatures=None,
                  explorer="nuts", explorer_kwargs=None, swap_scheme="deo", swap_interval=1,
                  adapt_temperatures=True, init_strategy=init_to_uniform, transforms=None,
-                 process_group=None, compile="auto"):
+                 process_group=None, compile="auto", max_replicas=None):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
+        num_replicas, self._max_replicas = growth_options(num_replicas, max_replicas,
+                                                          temperatures, adapt_temperatures)
         self._ladder = Ladder(ladder_temperatures(num_replicas, max_temperature, temperatures))
         check_options(explorer, explorer_kwargs, swap_scheme, swap_interval, adapt_temperatures)
         self.adapt_temperatures = adapt_temperatures
@@ -185,6 +191,8 @@ class ParallelTempering(MCMCKernel):
         refuse_multichain_mcmc(comm)
         self._ladder.reset()  # a rerun starts from the ladder given, not the one it adapted to
         betas, num = self.betas, self.num_replicas
+        self._growth = self._max_replicas and Growth(self._max_replicas, comm, warmup_steps, num,
+                                                     self.swap_interval)
 
         def build(split, rungs, seeds):
             with model_errors(self.model, args, kwargs, split):
@@ -229,7 +237,7 @@ class ParallelTempering(MCMCKernel):
         cold = rungs.cold_state()
         self._recorder.record_scan(self._ll, outcome)
         new_betas = self._report.after_scan(self._ladder, self._recorder, cold_moved)
-        if new_betas is not None:
+        if new_betas is not None and not (self._growth and self._growth.grow(self)):
             # The explorers get the betas as adapted; the swaps read the ladder's (those of
             # its stored temperatures): as before the restructuring, bitwise.
             for k, explorer in zip(rungs.rungs, rungs.explorers):
