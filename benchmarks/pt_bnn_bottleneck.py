@@ -1,12 +1,17 @@
-"""A 1-20-1 tanh BNN (PyroSample priors, 40 points) under ParallelTempering with explorer="hmc":
-the worst pair's swap acceptance and the sampling phase's round trips, for a given number of
-rungs (issue 13's bottleneck case). Prints one line per run; asserts nothing.
+"""Issue 13's bottleneck cases under ParallelTempering with explorer="hmc": a 1-20-1 tanh BNN
+(PyroSample priors, 40 points) and the constrained model of tests/pt/models.py with a prior
+rung (max_temperature=inf, 40 points). For a given number of rungs, or ``--replicas auto``
+(the ladder grows in warmup, pyro_pt.growth), prints the worst pair's swap acceptance, the
+sampling phase's round trips and the ladder. Asserts nothing.
 
     PYTHONPATH=$PWD python benchmarks/pt_bnn_bottleneck.py --replicas 6 --seed 0
+    PYTHONPATH=$PWD python benchmarks/pt_bnn_bottleneck.py --replicas auto --samples 2000
+    PYTHONPATH=$PWD python benchmarks/pt_bnn_bottleneck.py --model constrained --replicas auto
 """
 
 import argparse
 import math
+import time
 import warnings
 
 import torch
@@ -43,18 +48,34 @@ def data(num=40, seed=0):
     return x, y
 
 
-def run(replicas, seed, warmup, samples, max_temperature):
-    x, y = data()
+def constrained_data(num=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (3.0 + 0.5 * torch.randn(num, generator=g),)
+
+
+def run(replicas, seed, warmup, samples, max_temperature, model="bnn"):
+    if model == "bnn":
+        args, fn = data(), BNN()
+    else:
+        import sys, pathlib  # noqa: E401 - the tests' models, from the repository root
+
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+        from tests.pt.models import constrained_model as fn
+
+        args, max_temperature = constrained_data(), math.inf
     pyro.set_rng_seed(seed)
-    kernel = ParallelTempering(BNN(), num_replicas=replicas, max_temperature=max_temperature,
+    start = time.perf_counter()
+    kernel = ParallelTempering(fn, num_replicas=replicas, max_temperature=max_temperature,
                                explorer="hmc")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mcmc = MCMC(kernel, samples, warmup, disable_progbar=True)
-        mcmc.run(x, y)
+        mcmc.run(*args)
     d = kernel.diagnostics()
+    grown = [(h["scans"], h["grown_to"]) for h in kernel.adaptation_history if "grown_to" in h]
     said = [str(w.message) for w in caught if "ParallelTempering" in str(w.message)]
-    print(f"K={replicas} seed={seed}: worst pair acc {min(d['swap_acceptance']):.4f} "
+    print(f"{model} K={replicas} -> {kernel.num_replicas} (grown at scan, to: {grown}) "
+          f"seed={seed} warmup={warmup} samples={samples} ({time.perf_counter() - start:.0f} s): worst pair acc {min(d['swap_acceptance']):.4f} "
           f"(pairs {[round(a, 3) for a in d['swap_acceptance']]}), round trips "
           f"{d['round_trips']}, barrier {d['barrier']:.2f}, recommended "
           f"{d['recommended_replicas']}, temperatures "
@@ -66,10 +87,12 @@ def run(replicas, seed, warmup, samples, max_temperature):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--replicas", type=int, default=6)
+    parser.add_argument("--replicas", default="6", help="an int, or auto")
+    parser.add_argument("--model", choices=("bnn", "constrained"), default="bnn")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--max-temperature", type=float, default=50.0)
     args = parser.parse_args()
-    run(args.replicas, args.seed, args.warmup, args.samples, args.max_temperature)
+    replicas = args.replicas if args.replicas == "auto" else int(args.replicas)
+    run(replicas, args.seed, args.warmup, args.samples, args.max_temperature, args.model)
