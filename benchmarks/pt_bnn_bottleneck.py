@@ -6,7 +6,8 @@ sampling phase's round trips and the ladder. Asserts nothing.
 
     PYTHONPATH=$PWD python benchmarks/pt_bnn_bottleneck.py --replicas 6 --seed 0
     PYTHONPATH=$PWD python benchmarks/pt_bnn_bottleneck.py --replicas auto --samples 2000
-    PYTHONPATH=$PWD python benchmarks/pt_bnn_bottleneck.py --model constrained --replicas auto
+    PYTHONPATH=$PWD python benchmarks/pt_bnn_bottleneck.py --model constrained --replicas auto \
+        --start 3 --samples 2000
 """
 
 import argparse
@@ -22,6 +23,7 @@ from pyro.infer import MCMC
 from pyro.nn import PyroModule, PyroSample
 
 from pyro_pt import ParallelTempering
+from pyro_pt.ladder import geometric_ladder
 
 
 class BNN(PyroModule):
@@ -53,7 +55,25 @@ def constrained_data(num=40, seed=0):
     return (3.0 + 0.5 * torch.randn(num, generator=g),)
 
 
-def run(replicas, seed, warmup, samples, max_temperature, model="bnn"):
+def passages(swap_accepted):
+    """From the sampling phase's swap record ``(scans, K - 1)``: how many times a lineage went
+    from the cold rung to the hottest (up) and from the hottest to the cold one (down); a round
+    trip is an up followed by a down. Tells which way the ladder is blocked when there are none."""
+    num = swap_accepted.shape[1] + 1
+    lineage, last_end, up, down = list(range(num)), [None] * num, 0, 0
+    for row in swap_accepted.tolist():
+        for pair, accepted in enumerate(row):
+            if accepted == 1.0:
+                lineage[pair], lineage[pair + 1] = lineage[pair + 1], lineage[pair]
+        cold, hot = lineage[0], lineage[-1]
+        up += last_end[hot] == "cold"
+        down += last_end[cold] == "hot"
+        last_end[hot], last_end[cold] = "hot", "cold"
+    return up, down
+
+
+def run(replicas, seed, warmup, samples, max_temperature, model="bnn", start=None,
+        max_replicas=None, progress=False):
     if model == "bnn":
         args, fn = data(), BNN()
     else:
@@ -64,22 +84,33 @@ def run(replicas, seed, warmup, samples, max_temperature, model="bnn"):
 
         args, max_temperature = constrained_data(), math.inf
     pyro.set_rng_seed(seed)
-    start = time.perf_counter()
-    kernel = ParallelTempering(fn, num_replicas=replicas, max_temperature=max_temperature,
-                               explorer="hmc")
+    began = time.perf_counter()
+    ladder = dict(num_replicas=replicas, max_temperature=max_temperature)
+    if start is not None:  # "auto" from a geometric ladder of `start` rungs
+        ladder = dict(num_replicas=replicas,
+                      temperatures=geometric_ladder(start, max_temperature))
+    if max_replicas is not None:
+        ladder["max_replicas"] = max_replicas
+    kernel = ParallelTempering(fn, explorer="hmc", **ladder)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        mcmc = MCMC(kernel, samples, warmup, disable_progbar=True)
+        # With the progress bar on, the report's rows are printed as the rounds end.
+        mcmc = MCMC(kernel, samples, warmup, disable_progbar=not progress)
         mcmc.run(*args)
     d = kernel.diagnostics()
     grown = [(h["scans"], h["grown_to"]) for h in kernel.adaptation_history if "grown_to" in h]
     said = [str(w.message) for w in caught if "ParallelTempering" in str(w.message)]
     print(f"{model} K={replicas} -> {kernel.num_replicas} (grown at scan, to: {grown}) "
-          f"seed={seed} warmup={warmup} samples={samples} ({time.perf_counter() - start:.0f} s): worst pair acc {min(d['swap_acceptance']):.4f} "
+          f"seed={seed} warmup={warmup} samples={samples} "
+          f"({time.perf_counter() - began:.0f} s): worst pair acc "
+          f"{min(d['swap_acceptance']):.4f} "
           f"(pairs {[round(a, 3) for a in d['swap_acceptance']]}), round trips "
           f"{d['round_trips']}, barrier {d['barrier']:.2f}, recommended "
           f"{d['recommended_replicas']}, temperatures "
           f"{[round(t, 2) for t in kernel.temperatures]}")
+    up, down = passages(d["tempering_record"]["swap_accepted"])
+    print(f"   sampling phase: {up} passages cold -> hottest, {down} hottest -> cold; "
+          f"cold rung's local acceptance {d['local_acceptance'][0]:.3f}")
     for line in said:
         print("   warned:", line)
     return d
@@ -88,6 +119,10 @@ def run(replicas, seed, warmup, samples, max_temperature, model="bnn"):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--replicas", default="6", help="an int, or auto")
+    parser.add_argument("--start", type=int, default=None,
+                        help="with --replicas auto: start from a geometric ladder of this many")
+    parser.add_argument("--max-replicas", type=int, default=None)
+    parser.add_argument("--progress", action="store_true")
     parser.add_argument("--model", choices=("bnn", "constrained"), default="bnn")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--warmup", type=int, default=1000)
@@ -95,4 +130,5 @@ if __name__ == "__main__":
     parser.add_argument("--max-temperature", type=float, default=50.0)
     args = parser.parse_args()
     replicas = args.replicas if args.replicas == "auto" else int(args.replicas)
-    run(replicas, args.seed, args.warmup, args.samples, args.max_temperature, args.model)
+    run(replicas, args.seed, args.warmup, args.samples, args.max_temperature, args.model,
+        args.start, args.max_replicas, args.progress)

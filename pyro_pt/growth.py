@@ -5,9 +5,9 @@ communication barrier calls for.
 About :math:`2\Lambda` rungs keep every adjacent pair's rejection rate near 1/2 or below
 (Syed et al. 2021, Sec. 5.3; :func:`~pyro_pt.barrier.recommended_replicas`), but
 :math:`\Lambda` is known only once the chains have run. An ``"auto"`` run starts with the
-ladder given (8 rungs by default) and, at the end of each warmup adaptation round of at least
-:data:`MIN_GROWTH_SCANS` scans, compares the round's estimated global barrier with the number
-of rungs K. Where :math:`\lceil 2\Lambda \rceil > K` the ladder grows to
+ladder given (8 rungs by default) and, at the end of the last two warmup adaptation rounds of
+at least :data:`MIN_GROWTH_SCANS` scans (:func:`growth_round_ends`: scans 252 and 508 of a
+1000-scan warmup), compares the round's estimated global barrier with the number of rungs K. Where :math:`\lceil 2\Lambda \rceil > K` the ladder grows to
 :math:`K' = \min(\lceil 2\Lambda \rceil, \text{max\_replicas})` rungs placed at equal
 increments of the estimated cumulative barrier
 (:func:`~pyro_pt.ladder.equal_barrier_betas` with K' rungs). It never shrinks.
@@ -28,8 +28,9 @@ What it costs: the added rungs' explorer moves every scan (K'/K times the local 
 starting ladder); a rebuild of the model's captured graph per growth (about 1 s for the 1-20-1
 BNN of ``benchmarks/pt_bnn_bottleneck.py``; the new rungs' explorers are built on it); with
 ``explorer="hmc"``, each growth adds one batched group, so a leapfrog step makes one batched
-evaluation per group; and the warmup rounds before it grows: the first round long enough to
-be trusted ends after 60 scans, and new rungs adapt only in the warmup that is left.
+evaluation per group; and the warmup spent before it grows: it grows only after a quarter of
+the warmup at the earliest, and the new rungs adapt only in the warmup that is left (about
+half), so give an ``"auto"`` run a warmup of 1000 scans or more.
 
 One process only: under ``torch.distributed`` with more than one rank the rungs' blocks are
 fixed at set-up, and ``"auto"`` is refused (run once in one process, then give the number of
