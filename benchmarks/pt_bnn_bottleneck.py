@@ -23,6 +23,7 @@ from pyro.infer import MCMC
 from pyro.nn import PyroModule, PyroSample
 
 from pyro_pt import ParallelTempering
+from pyro_pt.barrier import autocorrelation_time
 from pyro_pt.ladder import geometric_ladder
 
 
@@ -109,8 +110,13 @@ def run(replicas, seed, warmup, samples, max_temperature, model="bnn", start=Non
           f"{d['recommended_replicas']}, temperatures "
           f"{[round(t, 2) for t in kernel.temperatures]}")
     up, down = passages(d["tempering_record"]["swap_accepted"])
+    # A replica whose ll hardly changes between swap rounds goes back and forth across one
+    # pair (accepted both ways) instead of travelling: high acceptance, no round trip.
+    ll = d["tempering_record"]["log_likelihood"]
+    tau = [round(autocorrelation_time(ll[:, k]), 1) for k in range(ll.shape[1])]
     print(f"   sampling phase: {up} passages cold -> hottest, {down} hottest -> cold; "
-          f"cold rung's local acceptance {d['local_acceptance'][0]:.3f}")
+          f"cold rung's local acceptance {d['local_acceptance'][0]:.3f}; ll autocorrelation "
+          f"time per rung (scans) {tau}")
     for line in said:
         print("   warned:", line)
     return d

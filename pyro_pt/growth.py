@@ -7,7 +7,8 @@ About :math:`2\Lambda` rungs keep every adjacent pair's rejection rate near 1/2 
 :math:`\Lambda` is known only once the chains have run. An ``"auto"`` run starts with the
 ladder given (8 rungs by default) and, at the end of the last two warmup adaptation rounds of
 at least :data:`MIN_GROWTH_SCANS` scans (:func:`growth_round_ends`: scans 252 and 508 of a
-1000-scan warmup), compares the round's estimated global barrier with the number of rungs K. Where :math:`\lceil 2\Lambda \rceil > K` the ladder grows to
+1000-scan warmup), compares the round's estimated global barrier with the number of rungs K.
+Where :math:`\lceil 2\Lambda \rceil > K` the ladder grows to
 :math:`K' = \min(\lceil 2\Lambda \rceil, \text{max\_replicas})` rungs placed at equal
 increments of the estimated cumulative barrier
 (:func:`~pyro_pt.ladder.equal_barrier_betas` with K' rungs). It never shrinks.
