@@ -20,6 +20,7 @@ from .checkpoint import Checkpointing, check_checkpointing
 from .comm import make_comm
 from .compat import KernelParams, refuse_multichain_mcmc
 from .explain import missing_sites
+from .growth import Growth, growth_options
 from .ladder import Ladder
 from .options import check_options, ladder_temperatures
 from .potential.inductor import check_compiler
@@ -60,7 +61,10 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
     [2] Earl, Deem (2005), "Parallel tempering: theory, applications, and new perspectives".
 
     :param callable model: a Pyro model with at least one observed site.
-    :param int num_replicas: K, the number of rungs of a geometric ladder (default 8).
+    :param int num_replicas: K, the number of rungs of a geometric ladder (default 8), or
+        ``"auto"``: start there (or at ``temperatures``) and add rungs in warmup while the
+        barrier calls for more, up to ``max_replicas`` (:mod:`pyro_pt.growth`; one process).
+    :param int max_replicas: the cap of ``num_replicas="auto"`` (default 32).
     :param float max_temperature: the hottest temperature of the geometric ladder
         :math:`T_k = T_{max}^{k/(K-1)}` (default 50); ``float("inf")`` makes the hottest
         rung the prior, sampled exactly.
@@ -116,9 +120,12 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
     def __init__(self, model, num_replicas=None, max_temperature=None, temperatures=None,
                  explorer="nuts", explorer_kwargs=None, swap_scheme="deo", swap_interval=1,
                  adapt_temperatures=True, init_strategy=init_to_uniform, transforms=None,
-                 process_group=None, compile="auto", checkpoint_every=None, checkpoint_path=None):
+                 process_group=None, compile="auto", max_replicas=None, checkpoint_every=None,
+                 checkpoint_path=None):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
+        num_replicas, self._max_replicas = growth_options(num_replicas, max_replicas,
+                                                          temperatures, adapt_temperatures)
         self._ladder = Ladder(ladder_temperatures(num_replicas, max_temperature, temperatures))
         check_options(explorer, explorer_kwargs, swap_scheme, swap_interval, adapt_temperatures)
         self.adapt_temperatures = adapt_temperatures
@@ -167,10 +174,12 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self._ladder.reset()  # a rerun starts from the ladder given, not the one it adapted to
         if self._resume_from:  # the checkpoint's ladder, and the run's warmup from what is left
             warmup_steps = self._resume_warmup(warmup_steps)
+        num = self.num_replicas
+        self._growth = self._max_replicas and Growth(self._max_replicas, comm, warmup_steps, num,
+                                                     self.swap_interval)
         self._rungs, self._split, local_ll, self.explorer_info, seeds = set_up_kernel(
             self, comm, warmup_steps, args, kwargs)
         self.transforms = self._split.transforms
-        num = self.num_replicas
         self._swap_generator = torch.Generator().manual_seed(seeds[num])
         self._warmup_steps = warmup_steps
         self._ll = self._rungs.gather(local_ll)
@@ -200,7 +209,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         cold = rungs.cold_state()
         self._recorder.record_scan(self._ll, outcome)
         new_betas = self._report.after_scan(self._ladder, self._recorder, cold_moved)
-        if new_betas is not None:
+        if new_betas is not None and not (self._growth and self._growth.grow(self)):
             for k, explorer in zip(rungs.rungs, rungs.explorers):
                 explorer.set_beta(new_betas[k])
         end = time.perf_counter()

@@ -133,11 +133,13 @@ class Ladder:
         return list(self.betas)
 
 
-def equal_barrier_betas(betas, pair_barriers):
+def equal_barrier_betas(betas, pair_barriers, num_rungs=None):
     r"""
     A new ladder with the same end points whose rungs sit at equal increments of the estimated
     cumulative barrier :math:`\Lambda(\beta)` (Syed et al. 2021, Sec. 5.1), so that every
-    adjacent pair is expected to reject equally often.
+    adjacent pair is expected to reject equally often: rung k of K' at
+    :math:`\Lambda(\beta_k) = \Lambda\, k / (K' - 1)`. K' is the current number of rungs, or
+    ``num_rungs`` to grow the ladder (:mod:`pyro_pt.growth`).
 
     :math:`\Lambda` is known at the current rungs (the running sum of the pairs' barriers, not
     capped at 1 per pair, so a pair that never swaps draws as many rungs as its barrier needs)
@@ -147,13 +149,16 @@ def equal_barrier_betas(betas, pair_barriers):
     :param list betas: current inverse temperatures, cold (1.0) first, decreasing.
     :param list pair_barriers: barrier of each adjacent pair (a rejection rate where it does
         not saturate, :func:`~pyro_pt.barrier.pair_barriers`).
-    :returns: list of K betas, ``[betas[0], ..., betas[-1]]``, decreasing.
+    :param int num_rungs: K' of the new ladder, at least 2 (default: K, that of ``betas``).
+    :returns: list of K' betas, ``[betas[0], ..., betas[-1]]``, decreasing.
     """
     cumulative = cumulative_barrier(pair_barriers)
     total = cumulative[-1]
-    num = len(betas)
-    if total <= 0.0 or num < 3:
+    num = len(betas) if num_rungs is None else num_rungs
+    if num == len(betas) and (total <= 0.0 or num < 3):
         return list(betas)
+    if total <= 0.0:  # no barrier to go by: equal steps in beta
+        return [betas[0] + (betas[-1] - betas[0]) * k / (num - 1) for k in range(num)]
     new = [betas[0]]
     segment = 0
     for k in range(1, num - 1):

@@ -25,6 +25,18 @@ def stream_seeds(base, num_rungs):
     return [int(s) >> 1 for s in children]
 
 
+def grown_seed(base, birth):
+    """
+    The seed of a rung added to the ladder during warmup (:mod:`pyro_pt.growth`): the
+    ``birth``-th rung of the run (the starting ladder's rungs are births 0 .. K-1, seeded by
+    :func:`stream_seeds`), spawned from ``base`` with ``birth`` as its spawn key, so it depends
+    neither on K nor on when the rung was added, and is independent of every
+    :func:`stream_seeds` stream (those come from ``base``'s own pool).
+    """
+    state = np.random.SeedSequence(base, spawn_key=(birth,)).generate_state(1, np.uint64)
+    return int(state[0]) >> 1
+
+
 def engine_seed(seed):
     """The seed of the batched HMC's momenta for a rung with ``seed``: the rung's seed already
     seeds its initial point, so the momenta get the first child of its

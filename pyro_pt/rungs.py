@@ -151,6 +151,7 @@ def set_up_rungs(comm, num_rungs, make_split, build, settings):
     if failure is None:
         try:
             block = RungBlock(comm, num_rungs, split.latent_names)
+            block.base_seed = base  # rungs added later spawn theirs from it (pyro_pt.growth)
             explorers, states, lls, info = build(split, block.rungs, seeds)
             for explorer, z in zip(explorers, states):
                 block.add(explorer, z)

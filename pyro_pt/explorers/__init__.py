@@ -67,9 +67,12 @@ def _fewest_gradient_evaluations(explorer, explorer_kwargs, warmup_steps):
 
 
 def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, warmup_steps,
-                initial_params=None, compile="auto"):
+                initial_params=None, compile="auto", starts=None):
     """
     The explorers, initial states and initial log-likelihoods of ``rungs`` (rung indices).
+    ``seeds`` and ``betas`` are indexed by rung; ``starts`` (rung -> state) gives some rungs
+    their initial state instead of ``initial_params`` or a draw (rungs added to a ladder,
+    :mod:`pyro_pt.growth`).
 
     :returns: ``(explorers, states, log_likelihoods, info)``; ``info`` says which explorer and
         which potential path (fast functional graph or Pyro's trace) the rungs use, and why.
@@ -95,13 +98,13 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
             rung = PriorExplorer(stream, split)
             z, ll = rung.move(None)
         elif group is not None:
-            z = _start(split, stream, initial_params)
+            z = _start(split, stream, (starts or {}).get(k, initial_params))
             rung, ll = group.add(betas[k], seeds[k], z), None
         else:
             potential = TemperedPotential(split, betas[k])
             kernel = make_kernel(explorer, potential, explorer_kwargs)
             rung = PyroKernelExplorer(kernel, stream, potential)
-            z = _start(split, stream, initial_params)
+            z = _start(split, stream, (starts or {}).get(k, initial_params))
             rung.setup(z, warmup_steps)
             ll = split.log_likelihood(z)
         explorers.append(rung)

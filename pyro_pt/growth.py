@@ -1,0 +1,197 @@
+r"""
+``num_replicas="auto"``: a ladder that grows during warmup until it has the rungs its
+communication barrier calls for.
+
+About :math:`2\Lambda` rungs keep every adjacent pair's rejection rate near 1/2 or below
+(Syed et al. 2021, Sec. 5.3; :func:`~pyro_pt.barrier.recommended_replicas`), but
+:math:`\Lambda` is known only once the chains have run. An ``"auto"`` run starts with the
+ladder given (8 rungs by default) and, at the end of the last two warmup adaptation rounds of
+at least :data:`MIN_GROWTH_SCANS` scans (:func:`growth_round_ends`: scans 252 and 508 of a
+1000-scan warmup), compares the round's estimated global barrier with the number of rungs K.
+Where :math:`\lceil 2\Lambda \rceil > K` the ladder grows to
+:math:`K' = \min(\lceil 2\Lambda \rceil, \text{max\_replicas})` rungs placed at equal
+increments of the estimated cumulative barrier
+(:func:`~pyro_pt.ladder.equal_barrier_betas` with K' rungs). It never shrinks.
+
+- The K existing rungs keep their explorers (adapted step size, mass matrix, scale) and their
+  states; each moves to the new rung nearest its barrier position
+  :math:`(K'-1)\,\Lambda(\beta_i)/\Lambda` (the cold and the hottest rungs stay at the ends).
+- Each new rung starts from the state of the nearest colder existing rung, with an
+  explorer of its own built for the warmup that remains, and a random stream of its own:
+  :func:`~pyro_pt.random.grown_seed` of the run's base seed and the rung's birth index (the
+  starting ladder's rungs are births 0 .. K-1), so no rung's seed depends on K.
+- The swap statistics, the index process (lineages) and the ll record start again with the
+  new K; the round trips counted so far are kept in the total. The sampling phase always has
+  a fixed K: growth happens only at warmup round ends, which come before the warmup ends.
+- ``adaptation_history`` marks the round that grew the ladder with ``"grown_to"``: K'.
+
+What it costs: the added rungs' explorer moves every scan (K'/K times the local moves of the
+starting ladder); a rebuild of the model's captured graph per growth (about 1 s for the 1-20-1
+BNN of ``benchmarks/pt_bnn_bottleneck.py``; the new rungs' explorers are built on it); with
+``explorer="hmc"``, each growth adds one batched group, so a leapfrog step makes one batched
+evaluation per group; and the warmup spent before it grows: it grows only after a quarter of
+the warmup at the earliest, and the new rungs adapt only in the warmup that is left (about
+half), so give an ``"auto"`` run a warmup of 1000 scans or more.
+
+One process only: under ``torch.distributed`` with more than one rank the rungs' blocks are
+fixed at set-up, and ``"auto"`` is refused (run once in one process, then give the number of
+rungs it grew to).
+
+**References**
+
+[1] Syed, Bouchard-Côté, Deligiannidis, Doucet (2021), "Non-reversible parallel tempering:
+a scalable highly parallel MCMC scheme", JRSS B.
+"""
+
+from .barrier import cumulative_barrier, recommended_replicas
+from .explorers import build_rungs
+from .ladder import equal_barrier_betas, inverse_temperatures, warmup_round_ends
+from .options import DEFAULT_NUM_REPLICAS
+from .random import grown_seed
+from .recorders import TemperingRecorder
+from .rungs import RungBlock
+
+AUTO = "auto"
+DEFAULT_MAX_REPLICAS = 32
+# Rounds shorter than this hold the chains' transient (ll drifting towards the typical set),
+# whose barrier estimate is far too high: growing on it would add rungs that are not needed.
+MIN_GROWTH_SCANS = 32
+GROWTH_ROUNDS = 2
+
+
+def growth_round_ends(warmup_steps, swap_interval=1):
+    """
+    The warmup round ends at which the ladder may grow: the last :data:`GROWTH_ROUNDS` (2)
+    of :func:`~pyro_pt.ladder.warmup_round_ends` whose round holds at least
+    :data:`MIN_GROWTH_SCANS` scans. Earlier rounds see the chains' transient, whose ll drift
+    makes the barrier look many times higher than it is; the second-to-last leaves a round to
+    re-place the grown ladder, the last a second chance with the better estimate of the grown
+    ladder, and the warmup after it for the new rungs' explorers to adapt.
+    """
+    ends, start, kept = sorted(warmup_round_ends(warmup_steps, swap_interval)), 0, []
+    for end in ends:
+        if end - start >= MIN_GROWTH_SCANS:
+            kept.append(end)
+        start = end
+    return set(kept[-GROWTH_ROUNDS:])
+
+
+def growth_options(num_replicas, max_replicas, temperatures, adapt_temperatures):
+    """
+    ``(num_replicas for the starting ladder, max_replicas or None)`` from the constructor's
+    arguments: ``num_replicas="auto"`` starts at the default ladder (or ``temperatures``)
+    and grows up to ``max_replicas`` (default :data:`DEFAULT_MAX_REPLICAS`); without
+    ``"auto"``, ``max_replicas`` must be left out.
+    """
+    if isinstance(num_replicas, str) and num_replicas != AUTO:
+        raise ValueError(f"num_replicas must be an int or 'auto' (lower case), got "
+                         f"{num_replicas!r}")
+    if num_replicas != AUTO:
+        if max_replicas is not None:
+            raise ValueError(f"max_replicas={max_replicas!r} caps a growing ladder: give it "
+                             "with num_replicas='auto', or leave it out")
+        return num_replicas, None
+    if max_replicas is None:
+        max_replicas = DEFAULT_MAX_REPLICAS
+    if isinstance(max_replicas, bool) or not isinstance(max_replicas, int):
+        raise TypeError(f"max_replicas must be an int, got {max_replicas!r}")
+    if max_replicas < 2:
+        raise ValueError(f"max_replicas must be at least 2 (a cold rung and a hot one), got "
+                         f"{max_replicas}")
+    if temperatures is not None and len(temperatures) > max_replicas:
+        raise ValueError(f"temperatures has {len(temperatures)} rungs, more than "
+                         f"max_replicas={max_replicas}: raise max_replicas")
+    if adapt_temperatures is not True:
+        raise ValueError("num_replicas='auto' grows the ladder at the ends of its warmup "
+                         "adaptation rounds: it needs adapt_temperatures=True")
+    start = None if temperatures is not None else min(DEFAULT_NUM_REPLICAS, max_replicas)
+    return start, max_replicas
+
+
+def positions(cumulative, num_rungs):
+    """
+    Where each of the K existing rungs goes in a ladder of ``num_rungs`` rungs: the index
+    nearest its barrier position, strictly increasing, cold first and hottest last.
+
+    :param list cumulative: :func:`~pyro_pt.barrier.cumulative_barrier` of the K rungs.
+    :returns: list of K indices in ``range(num_rungs)``.
+    """
+    num, total = len(cumulative), cumulative[-1]
+    out = [0]
+    for i in range(1, num - 1):
+        want = round((num_rungs - 1) * cumulative[i] / total) if total > 0 else i
+        out.append(min(max(want, out[-1] + 1), num_rungs - num + i))
+    return out + [num_rungs - 1]
+
+
+class Growth:
+    """
+    The growth of one run's ladder (``num_replicas="auto"``): :meth:`grow` at the end of each
+    warmup round.
+
+    :param int max_replicas: the most rungs the ladder may grow to.
+    :param comm: the run's communicator (one process only).
+    :param int warmup_steps: the run's warmup scans.
+    :param int start: the number of rungs of the starting ladder (the next birth index).
+    """
+
+    def __init__(self, max_replicas, comm, warmup_steps, start, swap_interval=1):
+        if comm.world_size > 1:
+            raise ValueError(
+                f"num_replicas='auto' grows the ladder in one process, but this run has "
+                f"{comm.world_size} ranks, whose blocks of rungs are fixed at set-up: run it "
+                "once in one process and give the num_replicas it grew to (see "
+                "kernel.adaptation_history), or a fixed num_replicas")
+        self.max_replicas = max_replicas
+        self.warmup_steps = warmup_steps
+        self.growth_ends = growth_round_ends(warmup_steps, swap_interval)
+        self.births = start
+
+    def grow(self, kernel):
+        """
+        After the ladder's adaptation at a warmup round end: grow ``kernel``'s ladder, rungs
+        and recorder where the round's barrier calls for more rungs. Returns whether it grew
+        (the rungs then have their new betas).
+        """
+        scan = kernel._t
+        entry = kernel._ladder.history[-1]
+        old_betas = inverse_temperatures(entry["temperatures"])
+        num = min(self.max_replicas, recommended_replicas(entry["barrier"]))
+        if num <= len(old_betas) or scan not in self.growth_ends:
+            return False
+        pairs = entry["pair_barriers"]
+        betas = equal_barrier_betas(old_betas, pairs, num)
+        kernel._ladder.betas = list(betas)  # K = len(ladder.betas) again
+        entry["grown_to"] = num
+        old = kernel._rungs
+        place = positions(cumulative_barrier(pairs), num)
+        new = [j for j in range(num) if j not in place]
+        # A new rung starts where the nearest colder existing rung is: a colder state lies where
+        # the hotter, wider target has mass; a hotter one can be far out in its tails.
+        nearest = {j: max(i for i, p in enumerate(place) if p < j) for j in new}
+        seeds = {j: grown_seed(old.base_seed, self.births + n) for n, j in enumerate(new)}
+        self.births += len(new)
+        built = build_rungs(kernel._split, new, betas, seeds, kernel._split.device,
+                            kernel.explorer, kernel.explorer_kwargs, self.warmup_steps - scan,
+                            compile=kernel.compile,
+                            starts={j: old.states[nearest[j]] for j in new})
+        added = dict(zip(new, zip(*built[:3])))
+        block = RungBlock(old.comm, num, old.names)
+        block.base_seed = old.base_seed
+        lls = []
+        for j in range(num):
+            if j in added:
+                explorer, state, ll = added[j]
+            else:
+                i = place.index(j)
+                explorer, state, ll = old.explorers[i], old.states[i], kernel._ll[i]
+                explorer.set_beta(betas[j])
+            block.add(explorer, state)
+            lls.append(ll)
+        kernel._rungs, kernel._ll = block, lls
+        trips = kernel._recorder.index.round_trips
+        kernel._recorder = TemperingRecorder(num, self.warmup_steps)
+        kernel._recorder.scans = scan
+        kernel._recorder.index.round_trips = trips  # the report counts trips from its rows
+        return True
+
