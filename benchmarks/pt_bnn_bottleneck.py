@@ -11,6 +11,7 @@ sampling phase's round trips and the ladder. Asserts nothing.
 """
 
 import argparse
+import json
 import math
 import time
 import warnings
@@ -74,7 +75,7 @@ def passages(swap_accepted):
 
 
 def run(replicas, seed, warmup, samples, max_temperature, model="bnn", start=None,
-        max_replicas=None, progress=False):
+        max_replicas=None, progress=False, explorer_kwargs=None):
     if model == "bnn":
         args, fn = data(), BNN()
     else:
@@ -92,7 +93,7 @@ def run(replicas, seed, warmup, samples, max_temperature, model="bnn", start=Non
                       temperatures=geometric_ladder(start, max_temperature))
     if max_replicas is not None:
         ladder["max_replicas"] = max_replicas
-    kernel = ParallelTempering(fn, explorer="hmc", **ladder)
+    kernel = ParallelTempering(fn, explorer="hmc", explorer_kwargs=explorer_kwargs, **ladder)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         # With the progress bar on, the report's rows are printed as the rounds end.
@@ -134,7 +135,9 @@ if __name__ == "__main__":
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--max-temperature", type=float, default=50.0)
+    parser.add_argument("--explorer-kwargs", type=json.loads, default=None,
+                        help='JSON, e.g. \'{"num_steps": 10}\' (default: adapted trajectories)')
     args = parser.parse_args()
     replicas = args.replicas if args.replicas == "auto" else int(args.replicas)
     run(replicas, args.seed, args.warmup, args.samples, args.max_temperature, args.model,
-        args.start, args.max_replicas, args.progress)
+        args.start, args.max_replicas, args.progress, args.explorer_kwargs)

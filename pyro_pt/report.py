@@ -152,7 +152,8 @@ class Report:
             f"ParallelTempering: the estimated global barrier Lambda = "
             f"{self.rows[-1]['barrier']:.2f} needs about {needed} rungs (2 Lambda) and the "
             f"ladder has {num_rungs}: some pairs will rarely swap and the cold chain may not "
-            f"leave its mode; run with num_replicas={needed} (or more temperatures)",
+            f"leave its mode; run with num_replicas={needed} (or more temperatures; a "
+            f"num_replicas='auto' run stops at max_replicas: raise it to {needed})",
             stacklevel=2)
 
     def _cold_acceptance(self, num_scans):
