@@ -34,6 +34,8 @@ SCANS = (4, 26)
 KERNELS = {
     "rwmh": {"explorer": "rwmh"},
     "hmc": {"explorer": "hmc", "explorer_kwargs": {"num_steps": 3}},
+    # The default: each rung's trajectory length adapted (ChEES state per slot).
+    "hmc_adaptive": {"explorer": "hmc"},
     "nuts": {"explorer": "nuts", "explorer_kwargs": {"max_tree_depth": 3}},
     # The prior rung (beta = 0) drawn exactly, beside the batched engine's slots.
     "hmc_prior_rung": {"explorer": "hmc", "explorer_kwargs": {"num_steps": 3},
