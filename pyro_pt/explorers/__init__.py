@@ -21,7 +21,7 @@ from ..explain import fallback_reason
 from ..potential import FunctionalSplit, TemperedPotential
 from ..random import RandomStream
 from .contract import ExplorerGroup, RungExplorer, SingleRungExplorer
-from .hmc_group import DEFAULT_NUM_STEPS, DEFAULT_NUM_STEPS_JITTER, HMCGroup, check_hmc_options
+from .hmc_group import DEFAULT_NUM_STEPS_JITTER, HMCGroup, check_hmc_options
 from .prior import PriorExplorer
 from .pyro_kernels import EXPLORERS, PyroKernelExplorer, make_kernel
 from .rwmh import RandomWalkMetropolis
@@ -58,9 +58,11 @@ def _fewest_gradient_evaluations(explorer, explorer_kwargs, warmup_steps):
     rank (for ``compile="auto"``); None where the explorer's is unknown."""
     if explorer == "hmc":
         kwargs = explorer_kwargs or {}
-        steps = kwargs.get("num_steps", DEFAULT_NUM_STEPS)
+        if kwargs.get("num_steps") is None:
+            # An adapted trajectory can be one leapfrog step (jittered down from a short T).
+            return warmup_steps
         jitter = kwargs.get("num_steps_jitter", DEFAULT_NUM_STEPS_JITTER)
-        return warmup_steps * max(1, int(steps * (1 - jitter)))
+        return warmup_steps * max(1, int(kwargs["num_steps"] * (1 - jitter)))
     if explorer == "nuts":
         return warmup_steps  # a tree has at least one leapfrog step
     return 0 if explorer == "rwmh" else None  # random-walk Metropolis takes no gradients

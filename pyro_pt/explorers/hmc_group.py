@@ -17,11 +17,6 @@ from .hmc import BatchedHMC
 BATCHED_HMC_OPTIONS = ("num_steps", "step_size", "target_accept_prob", "adapt_step_size",
                        "adapt_mass_matrix", "num_steps_jitter", "max_delta_energy",
                        "init_buffer", "term_buffer", "base_window", "max_num_steps")
-# compile="auto" (explorers/__init__.py) counts a rung's warmup gradient evaluations from
-# num_steps and its jitter; without num_steps it assumes this many steps, the count of the
-# fixed default before the trajectory length adapted. Not a bound: an adapted trajectory
-# starts at INITIAL_NUM_STEPS (3) and grows towards the ChEES optimum, usually past this.
-DEFAULT_NUM_STEPS = 10
 # A fixed trajectory length can be periodic on near-Gaussian targets (states come back to the
 # same radius, and ll hardly mixes); a random number of steps breaks that (Neal 2011, 5.4.2.2).
 # An explicit num_steps gets this jitter; an adapted length is always jittered on (0, T].

@@ -110,11 +110,13 @@ def test_kernel_reports_the_engine_and_threads_the_setting(no_inductor, monkeypa
     assert "Inductor failed" in info["inductor"]["potential_engine_reason"]
     assert len(no_inductor) == 1
     # "auto" counts a rung's warmup gradient evaluations: 2 warmup iterations of at least
-    # 5 leapfrog steps (10 steps, jitter 0.5) reach a break-even of 10, not of 11.
-    for break_even, asked in ((10, 2), (11, 2)):
+    # 5 leapfrog steps (num_steps=10, jitter 0.5) reach a break-even of 10, not of 11; of an
+    # adapted trajectory length at least 1 step each, so 2, not 3.
+    for kwargs, break_even, asked in (({"num_steps": 10}, 10, 2), ({"num_steps": 10}, 11, 2),
+                                      ({}, 2, 3), ({}, 3, 3)):
         monkeypatch.setattr(inductor, "BREAK_EVEN_EVALUATIONS", break_even)
         kernel = ParallelTempering(models.linear_model, num_replicas=2, explorer="hmc",
-                                   adapt_temperatures=False)
+                                   explorer_kwargs=kwargs, adapt_temperatures=False)
         MCMC(kernel, num_samples=1, warmup_steps=2, disable_progbar=True).run(x, y)
         assert len(no_inductor) == asked
 
