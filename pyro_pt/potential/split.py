@@ -27,10 +27,18 @@ def _is_counted(site):
     )
 
 
-def _is_invalid_value_error(error):
-    """Distribution validation failing on NaN/inf parameters or values out of support."""
+def _is_invalid_point_error(error):
+    """
+    Distribution validation failing on NaN/inf parameters or values out of support, or a
+    linear-algebra failure (a Cholesky or solve of a matrix that is singular or not
+    positive-definite at this point; Pyro's own HMC treats the latter as a divergence too).
+    """
+    if isinstance(error, torch.linalg.LinAlgError):
+        return True
     message = str(error)
-    return "found invalid values" in message or "must be within the support" in message
+    if isinstance(error, ValueError):
+        return "found invalid values" in message or "must be within the support" in message
+    return "singular U" in message or "not positive-definite" in message
 
 
 def _reweighted(site):
@@ -170,10 +178,12 @@ class ModelSplit:
         try:
             trace = poutine.trace(conditioned).get_trace(*self.model_args, **self.model_kwargs)
             return self._split_trace(trace, z, constrained)
-        except ValueError as error:
+        except (ValueError, RuntimeError) as error:
             # With validation on, a NaN parameter or latent raises (in the model or in a
-            # log_prob); it is a rejected point, not a crash.
-            if not _is_invalid_value_error(error):
+            # log_prob); so does a factorization of a matrix that is not positive-definite at
+            # this point (torch.linalg.cholesky on a covariance built from latent values).
+            # Either is a rejected point, not a crash.
+            if not _is_invalid_point_error(error):
                 raise
             nan = sum(v.sum() for v in z.values()) * math.nan  # keeps autograd connected
             return nan, nan

@@ -111,6 +111,32 @@ def test_nan_log_density_is_a_rejection(explorer, validate):
     assert torch.isfinite(record).all()
 
 
+def correlation_model():
+    # The covariance [[1, rho], [rho, 1]] is not positive-definite for |rho| >= 1, where
+    # torch.linalg.cholesky raises: a rejected point, as in Pyro's own HMC, never a crash.
+    rho = pyro.sample("rho", dist.Normal(0.0, 2.0))
+    one = torch.ones(())
+    cov = torch.stack([torch.stack([one, rho]), torch.stack([rho, one])])
+    pyro.sample("y", dist.MultivariateNormal(torch.zeros(2), scale_tril=torch.linalg.cholesky(cov)),
+                obs=torch.tensor([0.3, 0.5]))
+
+
+@pytest.mark.parametrize("explorer", ["rwmh", "hmc", "nuts"])
+def test_a_failed_factorization_is_a_rejection(explorer):
+    kwargs = {"rwmh": {"scale": 1.0}, "hmc": {"num_steps": 3}, "nuts": {"max_tree_depth": 3}}
+    kernel = ParallelTempering(correlation_model, num_replicas=3, max_temperature=10.0,
+                               explorer=explorer, explorer_kwargs=kwargs[explorer],
+                               init_strategy=init_to_value(values={"rho": torch.tensor(0.0)}))
+    pyro.set_rng_seed(0)
+    mcmc = MCMC(kernel, 100, 50, disable_progbar=True)
+    mcmc.run()
+    rho = mcmc.get_samples()["rho"]
+    assert (rho.abs() < 1.0).all()
+    assert rho.unique().numel() > 10  # it still moves
+    record = mcmc.diagnostics()["tempering_record"]["chain 0"]["log_likelihood"]
+    assert torch.isfinite(record).all()
+
+
 def test_nan_swap_ratio_is_refused():
     # The prior rung draws exactly from the prior, so it often holds states whose
     # log-likelihood is NaN; swapping with them must be refused, never accepted.
