@@ -97,7 +97,12 @@ def inductor_compile(gm, *example):
     """
     # Inductor may rewrite the graph it is given; gm stays the uncompiled reference (vmap,
     # the TorchScript fallback).
-    compiled = _InductorGraph(torch._inductor.compile(copy.deepcopy(gm), list(example),
+    gm = copy.deepcopy(gm)
+    for node in gm.graph.nodes:
+        # make_fx records each input's fake value under its own fake mode, which Inductor
+        # refuses to mix; it traces the graph again from the example anyway.
+        node.meta.pop("val", None)
+    compiled = _InductorGraph(torch._inductor.compile(gm, list(example),
                                                       options={"cpp_wrapper": True}))
     with torch.no_grad():
         compiled(*example)
