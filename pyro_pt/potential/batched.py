@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from .capture import (Uncapturable, capture, compile_vmapped, forked_rng, keeping_validation,
-                      mismatch)
+from .capture import (Uncapturable, capture, compile_graph, compile_vmapped, forked_rng,
+                      keeping_validation, mismatch)
 from .inductor import inductor_compile
 
 # A batch of one can take other kernels than a batch of two (a matrix product instead of a
@@ -46,6 +46,18 @@ def leapfrog_step(gm):
         return z_new, p - grad * kick, potential, grad, ll, ok
 
     return step
+
+
+class _Interpreted:
+    """A TorchScript graph run as :func:`_run` runs one: no autograd, no profiling executor
+    (whose fusions could change the numbers)."""
+
+    def __init__(self, graph):
+        self.graph = graph
+
+    def __call__(self, *inputs):
+        with torch.no_grad(), torch.jit.optimized_execution(False):
+            return self.graph(*inputs)
 
 
 def _run(graph, batch):
@@ -112,8 +124,10 @@ class BatchedEvaluator:
             out = self._looped(z_flat)
         lp, ll, grad_lp, grad_ll = out
         potential, grad = combine(lp, ll, grad_lp, grad_ll, betas)
-        bad = ~(torch.isfinite(lp) & torch.isfinite(ll))
-        for r in bad.nonzero().flatten().tolist():
+        finite = torch.isfinite(lp) & torch.isfinite(ll)
+        if bool(finite.all()):  # one read of one flag where all is well, as it mostly is
+            return potential, grad, ll
+        for r in (~finite).nonzero().flatten().tolist():
             # the traced path's NaN / -inf semantics, replica by replica
             lp_r, ll[r], grad_lp_r, grad_ll_r = self.compiled.traced_reference(z_flat[r])
             potential[r], grad[r] = combine(lp_r, ll[r], grad_lp_r, grad_ll_r, betas[r])
@@ -121,19 +135,18 @@ class BatchedEvaluator:
 
     def fused_step(self, dtype, device):
         """
-        One slot's leapfrog step (:func:`leapfrog_step`) as one Inductor-compiled graph, for
+        One slot's leapfrog step (:func:`leapfrog_step`) as one graph, run by the engine of
+        the single-point graph (Inductor, else TorchScript), for
         :func:`~pyro_pt.explorers.hmc_dynamics.leapfrog_rows`; None unless replicas are
-        evaluated one at a time (``path == "loop"``) by Inductor, or where the step does not
-        give bitwise the numbers of this evaluator's own calls at the check points
-        (:attr:`step_reason` says why). Compiled on first use per dtype and device.
+        evaluated one at a time (``path == "loop"``), or where the step does not give bitwise
+        the numbers of this evaluator's own calls at the check points (:attr:`step_reason`
+        says why). Compiled on first use per dtype and device.
         """
         if self.path != "loop":
             return None
         key = ("step",) + self.compiled.graph_key(dtype, device)
         if key not in self._graphs:
             try:
-                if self.compiled.engine_for(dtype, device) != "inductor":
-                    return None
                 self._graphs[key] = self._compile_step(dtype, device)
             except Exception as error:  # no compiler, an unsupported operation, a mismatch
                 self.step_reason = f"{type(error).__name__}: {error}"
@@ -149,7 +162,11 @@ class BatchedEvaluator:
         examples = [(z, p, torch.full_like(z, 1e-3), torch.tensor(1e-3, **kw),
                      torch.tensor(beta, **kw)) for z in points for beta in (1.0, 0.5)]
         with forked_rng(device), keeping_validation():
-            step = inductor_compile(capture(fn, *examples[0]), *examples[0])
+            gm = capture(fn, *examples[0])
+            if self.compiled.engine_for(dtype, device) == "inductor":
+                step = inductor_compile(gm, *examples[0])
+            else:
+                step = _Interpreted(compile_graph(gm, *examples[0])[0])
         for z, p, scaled_eps, kick, beta in examples:
             with torch.no_grad():
                 out = step(z, p, scaled_eps, kick, beta)
@@ -170,6 +187,8 @@ class BatchedEvaluator:
                 nan = torch.full_like(point, math.nan)
                 out = (nan[0], nan[0], nan, nan)
             rows.append(out)
+        if len(rows) == 1:  # a view, not a copy
+            return tuple(t.unsqueeze(0) for t in rows[0])
         return tuple(torch.stack(column) for column in zip(*rows))
 
     def _vmapped(self, z_flat):

@@ -61,11 +61,16 @@ def test_rows_one_at_a_time_are_the_batched_leapfrog(steps):
     assert_identical(rows, plain)
 
 
-def test_no_fused_step_without_inductor_or_in_vmap_mode():
+def test_fused_torchscript_step_is_bitwise_the_unfused_leapfrog_and_none_in_vmap_mode():
     split = gamma_split()
-    for batched in ("loop", "vmap"):
-        fast = FunctionalSplit(split, compile="torchscript", batched=batched)
-        assert fast.batched.fused_step(torch.float32, torch.device("cpu")) is None
+    fast = FunctionalSplit(split, compile="torchscript", batched="loop")
+    step = fast.batched.fused_step(torch.float32, torch.device("cpu"))
+    assert step is not None, fast.batched.step_reason
+    for steps in (None, torch.tensor([6, 4, 1])):
+        plain, rows = trajectories(fast, step, steps)
+        assert_identical(rows, plain)
+    vmapped = FunctionalSplit(split, compile="torchscript", batched="vmap")
+    assert vmapped.batched.fused_step(torch.float32, torch.device("cpu")) is None
 
 
 @pytest.fixture(scope="module")
