@@ -2,7 +2,10 @@
 
 Every operation is elementwise or a per-row reduction of fixed order (:func:`row_sum`), so a
 slot's trajectory does not depend on which other slots share its batch (see
-:mod:`pyro_pt.explorers.hmc`).
+:mod:`pyro_pt.explorers.hmc`). For the same reason :func:`leapfrog_rows` may run the slots one
+after the other, each step one call of a fused, compiled step, and give bitwise the same
+numbers as :func:`leapfrog` (whose per-step work outside the potential -- the updates, the
+finiteness checks, a host read per step -- is then inside that call).
 
 **References**
 

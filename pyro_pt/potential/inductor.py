@@ -1,12 +1,12 @@
 """Compiling a captured graph with Inductor, and the choice of compiler.
 
 The captured graph (:mod:`pyro_pt.potential.capture`) is straight-line aten code with no Pyro
-messenger, trace or distribution object left in it, so ``torch.compile(fullgraph=True)`` sees
-one graph and no graph break. Two compilers can run it:
+messenger, trace or distribution object left in it, so Inductor compiles it directly, as one
+graph (:func:`inductor_compile`). Two compilers can run it:
 
 - ``"torchscript"``: the TorchScript interpreter (C++, no Python per operation); it costs a
   fraction of a second to build, and is the fallback whenever Inductor is unavailable or fails.
-- ``"inductor"``: ``torch.compile``'s Inductor backend, which fuses the elementwise operations
+- ``"inductor"``: ``torch.compile``'s backend, Inductor, which fuses the elementwise operations
   into generated C++ (CPU) or Triton (CUDA) kernels. It costs a compilation per model, dtype,
   device and batch size: measured on the seed BNN (benchmarks/_bnn.py, 4929 weights) on a
   loaded 2-core CPU, about 100 s cold and 10-25 s with the on-disk cache warm, beyond the
