@@ -139,9 +139,12 @@ def leapfrog_rows(step, evaluate_row, start, p0, step_size, inv_mass, betas, ste
         z, potential, grad, ll = z0[r], potential0[r], grad0[r], ll0[r]
         p = p0[r] - grad * half_eps[r]
         ok = True
+        # the slot's scalars once, not per step
+        row_eps, row_half_eps, row_scaled_eps, beta = (eps[r, 0], half_eps[r, 0], scaled_eps[r],
+                                                       betas[r])
         for i in range(1, n + 1):
-            kick = half_eps[r, 0] if i == n else eps[r, 0]
-            z, p, potential, grad, ll, ok = step(z, p, scaled_eps[r], kick, betas[r])
+            kick = row_half_eps if i == n else row_eps
+            z, p, potential, grad, ll, ok = step(z, p, row_scaled_eps, kick, beta)
             if not ok:
                 break
         if ok:
