@@ -17,7 +17,7 @@ import torch
 
 from ..swap import metropolis_probability
 from .hmc_record import HMCRecord
-from .hmc_dynamics import draw, leapfrog, not_finite, row_sum
+from .hmc_dynamics import draw, leapfrog, leapfrog_rows, not_finite, row_sum
 from .hmc_slots import HMCSlots
 from .hmc_state import HMCInfo, HMCState
 from .hmc_trajectory import jittered_num_steps
@@ -88,6 +88,11 @@ class BatchedHMC(HMCSlots):
     :param int init_buffer: Stan's initial fast warmup interval.
     :param int term_buffer: Stan's terminal fast warmup interval.
     :param int base_window: Stan's first slow window.
+    :param callable fused_step: optional ``(dtype, device) -> step or None``, a fused leapfrog
+        step of one slot that gives bitwise the numbers of ``potential_and_grad``
+        (:meth:`~pyro_pt.potential.batched.BatchedEvaluator.fused_step`); with a step, each
+        slot's trajectory runs as one call per leapfrog step
+        (:func:`~.hmc_dynamics.leapfrog_rows`).
 
     Example::
 
@@ -102,7 +107,7 @@ class BatchedHMC(HMCSlots):
     def __init__(self, potential_and_grad, num_steps=None, step_size=1.0, target_accept_prob=0.8,
                  adapt_step_size=True, adapt_mass_matrix=True, num_steps_jitter=0.0,
                  max_delta_energy=1000.0, init_buffer=75, term_buffer=50, base_window=25,
-                 max_num_steps=1024):
+                 max_num_steps=1024, fused_step=None):
         if not callable(potential_and_grad):
             raise TypeError("potential_and_grad must be a callable (z, betas) -> "
                             f"(potential, grad, ll), got {type(potential_and_grad).__name__}")
@@ -135,6 +140,7 @@ class BatchedHMC(HMCSlots):
         self.max_delta_energy = max_delta_energy
         self._buffers = (init_buffer, term_buffer, base_window)
         self.num_potential_calls = 0
+        self.fused_step = fused_step
 
     # ----- set-up and the caller's hooks -----
 
@@ -266,4 +272,9 @@ class BatchedHMC(HMCSlots):
         """The leapfrog trajectories from the cached states (:func:`~.hmc_dynamics.leapfrog`)."""
         n_max = num_steps or (self.num_steps if steps is None else int(steps.max()))
         start = (self._z, self._potential, self._grad, self._ll)
-        return leapfrog(self._evaluate, start, p0, step_size, self._inv_mass, steps, n_max)
+        step = None if self.fused_step is None else self.fused_step(self._dtype, self._device)
+        if step is None:
+            return leapfrog(self._evaluate, start, p0, step_size, self._inv_mass, steps, n_max)
+        self.num_potential_calls += n_max
+        return leapfrog_rows(step, self._evaluate_row, start, p0, step_size, self._inv_mass,
+                             self._betas, steps, n_max)

@@ -2,7 +2,10 @@
 
 Every operation is elementwise or a per-row reduction of fixed order (:func:`row_sum`), so a
 slot's trajectory does not depend on which other slots share its batch (see
-:mod:`pyro_pt.explorers.hmc`).
+:mod:`pyro_pt.explorers.hmc`). For the same reason :func:`leapfrog_rows` may run the slots one
+after the other, each step one call of a fused, compiled step, and give bitwise the same
+numbers as :func:`leapfrog` (whose per-step work outside the potential -- the updates, the
+finiteness checks, a host read per step -- is then inside that call).
 
 **References**
 
@@ -30,9 +33,9 @@ def row_sum(x):
 
 
 def not_finite(potential, grad):
-    # One pass over the gradient: a NaN or inf entry makes its row's sum non-finite (a sum
-    # that overflows from finite entries counts too; such a trajectory is lost anyway).
-    return ~torch.isfinite(potential + row_sum(grad))
+    """Rows whose potential or any gradient entry is NaN or infinite (no sum: the answer
+    must not depend on a reduction order, which a compiled step may choose differently)."""
+    return ~(torch.isfinite(potential) & torch.isfinite(grad).all(-1))
 
 
 def draw(generators, slots, dim, jitter, uniform, dtype, device):
@@ -110,3 +113,46 @@ def leapfrog(evaluate, start, p0, step_size, inv_mass, steps, n_max):
             p = torch.where(live_col, p - grad * kick, p)
         any_bad = bool(bad.any())
     return z, p, potential, grad, ll, bad
+
+
+def leapfrog_rows(step, evaluate_row, start, p0, step_size, inv_mass, betas, steps, n_max):
+    """
+    :func:`leapfrog`, one slot's whole trajectory at a time, each step one call of a fused
+    ``step``; the same numbers, bitwise, since every operation of :func:`leapfrog` is
+    elementwise or per row. A slot that meets a point where ``step`` reports a non-finite
+    density is run again by :func:`leapfrog` alone (the potential's own non-finite semantics).
+
+    :param callable step: ``(z [D], p [D], scaled_eps [D], kick [], beta []) -> (z', p',
+        potential [], grad [D], ll [], ok [])`` with ``z' = z + scaled_eps p``, ``p' = p - kick
+        grad(z')`` and ``ok`` whether the densities and the gradient at ``z'`` are finite.
+    :param callable evaluate_row: ``(r, z [1, D]) -> (potential [1], grad [1, D], ll [1])``,
+        the potential of slot ``r``.
+    :param betas: ``[R]`` the slots' inverse temperatures; the others as :func:`leapfrog`.
+    """
+    z0, potential0, grad0, ll0 = start
+    eps = step_size[:, None]
+    half_eps = 0.5 * eps
+    scaled_eps = eps * inv_mass
+    rows = []
+    for r in range(z0.shape[0]):
+        n = n_max if steps is None else int(steps[r])
+        z, potential, grad, ll = z0[r], potential0[r], grad0[r], ll0[r]
+        p = p0[r] - grad * half_eps[r]
+        ok = True
+        # the slot's scalars once, not per step
+        row_eps, row_half_eps, row_scaled_eps, beta = (eps[r, 0], half_eps[r, 0], scaled_eps[r],
+                                                       betas[r])
+        for i in range(1, n + 1):
+            kick = row_half_eps if i == n else row_eps
+            z, p, potential, grad, ll, ok = step(z, p, row_scaled_eps, kick, beta)
+            if not ok:
+                break
+        if ok:
+            rows.append((z, p, potential, grad, ll, torch.zeros((), dtype=torch.bool,
+                                                                device=z.device)))
+            continue
+        one = tuple(t[r:r + 1] for t in start)
+        out = leapfrog(lambda q: evaluate_row(r, q), one, p0[r:r + 1], step_size[r:r + 1],
+                       inv_mass[r:r + 1], None, n)
+        rows.append(tuple(t[0] for t in out))
+    return tuple(torch.stack(column) for column in zip(*rows))

@@ -49,7 +49,8 @@ class HMCGroup(ExplorerGroup):
         if options.get("num_steps") is not None:
             options.setdefault("num_steps_jitter", DEFAULT_NUM_STEPS_JITTER)
         self.fast = fast
-        self.engine = BatchedHMC(fast.batched_potential_and_grad, **options)
+        self.engine = BatchedHMC(fast.batched_potential_and_grad, fused_step=fast.batched.fused_step,
+                                 **options)
         self._betas, self._seeds, self._initial = [], [], []
         self._ready = False
 

@@ -50,6 +50,12 @@ class HMCSlots:
         self.num_potential_calls += 1
         return potential.detach(), grad.detach(), ll.detach()
 
+    def _evaluate_row(self, slot, z):
+        """``_evaluate`` of slot ``slot`` alone, ``z`` ``[1, D]`` (a batch-invariant potential
+        gives it bitwise its numbers in the whole batch)."""
+        potential, grad, ll = self.potential_and_grad(z, self._betas[slot:slot + 1])
+        return potential.detach(), grad.detach(), ll.detach()
+
     def _refresh(self, z):
         """Recompute the cached potential where the state or beta changed since the last step."""
         if z.shape != self._z.shape or z.dtype != self._dtype or z.device != self._device:
