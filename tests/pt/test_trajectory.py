@@ -144,8 +144,42 @@ def eight_schools_noncentered():
         pyro.sample("y", dist.Normal(mu + tau * theta, SCHOOLS_SIGMA), obs=SCHOOLS_Y)
 
 
+# posteriordb's "GP Poisson regression" (gp_pois_regr), non-centered: counts at GP_INPUTS with
+# log rate f = L(rho, alpha) eta, L the Cholesky factor of a squared-exponential covariance
+# (Stan's 1e-10 jitter). The counts are synthesized without randomness: a smooth curve, rounded.
+GP_INPUTS = torch.linspace(-10.0, 10.0, 11, dtype=F64)
+GP_COUNTS = torch.exp(2.5 + 1.5 * torch.sin(GP_INPUTS / 2.5)).round()
+
+
+def gp_poisson_regression():
+    n = len(GP_INPUTS)
+    rho = pyro.sample("rho", dist.Gamma(torch.tensor(25.0, dtype=F64), 4.0))
+    alpha = pyro.sample("alpha", dist.HalfNormal(torch.tensor(2.0, dtype=F64)))
+    eta = pyro.sample("eta", dist.Normal(torch.zeros(n, dtype=F64), 1.0).to_event(1))
+    sq_dist = (GP_INPUTS[:, None] - GP_INPUTS) ** 2
+    cov = alpha ** 2 * torch.exp(-0.5 * sq_dist / rho ** 2) + 1e-10 * torch.eye(n, dtype=F64)
+    chol, info = torch.linalg.cholesky_ex(cov)
+    # A factorization that fails (alpha overflowing on a diverging trajectory) is a rejected
+    # point, like Stan's cholesky_decompose exception, not a crash (a NaN rate is one).
+    f = torch.where(info == 0, chol @ eta, torch.nan)
+    pyro.sample("k", dist.Poisson(f.exp()).to_event(1), obs=GP_COUNTS)
+
+
+# Not met on the GP (issue 15, item 2a): its stable step depends on where the chain is (the
+# stiffness grows with alpha^2: seed 2, num_steps=10, 3200 draws at its adapted step accept
+# 0.87 at alpha < 2.5, 0.26 at 3.5-4, 0.01 above 4) and the hyperparameters mix slowly (ESS of
+# rho 3-34 per 400 draws), so a warmup's final step follows where its chain sat: a bias, not
+# the noise of 400 draws (seed 0, adaptive: 2000 draws at its step accept 0.41). Seeds 0-4, 300 warmup + 400 draws:
+# adaptive 0.53 0.78 0.65 0.82 0.87 (mean 0.73), num_steps=10 0.87 0.85 0.57 0.80 0.81 (0.78);
+# the mean of seeds 0-2 passes +-0.07 fixed (0.76) and fails it adaptive (0.65). Not run
+# (about 4 min on 2 cores): remove the mark once the warmup handles such targets.
+GP_NOT_MET = pytest.mark.xfail(run=False, reason="GP Poisson regression: adaptive 3-seed mean "
+                               "0.65 (target 0.8 +- 0.07); num_steps=10 passes (0.76) in ~4 min")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("model", [gaussian_model, eight_schools_noncentered])
+@pytest.mark.parametrize("model", [gaussian_model, eight_schools_noncentered,
+                                   pytest.param(gp_poisson_regression, marks=GP_NOT_MET)])
 @pytest.mark.parametrize("explorer_kwargs", [{}, {"num_steps": 10}], ids=["adaptive", "fixed"])
 def test_cold_rung_accepts_near_the_target_after_warmup(model, explorer_kwargs):
     # One run's sampling-phase acceptance varies with where its warmup ended: over seeds 0-4
