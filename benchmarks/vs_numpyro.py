@@ -35,6 +35,29 @@ STEP_SIZE = 1e-4  # small enough that the leapfrog stays finite from the benchma
 LEAPFROGS = 10
 
 
+def numpyro_bnn(widths, noise, activation="relu"):
+    """``_bnn.CountingModel`` written in NumPyro (sites ``w{i}``, ``b{i}``, ``y``), for the
+    benchmarks' NumPyro side; ``activation`` names a ``jax.nn`` or ``jax.numpy`` function."""
+    import jax
+    import numpyro
+    import numpyro.distributions as dist
+
+    act = getattr(jax.nn, activation, None) or getattr(jax.numpy, activation)
+
+    def model(x, y=None):
+        h = x
+        for i, (a, b) in enumerate(zip(widths, widths[1:])):
+            w = numpyro.sample(f"w{i}", dist.Normal(0.0, 1.0).expand([a, b]).to_event(2))
+            bias = numpyro.sample(f"b{i}", dist.Normal(0.0, 1.0).expand([b]).to_event(1))
+            h = h @ w + bias
+            if i < len(widths) - 2:
+                h = act(h)
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("y", dist.Normal(h.squeeze(-1), noise), obs=y)
+
+    return model
+
+
 def numpyro_worker(data_path):
     """The NumPyro side (no torch): builds the model, then times one round per stdin line."""
     os.environ["XLA_FLAGS"] = XLA_FLAGS
@@ -42,26 +65,13 @@ def numpyro_worker(data_path):
     import jax.numpy as jnp
     import numpy as np
     import numpyro
-    import numpyro.distributions as dist
     from jax.flatten_util import ravel_pytree
     from numpyro.infer.hmc_util import IntegratorState, euclidean_kinetic_energy, velocity_verlet
     from numpyro.infer.util import initialize_model
 
     data = np.load(data_path)
-    widths, noise = [int(w) for w in data["widths"]], float(data["noise"])
+    model = numpyro_bnn([int(w) for w in data["widths"]], float(data["noise"]))
     x, y = jnp.asarray(data["x"]), jnp.asarray(data["y"])
-
-    def model(x, y):
-        h = x
-        for i, (a, b) in enumerate(zip(widths, widths[1:])):
-            w = numpyro.sample(f"w{i}", dist.Normal(0.0, 1.0).expand([a, b]).to_event(2))
-            bias = numpyro.sample(f"b{i}", dist.Normal(0.0, 1.0).expand([b]).to_event(1))
-            h = h @ w + bias
-            if i < len(widths) - 2:
-                h = jax.nn.relu(h)
-        with numpyro.plate("data", x.shape[0]):
-            numpyro.sample("y", dist.Normal(h.squeeze(-1), noise), obs=y)
-
     info = initialize_model(jax.random.PRNGKey(0), model, model_args=(x, y))
     z = {name: jnp.asarray(data["z_" + name]) for name in info.param_info.z}
     flat, unravel = ravel_pytree(z)
