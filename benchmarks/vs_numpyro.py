@@ -153,7 +153,7 @@ def torch_side(args, data_path):
     rows = {}
     one = torch.ones(1)
     for compile, fast in sides.items():
-        name = f"{compile} ({fast.engine})"
+        name = f"{compile} ({fast.compiled.engine})"
         start = (flat[None], *fast.batched_potential_and_grad(flat[None], one)[:2])
         rows[f"graph, {name}"] = ("potential + gradient", timer(lambda f=fast: f.evaluate(flat)))
         rows[f"HMC potential, {name}"] = (
