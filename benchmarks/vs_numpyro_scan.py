@@ -27,13 +27,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vs_numpyro import XLA_FLAGS, numpyro_bnn  # noqa: E402
+from vs_numpyro import XLA_FLAGS, add_numpyro_arguments, ask, numpyro_bnn, start_worker  # noqa
 
 NUM_CHAINS = 8
 STEP_SIZE = 1e-4  # finite trajectories from the benchmark's start, as in vs_numpyro.py
@@ -153,11 +152,7 @@ def main(argv=None):
     parser.add_argument("--num-steps", type=int, default=10, help="leapfrog steps (default 10)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--profile", action="store_true", help="where our scan's time goes")
-    parser.add_argument("--numpyro-python", default=os.environ.get(
-        "NUMPYRO_PYTHON", ".venv-numpyro/bin/python"),
-        help="interpreter with jax and numpyro (default $NUMPYRO_PYTHON or "
-             ".venv-numpyro/bin/python)")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    add_numpyro_arguments(parser)
     args = parser.parse_args(argv)
     if args.worker:
         return numpyro_worker(args.worker, args.num_steps)
@@ -166,12 +161,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         data_path = os.path.join(tmp, "bnn.npz")
         kernels = make_kernels(args, data_path)
-        env = dict(os.environ, XLA_FLAGS=XLA_FLAGS, JAX_PLATFORMS="cpu")
-        worker = subprocess.Popen(
-            [args.numpyro_python, os.path.abspath(__file__), "--worker", data_path,
-             "--num-steps", str(args.num_steps)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        ready = json.loads(worker.stdout.readline())
+        worker, ready = start_worker(args, __file__, data_path, "--num-steps",
+                                     str(args.num_steps))
         print(f"NumPyro jit {ready['jit_s']:.1f} s (jax {ready['jax']}, numpyro "
               f"{ready['numpyro']}), potential of chain 0 after one transition "
               f"{ready['potential']:.6g}")
@@ -181,9 +172,7 @@ def main(argv=None):
             rows[f"ours, {name}: whole scan"] = []
         ratios = {name: [] for name in rows}
         for _ in range(args.rounds):
-            worker.stdin.write(f"{args.scans}\n")
-            worker.stdin.flush()
-            reply = json.loads(worker.stdout.readline())
+            reply = ask(worker, args.scans)
             rows["NumPyro, 8 chains vectorized"].append(reply["ms"])
             for name, kernel in kernels.items():
                 local, whole = time_scans(kernel, args.scans)
