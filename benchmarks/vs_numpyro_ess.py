@@ -125,9 +125,12 @@ def our_run(args, seed, x, y, x_test):
     with torch.no_grad():
         f = predict(draws, torch.as_tensor(x_test, dtype=x.dtype), torch.tanh).numpy()
     cold = kernel._rungs.explorers[0].diagnostics()
+    # Each leapfrog step evaluates every rung, up to the longest of the rungs' trajectories.
+    calls = kernel._rungs.explorers[0].group.engine.num_potential_calls
     swaps = next(iter(mcmc.diagnostics()["swap_acceptance"].values()))  # {chain: per pair}
     return f, seconds, {"cold acc.": cold.get("acceptance rate"),
                         "steps": cold.get("num steps"), "swaps": swaps,
+                        "calls per scan": calls / (args.warmup + args.samples),
                         "engine": kernel.explorer_info.get("potential_engine")}
 
 
@@ -196,7 +199,8 @@ def main(argv=None):
                 s_ours.append(seconds)
                 swaps = ", ".join(f"{a:.2f}" for a in info["swaps"] or [])
                 print(f"PT run {i}: {seconds:.1f} s, cold acceptance {info['cold acc.']:.3f}, "
-                      f"cold steps {info['steps']}, swap acceptance [{swaps}], "
+                      f"cold steps {info['steps']}, potential calls (of K rungs) per scan "
+                      f"{info['calls per scan']:.1f}, swap acceptance [{swaps}], "
                       f"engine {info['engine']}", flush=True)
         worker.stdin.close()
         worker.wait()
