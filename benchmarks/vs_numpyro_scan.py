@@ -7,7 +7,9 @@ sigma = 0.1) in float32, one thread each, the same number of leapfrog steps per 
   explorer="hmc", explorer_kwargs={"num_steps": N, "num_steps_jitter": 0, ...})``, i.e. the
   8 rungs' batched HMC step (``kernel.timings["explorers"]`` per ``kernel.sample`` call; the
   whole scan, with the swap round, is printed too), for ``compile="torchscript"`` and
-  ``"inductor"``;
+  ``"inductor"`` as the kernel sets them up (``batched='auto'``: the replica loop on one CPU
+  thread), and for Inductor with the 8 replicas in one vmapped graph (``"inductor, vmap"``:
+  the kernel's batched evaluator replaced after set-up, what ``batched='vmap'`` would run);
 - NumPyro: ``HMC(model, num_steps=N)`` initialized with 8 PRNG keys, which is what
   ``MCMC(num_chains=8, chain_method="vectorized")`` runs per iteration: the ``vmap``-ed
   ``sample_kernel``, jitted; one call = one transition of all 8 chains.
@@ -83,6 +85,7 @@ def make_kernels(args, data_path):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import _bnn
     from pyro_pt import ParallelTempering
+    from pyro_pt.potential.batched import BatchedEvaluator
 
     torch.set_num_threads(args.threads)
     x, y = _bnn.make_data()
@@ -92,17 +95,25 @@ def make_kernels(args, data_path):
     options = {"num_steps": args.num_steps, "num_steps_jitter": 0.0, "step_size": STEP_SIZE,
                "adapt_step_size": False, "adapt_mass_matrix": False}
     kernels = {}
-    for compile in ("torchscript", "inductor"):
+    for name in ("torchscript", "inductor", "inductor, vmap"):
         begin = time.perf_counter()
+        compile = name.split(",")[0]
         kernel = ParallelTempering(_bnn.CountingModel(), num_replicas=NUM_CHAINS,
                                    max_temperature=50.0, explorer="hmc", explorer_kwargs=options,
                                    init_strategy=init_to_value(values=z), compile=compile)
         kernel.setup(0, x, y)
+        if name.endswith("vmap"):
+            # Not what batched='auto' takes on one CPU thread (the replica loop): the 8
+            # replicas in one vmapped Inductor graph, still checked bitwise on first use.
+            fast = kernel._rungs.explorers[0].group.fast
+            fast.batched = BatchedEvaluator(fast.compiled, mode="vmap", max_batch=NUM_CHAINS)
+            kernel.explorer_info.update(batched=fast.batched.path,
+                                        batched_reason=fast.batched.reason)
         info = kernel.explorer_info
-        print(f"{compile}: set-up {time.perf_counter() - begin:.1f} s, engine "
+        print(f"{name}: set-up {time.perf_counter() - begin:.1f} s, engine "
               f"{info['potential_engine']}, batched {info['batched']} "
               f"({info['batched_reason'] or 'checked'})")
-        kernels[compile] = kernel
+        kernels[name] = kernel
     return kernels
 
 
@@ -118,7 +129,11 @@ def time_scans(kernel, scans):
 def profile(kernel, scans):
     """Seconds per scan in the graph's calls, the rest of the batched potential, the rest."""
     group = kernel._rungs.explorers[0].group
-    compiled, engine = group.fast.compiled, group.engine
+    engine = group.fast.batched
+    # The graph's calls: one per replica in the loop, one per chunk of replicas vmapped.
+    compiled = engine if engine.path == "vmap" else group.fast.compiled
+    graph_name = "_vmapped" if engine.path == "vmap" else "evaluate"
+    engine = group.engine
     spent = {"graph": 0.0, "potential": 0.0}
 
     def timed(fn, key):
@@ -130,14 +145,16 @@ def profile(kernel, scans):
                 spent[key] += time.perf_counter() - begin
         return wrapper
 
-    evaluate, potential = compiled.evaluate, engine.potential_and_grad
-    compiled.evaluate = timed(evaluate, "graph")
+    evaluate, potential = getattr(compiled, graph_name), engine.potential_and_grad
+    setattr(compiled, graph_name, timed(evaluate, "graph"))
     engine.potential_and_grad = timed(potential, "potential")
-    calls = engine.num_potential_calls
+    calls, before = engine.num_potential_calls, kernel.timings["explorers"]
     try:
-        local, _ = time_scans(kernel, scans)
+        time_scans(kernel, scans)
+        local = (kernel.timings["explorers"] - before) / (scans + 1) * 1e3  # untimed one too
     finally:
-        compiled.evaluate, engine.potential_and_grad = evaluate, potential
+        setattr(compiled, graph_name, evaluate)
+        engine.potential_and_grad = potential
     graph = spent["graph"] / (scans + 1) * 1e3
     batched = spent["potential"] / (scans + 1) * 1e3
     return {"scan": local, "graph calls": graph, "rest of the potential": batched - graph,
