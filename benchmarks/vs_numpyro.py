@@ -35,6 +35,55 @@ STEP_SIZE = 1e-4  # small enough that the leapfrog stays finite from the benchma
 LEAPFROGS = 10
 
 
+def add_numpyro_arguments(parser):
+    """``--numpyro-python`` and the hidden ``--worker DATA``, as every NumPyro benchmark has."""
+    parser.add_argument("--numpyro-python", default=os.environ.get(
+        "NUMPYRO_PYTHON", ".venv-numpyro/bin/python"),
+        help="interpreter with jax, jaxlib and numpyro (default $NUMPYRO_PYTHON or "
+             ".venv-numpyro/bin/python)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+
+
+def start_worker(args, script, data_path, *options):
+    """Start ``script``'s NumPyro side (``--worker data_path *options``) under
+    ``args.numpyro_python``, single-threaded on the CPU; returns it and its first reply."""
+    env = dict(os.environ, XLA_FLAGS=XLA_FLAGS, JAX_PLATFORMS="cpu")
+    worker = subprocess.Popen([args.numpyro_python, os.path.abspath(script), "--worker",
+                               data_path, *options], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env)
+    return worker, json.loads(worker.stdout.readline())
+
+
+def ask(worker, line):
+    """One request to a NumPyro side: a line in, one JSON reply out."""
+    worker.stdin.write(f"{line}\n")
+    worker.stdin.flush()
+    return json.loads(worker.stdout.readline())
+
+
+def numpyro_bnn(widths, noise, activation="relu"):
+    """``_bnn.CountingModel`` written in NumPyro (sites ``w{i}``, ``b{i}``, ``y``), for the
+    benchmarks' NumPyro side; ``activation`` names a ``jax.nn`` or ``jax.numpy`` function."""
+    import jax
+    import numpyro
+    import numpyro.distributions as dist
+
+    act = getattr(jax.nn, activation, None) or getattr(jax.numpy, activation)
+
+    def model(x, y=None):
+        h = x
+        for i, (a, b) in enumerate(zip(widths, widths[1:])):
+            w = numpyro.sample(f"w{i}", dist.Normal(0.0, 1.0).expand([a, b]).to_event(2))
+            bias = numpyro.sample(f"b{i}", dist.Normal(0.0, 1.0).expand([b]).to_event(1))
+            h = h @ w + bias
+            if i < len(widths) - 2:
+                h = act(h)
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("y", dist.Normal(h.squeeze(-1), noise), obs=y)
+
+    return model
+
+
 def numpyro_worker(data_path):
     """The NumPyro side (no torch): builds the model, then times one round per stdin line."""
     os.environ["XLA_FLAGS"] = XLA_FLAGS
@@ -42,26 +91,13 @@ def numpyro_worker(data_path):
     import jax.numpy as jnp
     import numpy as np
     import numpyro
-    import numpyro.distributions as dist
     from jax.flatten_util import ravel_pytree
     from numpyro.infer.hmc_util import IntegratorState, euclidean_kinetic_energy, velocity_verlet
     from numpyro.infer.util import initialize_model
 
     data = np.load(data_path)
-    widths, noise = [int(w) for w in data["widths"]], float(data["noise"])
+    model = numpyro_bnn([int(w) for w in data["widths"]], float(data["noise"]))
     x, y = jnp.asarray(data["x"]), jnp.asarray(data["y"])
-
-    def model(x, y):
-        h = x
-        for i, (a, b) in enumerate(zip(widths, widths[1:])):
-            w = numpyro.sample(f"w{i}", dist.Normal(0.0, 1.0).expand([a, b]).to_event(2))
-            bias = numpyro.sample(f"b{i}", dist.Normal(0.0, 1.0).expand([b]).to_event(1))
-            h = h @ w + bias
-            if i < len(widths) - 2:
-                h = jax.nn.relu(h)
-        with numpyro.plate("data", x.shape[0]):
-            numpyro.sample("y", dist.Normal(h.squeeze(-1), noise), obs=y)
-
     info = initialize_model(jax.random.PRNGKey(0), model, model_args=(x, y))
     z = {name: jnp.asarray(data["z_" + name]) for name in info.param_info.z}
     flat, unravel = ravel_pytree(z)
@@ -143,7 +179,7 @@ def torch_side(args, data_path):
     rows = {}
     one = torch.ones(1)
     for compile, fast in sides.items():
-        name = f"{compile} ({fast.engine})"
+        name = f"{compile} ({fast.compiled.engine})"
         start = (flat[None], *fast.batched_potential_and_grad(flat[None], one)[:2])
         rows[f"graph, {name}"] = ("potential + gradient", timer(lambda f=fast: f.evaluate(flat)))
         rows[f"HMC potential, {name}"] = (
@@ -165,13 +201,9 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
     parser.add_argument("--calls", type=int, default=200, help="timed calls per round")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--numpyro-python", default=os.environ.get(
-        "NUMPYRO_PYTHON", ".venv-numpyro/bin/python"),
-        help="interpreter with jax, jaxlib and numpyro (default $NUMPYRO_PYTHON or "
-             ".venv-numpyro/bin/python)")
     parser.add_argument("--cold-cache", action="store_true",
                         help="Inductor compiles into an empty cache (the cold compile time)")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    add_numpyro_arguments(parser)
     args = parser.parse_args(argv)
     if args.worker:
         return numpyro_worker(args.worker)
@@ -180,11 +212,7 @@ def main(argv=None):
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
         data_path = os.path.join(tmp, "bnn.npz")
         rows, compile_s, our_potential = torch_side(args, data_path)
-        env = dict(os.environ, XLA_FLAGS=XLA_FLAGS, JAX_PLATFORMS="cpu")
-        worker = subprocess.Popen([args.numpyro_python, os.path.abspath(__file__), "--worker",
-                                   data_path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  text=True, env=env)
-        ready = json.loads(worker.stdout.readline())
+        worker, ready = start_worker(args, __file__, data_path)
         print(f"set-up: TorchScript {compile_s['torchscript']:.1f} s, Inductor "
               f"{compile_s['inductor']:.1f} s ({'cold' if args.cold_cache else 'cache as found'}),"
               f" NumPyro jit {ready['jit_s']:.1f} s (jax {ready['jax']}, numpyro "
@@ -194,9 +222,7 @@ def main(argv=None):
         numpyro_times = {"potential + gradient": [], "leapfrog": []}
         ratios = {name: [] for name in rows}
         for _ in range(args.rounds):
-            worker.stdin.write(f"{args.calls}\n")
-            worker.stdin.flush()
-            numpyro = json.loads(worker.stdout.readline())
+            numpyro = ask(worker, args.calls)
             for name, (kind, run) in rows.items():
                 times[name].append(run(args.calls))
                 ratios[name].append(times[name][-1] / numpyro[kind])
