@@ -268,6 +268,13 @@ class BatchedHMC(HMCSlots):
     def _kinetic(self, p):
         return 0.5 * row_sum(self._inv_mass * p * p)
 
+    @property
+    def leapfrog(self):
+        """``"fused"`` (one compiled call per slot and step) or ``"batched"`` (one call of the
+        batched potential per step), decided after :meth:`setup`."""
+        step = None if self.fused_step is None else self.fused_step(self._dtype, self._device)
+        return "batched" if step is None else "fused"
+
     def _leapfrog(self, p0, step_size, steps, num_steps=None):
         """The leapfrog trajectories from the cached states (:func:`~.hmc_dynamics.leapfrog`)."""
         n_max = num_steps or (self.num_steps if steps is None else int(steps.max()))
