@@ -26,6 +26,22 @@ class TemperedPotential:
         self._remember(z, ll)
         return -(lp + self.beta * ll)
 
+    def potential_and_grad(self, z):
+        """
+        ``(grads, potential)`` at ``z`` as :func:`pyro.ops.integrator.potential_grad` returns
+        them for this potential, bitwise, but from the captured graph's own gradients, without
+        an autograd round trip; None where only that round trip answers (a split without a
+        graph, or a point the graph leaves to the traced path).
+        """
+        fast = getattr(self.split, "potential_and_grad", None)
+        out = None if fast is None else fast(z, self.beta)
+        if out is None:
+            return None
+        potential, grad, ll = out
+        self._remember(z, ll)
+        parts = self.split.unflatten(grad)
+        return {name: parts[name] for name in z}, potential
+
     @staticmethod
     def _key(z):
         return tuple(id(v) for v in z.values())

@@ -1,0 +1,207 @@
+"""Milliseconds per NUTS leapfrog step: plain Pyro NUTS against a NUTS rung of ParallelTempering.
+
+On two small models (eight schools non-centered, 10 parameters; a GP Poisson regression on 10
+points, 12 parameters), one torch thread, interleaved rounds, medians:
+
+(a) plain Pyro ``NUTS`` on the potential ``initialize_model`` makes of the same model;
+(b) the rung of ``ParallelTempering(temperatures=[1.0], explorer="nuts")`` (K = 1: no swaps);
+(c) the captured graph alone, ``FunctionalSplit.evaluate`` (potential and gradient, no wrapping);
+(d) one potential-and-gradient evaluation as Pyro's integrator makes it
+    (``pyro.ops.integrator.potential_grad``) on each sampler's potential: (d-a) Pyro's traced
+    potential, (d-b) the rung's :class:`~pyro_pt.potential.TemperedPotential`.
+
+ms per leapfrog = wall time of the sampling phase / leapfrog steps in it (counted as calls of
+``NUTS._build_basetree``, one per leapfrog step, for both samplers). Both samplers adapt step
+size and a diagonal mass matrix in the same warmup; their trees differ in size, which the
+per-leapfrog figure divides out. (b) - (c) is what the rung spends outside the graph. Benchmarks
+print; they never assert.
+
+Run::
+
+    python benchmarks/nuts_overhead.py                       # ~3 minutes on a 2-core CPU
+    python benchmarks/nuts_overhead.py --rounds 1 --warmup 20 --samples 20    # smoke test
+    python benchmarks/nuts_overhead.py --profile schools     # cProfile of (b), top entries
+"""
+
+import argparse
+import cProfile
+import os
+import platform
+import pstats
+import statistics
+import sys
+import time
+
+import torch
+
+import pyro
+import pyro.distributions as dist
+from pyro.infer import MCMC, NUTS
+from pyro.infer.mcmc.util import initialize_model
+from pyro.ops.integrator import potential_grad
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pyro_pt import ParallelTempering  # noqa: E402
+from pyro_pt.potential import FunctionalSplit, ModelSplit, TemperedPotential  # noqa: E402
+
+F64 = torch.float64
+SCHOOLS_Y = torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0], dtype=F64)
+SCHOOLS_SIGMA = torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0], dtype=F64)
+
+
+def eight_schools_noncentered():
+    """As in tests/pt/test_trajectory.py."""
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=F64), 5.0))
+    tau = pyro.sample("tau", dist.HalfCauchy(torch.tensor(5.0, dtype=F64)))
+    with pyro.plate("schools", 8):
+        theta = pyro.sample("theta_tilde", dist.Normal(torch.tensor(0.0, dtype=F64), 1.0))
+        pyro.sample("y", dist.Normal(mu + tau * theta, SCHOOLS_SIGMA), obs=SCHOOLS_Y)
+
+
+GP_X = torch.linspace(0.0, 1.0, 10, dtype=F64)
+GP_COUNTS = torch.tensor([1.0, 0.0, 2.0, 4.0, 6.0, 5.0, 3.0, 1.0, 1.0, 0.0], dtype=F64)
+
+
+def gp_poisson():
+    """Counts ~ Poisson(exp(f)), f = L eta with L the Cholesky factor of an RBF kernel."""
+    length = pyro.sample("length", dist.LogNormal(torch.tensor(-1.0, dtype=F64), 0.5))
+    amplitude = pyro.sample("amplitude", dist.HalfNormal(torch.tensor(2.0, dtype=F64)))
+    eta = pyro.sample("eta", dist.Normal(torch.zeros(10, dtype=F64), 1.0).to_event(1))
+    d = (GP_X[:, None] - GP_X[None, :]) / length
+    k = amplitude ** 2 * torch.exp(-0.5 * d * d) + 1e-6 * torch.eye(10, dtype=F64)
+    f = torch.linalg.cholesky(k) @ eta
+    pyro.sample("counts", dist.Poisson(f.exp()).to_event(1), obs=GP_COUNTS)
+
+
+MODELS = {"schools": eight_schools_noncentered, "gp": gp_poisson}
+
+LEAPFROGS = [0]
+_basetree = NUTS._build_basetree
+
+
+def _counted_basetree(self, *args, **kwargs):
+    LEAPFROGS[0] += 1
+    return _basetree(self, *args, **kwargs)
+
+
+NUTS._build_basetree = _counted_basetree
+
+
+def sampling_ms_per_leapfrog(kernel, warmup, samples, initial_params=None):
+    """Wall time of the sampling phase over its leapfrog steps, and leapfrogs per draw."""
+    marks = {}
+
+    def hook(kernel, params, stage, i):
+        if stage == "Warmup" and i == warmup - 1:
+            marks["start"] = (time.perf_counter(), LEAPFROGS[0])
+        marks["stop"] = (time.perf_counter(), LEAPFROGS[0])
+
+    mcmc = MCMC(kernel, num_samples=samples, warmup_steps=warmup, initial_params=initial_params,
+                hook_fn=hook, disable_progbar=True)
+    mcmc.run()
+    (t0, n0), (t1, n1) = marks["start"], marks["stop"]
+    return 1e3 * (t1 - t0) / max(n1 - n0, 1), (n1 - n0) / samples
+
+
+def plain_nuts(model, warmup, samples):
+    init, potential_fn, _, _ = initialize_model(model, model_args=())
+    return sampling_ms_per_leapfrog(NUTS(potential_fn=potential_fn), warmup, samples, init)
+
+
+def pt_nuts(model, warmup, samples):
+    kernel = ParallelTempering(model, temperatures=[1.0], explorer="nuts")
+    return sampling_ms_per_leapfrog(kernel, warmup, samples)
+
+
+def per_call_ms(fn, calls):
+    fn()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return 1e3 * (time.perf_counter() - start) / calls
+
+
+def evaluations(model, calls):
+    """(c), (d-a), (d-b): ms per call at the split's initial point."""
+    split = ModelSplit(model, ())
+    fast = FunctionalSplit(split)
+    z = {k: v.detach() for k, v in split.initial_point().items()}
+    flat = fast.flatten(z)
+    init, pyro_potential, _, _ = initialize_model(model, model_args=())
+    z_pyro = {k: v.detach() for k, v in init.items()}
+    tempered = TemperedPotential(fast, 1.0)
+    return (per_call_ms(lambda: fast.evaluate(flat), calls),
+            per_call_ms(lambda: potential_grad(pyro_potential, z_pyro), calls),
+            per_call_ms(lambda: potential_grad(tempered, z), calls), fast.compiled.engine)
+
+
+def profile(model, warmup, samples, top):
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(model, temperatures=[1.0], explorer="nuts")
+    mcmc = MCMC(kernel, num_samples=samples, warmup_steps=warmup, disable_progbar=True)
+    profiler = cProfile.Profile()
+    LEAPFROGS[0] = 0
+    profiler.enable()
+    mcmc.run()
+    profiler.disable()
+    print(f"{LEAPFROGS[0]} leapfrog steps")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--warmup", type=int, default=150, help="warmup per run (default 150)")
+    parser.add_argument("--samples", type=int, default=150, help="draws per run (default 150)")
+    parser.add_argument("--calls", type=int, default=2000,
+                        help="evaluations per round in (c) and (d) (default 2000)")
+    parser.add_argument("--models", default="schools,gp", help="comma-separated: schools, gp")
+    parser.add_argument("--profile", choices=sorted(MODELS), default=None,
+                        help="profile (b) on this model instead of timing")
+    parser.add_argument("--top", type=int, default=30, help="profile entries shown")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, pyro {pyro.__version__}, {torch.get_num_threads()} torch "
+          f"thread, {os.cpu_count()} CPUs, {platform.machine()}; warmup {args.warmup}, "
+          f"{args.samples} draws, {args.rounds} interleaved rounds")
+    if args.profile:
+        profile(MODELS[args.profile], args.warmup, args.samples, args.top)
+        return
+    rows = []
+    for name in args.models.split(","):
+        model = MODELS[name]
+        a, b, c, da, db, depth_a, depth_b = ([] for _ in range(7))
+        for r in range(args.rounds):
+            # Alternate which sampler goes first so drift (load, caches) favours neither.
+            for which in (("a", "b") if r % 2 == 0 else ("b", "a")):
+                pyro.set_rng_seed(args.seed + r)
+                if which == "a":
+                    ms, per_draw = plain_nuts(model, args.warmup, args.samples)
+                    a.append(ms)
+                    depth_a.append(per_draw)
+                else:
+                    ms, per_draw = pt_nuts(model, args.warmup, args.samples)
+                    b.append(ms)
+                    depth_b.append(per_draw)
+            graph, pyro_pe, ours_pe, engine = evaluations(model, args.calls)
+            c.append(graph)
+            da.append(pyro_pe)
+            db.append(ours_pe)
+            print(f"{name} round {r + 1}: (a) {a[-1]:.3f} (b) {b[-1]:.3f} (c) {graph:.3f} "
+                  f"(d-a) {pyro_pe:.3f} (d-b) {ours_pe:.3f} ms; leapfrogs/draw "
+                  f"{depth_a[-1]:.1f} / {depth_b[-1]:.1f}; graph engine {engine}", flush=True)
+        med = statistics.median
+        rows.append((name, med(a), med(b), med(c), med(da), med(db),
+                     med(x / y for x, y in zip(b, a)), med(depth_a), med(depth_b)))
+    print()
+    print(f"{'model':<9}{'(a) NUTS':>10}{'(b) PT':>10}{'(c) graph':>10}{'(d-a)':>8}{'(d-b)':>8}"
+          f"{'(b)/(a)':>9}{'(b)-(c)':>9}   leapfrogs/draw a, b   (ms per leapfrog, medians)")
+    for name, a, b, c, da, db, ratio, la, lb in rows:
+        print(f"{name:<9}{a:>10.3f}{b:>10.3f}{c:>10.3f}{da:>8.3f}{db:>8.3f}{ratio:>9.3f}"
+              f"{b - c:>9.3f}   {la:.1f}, {lb:.1f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
