@@ -10,6 +10,8 @@ trace per call, and the tempered potentials of many replicas in one call
 what it offers of the split is written out below, nothing is forwarded implicitly.
 """
 
+import math
+
 import torch
 
 from .batched import BatchedEvaluator, combine
@@ -180,10 +182,15 @@ class FunctionalSplit:
             out = self.compiled.evaluate(flat, grads=True)
         except Exception:  # e.g. a singular matrix: the traced path raises it to Pyro's handlers
             return None
-        if out is None or not bool(torch.isfinite(out[0]) & torch.isfinite(out[1])):
+        if out is None:
             return None
         lp, ll, grad_lp, grad_ll = out
         potential, grad = combine(lp, ll, grad_lp, grad_ll, torch.as_tensor(beta, dtype=lp.dtype))
+        # For a finite beta >= 0 the potential is finite only where lp and ll are (one check,
+        # not two); a finite lp and ll whose potential overflows goes the traced way, which
+        # gives the graph's numbers again.
+        if not math.isfinite(potential.item()):
+            return None
         return potential, grad, ll
 
     def batched_potential_and_grad(self, z_flat, betas):
