@@ -18,6 +18,8 @@ Pyro's function as before. Pyro's NUTS algorithm is untouched.
 
 import contextlib
 
+import pyro.infer.mcmc.hmc
+import pyro.infer.mcmc.nuts
 import pyro.ops.integrator as integrator
 from pyro.infer.mcmc import NUTS
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
@@ -37,6 +39,9 @@ def _leapfrog_takes_the_hook():
 
 
 GRAPH_GRADIENTS = _leapfrog_takes_the_hook()
+# Where Pyro calls potential_grad by its module's name: the leapfrog step, and HMC's and NUTS's
+# first evaluation after a cleared cache (a swap).
+_CALLERS = (integrator, pyro.infer.mcmc.hmc, pyro.infer.mcmc.nuts)
 
 
 def _potential_grad(pyro_potential_grad, potential_fn, z):
@@ -48,20 +53,23 @@ def _potential_grad(pyro_potential_grad, potential_fn, z):
 @contextlib.contextmanager
 def graph_gradients():
     """
-    Within the block, Pyro's leapfrog steps take ``(grads, potential)`` from
-    ``potential_fn.potential_and_grad(z)`` where the potential has it and it answers, else from
-    Pyro's own ``potential_grad``. Outside it (and where Pyro's integrator no longer takes the
-    hook, :data:`GRAPH_GRADIENTS` False) Pyro is untouched.
+    Within the block, Pyro's leapfrog steps (and HMC's and NUTS's evaluation of a new state)
+    take ``(grads, potential)`` from ``potential_fn.potential_and_grad(z)`` where the potential
+    has it and it answers, else from Pyro's own ``potential_grad``. Outside it (and where Pyro's
+    integrator no longer takes the hook, :data:`GRAPH_GRADIENTS` False) Pyro is untouched.
     """
     if not GRAPH_GRADIENTS:
         yield
         return
     pyro_potential_grad = integrator.potential_grad
-    integrator.potential_grad = lambda fn, z: _potential_grad(pyro_potential_grad, fn, z)
+    callers = [m for m in _CALLERS if getattr(m, "potential_grad", None) is pyro_potential_grad]
+    for module in callers:
+        module.potential_grad = lambda fn, z: _potential_grad(pyro_potential_grad, fn, z)
     try:
         yield
     finally:
-        integrator.potential_grad = pyro_potential_grad
+        for module in callers:
+            module.potential_grad = pyro_potential_grad
 
 
 def make_kernel(explorer, potential_fn, explorer_kwargs):

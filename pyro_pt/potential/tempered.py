@@ -9,6 +9,10 @@ class TemperedPotential:
     """
     Potential energy ``-(lp(z) + beta * ll(z))`` of one rung, as Pyro's HMC/NUTS expect.
 
+    Pyro's kernels call it and differentiate the result with autograd; the leapfrog steps of
+    NUTS and HMC rungs take :meth:`potential_and_grad` instead, the same numbers without the
+    autograd round trip (:func:`~pyro_pt.explorers.pyro_kernels.graph_gradients`).
+
     It remembers ``ll`` at the points it evaluates (keyed by the identity of their tensors,
     through weak references, so nothing is kept alive): the explorer returns one of those
     points, and the swaps need its ``ll`` without another trace of the model.
