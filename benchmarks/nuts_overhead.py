@@ -5,6 +5,8 @@ points, 12 parameters), one torch thread, interleaved rounds, medians:
 
 (a) plain Pyro ``NUTS`` on the potential ``initialize_model`` makes of the same model;
 (b) the rung of ``ParallelTempering(temperatures=[1.0], explorer="nuts")`` (K = 1: no swaps);
+    (b-off) the same with ``pyro_kernels.GRAPH_GRADIENTS`` off: every leapfrog through Pyro's
+    autograd, the path before the graph gradients (same trees and draws, bitwise);
 (c) the captured graph alone, ``FunctionalSplit.evaluate`` (potential and gradient, no wrapping);
 (d) one potential-and-gradient evaluation as Pyro's integrator makes it
     (``pyro.ops.integrator.potential_grad``) on each sampler's potential: (d-a) Pyro's traced
@@ -25,6 +27,7 @@ Run::
 """
 
 import argparse
+import contextlib
 import cProfile
 import os
 import platform
@@ -48,10 +51,10 @@ from pyro_pt import ParallelTempering  # noqa: E402
 from pyro_pt.potential import FunctionalSplit, ModelSplit, TemperedPotential  # noqa: E402
 from tests.pt.test_trajectory import eight_schools_noncentered  # noqa: E402
 
-try:  # what a rung's leapfrog steps run under (absent before issue 15's cheaper NUTS rungs)
-    from pyro_pt.explorers.pyro_kernels import graph_gradients
-except ImportError:
-    from contextlib import nullcontext as graph_gradients
+from pyro_pt.explorers import pyro_kernels  # noqa: E402
+
+# What a rung's leapfrog steps run under (absent before issue 15's cheaper NUTS rungs).
+graph_gradients = getattr(pyro_kernels, "graph_gradients", contextlib.nullcontext)
 
 F64 = torch.float64
 
@@ -106,9 +109,18 @@ def plain_nuts(model, warmup, samples):
     return sampling_ms_per_leapfrog(NUTS(potential_fn=potential_fn), warmup, samples, init)
 
 
-def pt_nuts(model, warmup, samples):
-    kernel = ParallelTempering(model, temperatures=[1.0], explorer="nuts")
-    return sampling_ms_per_leapfrog(kernel, warmup, samples)
+def pt_nuts(model, warmup, samples, hook=True):
+    """(b); with ``hook=False`` the rung's leapfrogs take Pyro's autograd path, as before
+    issue 15's cheaper NUTS rungs: the same trees and draws, bitwise."""
+    saved = getattr(pyro_kernels, "GRAPH_GRADIENTS", None)
+    if saved is not None:
+        pyro_kernels.GRAPH_GRADIENTS = hook and saved
+    try:
+        kernel = ParallelTempering(model, temperatures=[1.0], explorer="nuts")
+        return sampling_ms_per_leapfrog(kernel, warmup, samples)
+    finally:
+        if saved is not None:
+            pyro_kernels.GRAPH_GRADIENTS = saved
 
 
 def per_call_ms(fn, calls):
@@ -175,35 +187,38 @@ def main(argv=None):
     rows = []
     for name in args.models.split(","):
         model = MODELS[name]
-        a, b, c, da, db, depth_a, depth_b = ([] for _ in range(7))
+        a, b, b_off, c, da, db, depth_a, depth_b = ([] for _ in range(8))
         for r in range(args.rounds):
-            # Alternate which sampler goes first so drift (load, caches) favours neither.
-            for which in (("a", "b") if r % 2 == 0 else ("b", "a")):
+            # Rotate which sampler goes first so drift (load, caches) favours none.
+            order = ("a", "b", "b-off")[r % 3:] + ("a", "b", "b-off")[:r % 3]
+            for which in order:
                 pyro.set_rng_seed(args.seed + r)
                 if which == "a":
                     ms, per_draw = plain_nuts(model, args.warmup, args.samples)
                     a.append(ms)
                     depth_a.append(per_draw)
                 else:
-                    ms, per_draw = pt_nuts(model, args.warmup, args.samples)
-                    b.append(ms)
+                    ms, per_draw = pt_nuts(model, args.warmup, args.samples, which == "b")
+                    (b if which == "b" else b_off).append(ms)
                     depth_b.append(per_draw)
             graph, pyro_pe, ours_pe, engine = evaluations(model, args.calls)
             c.append(graph)
             da.append(pyro_pe)
             db.append(ours_pe)
-            print(f"{name} round {r + 1}: (a) {a[-1]:.3f} (b) {b[-1]:.3f} (c) {graph:.3f} "
-                  f"(d-a) {pyro_pe:.3f} (d-b) {ours_pe:.3f} ms; leapfrogs/draw "
+            print(f"{name} round {r + 1}: (a) {a[-1]:.3f} (b) {b[-1]:.3f} (b-off) {b_off[-1]:.3f} "
+                  f"(c) {graph:.3f} (d-a) {pyro_pe:.3f} (d-b) {ours_pe:.3f} ms; leapfrogs/draw "
                   f"{depth_a[-1]:.1f} / {depth_b[-1]:.1f}; graph engine {engine}", flush=True)
         med = statistics.median
-        rows.append((name, med(a), med(b), med(c), med(da), med(db),
-                     med(x / y for x, y in zip(b, a)), med(depth_a), med(depth_b)))
+        rows.append((name, med(a), med(b), med(b_off), med(c), med(da), med(db),
+                     med(x / y for x, y in zip(b, a)), med(x / y for x, y in zip(b, b_off)),
+                     med(depth_a), med(depth_b)))
     print()
-    print(f"{'model':<9}{'(a) NUTS':>10}{'(b) PT':>10}{'(c) graph':>10}{'(d-a)':>8}{'(d-b)':>8}"
-          f"{'(b)/(a)':>9}{'(b)-(c)':>9}   leapfrogs/draw a, b   (ms per leapfrog, medians)")
-    for name, a, b, c, da, db, ratio, la, lb in rows:
-        print(f"{name:<9}{a:>10.3f}{b:>10.3f}{c:>10.3f}{da:>8.3f}{db:>8.3f}{ratio:>9.3f}"
-              f"{b - c:>9.3f}   {la:.1f}, {lb:.1f}")
+    print(f"{'model':<9}{'(a) NUTS':>10}{'(b) PT':>9}{'(b-off)':>9}{'(c) graph':>10}{'(d-a)':>8}"
+          f"{'(d-b)':>8}{'(b)/(a)':>9}{'(b)/(b-off)':>12}{'(b)-(c)':>9}   leapfrogs/draw a, b")
+    for name, a, b, b_off, c, da, db, ratio, gain, la, lb in rows:
+        print(f"{name:<9}{a:>10.3f}{b:>9.3f}{b_off:>9.3f}{c:>10.3f}{da:>8.3f}{db:>8.3f}"
+              f"{ratio:>9.3f}{gain:>12.3f}{b - c:>9.3f}   {la:.1f}, {lb:.1f}")
+    print("(ms per leapfrog step, medians over rounds; ratios are medians of per-round ratios)")
 
 
 if __name__ == "__main__":
