@@ -185,10 +185,11 @@ class FunctionalSplit:
         if out is None:
             return None
         lp, ll, grad_lp, grad_ll = out
-        potential, grad = combine(lp, ll, grad_lp, grad_ll, torch.as_tensor(beta, dtype=lp.dtype))
+        beta = torch.as_tensor(beta, dtype=lp.dtype, device=lp.device)
+        potential, grad = combine(lp, ll, grad_lp, grad_ll, beta)
         # For a finite beta >= 0 the potential is finite only where lp and ll are (one check,
-        # not two); a finite lp and ll whose potential overflows goes the traced way, which
-        # gives the graph's numbers again.
+        # not two); a finite lp and ll whose potential overflows goes to Pyro's autograd path,
+        # which answers it from the graph as before.
         if not math.isfinite(potential.item()):
             return None
         return potential, grad, ll
