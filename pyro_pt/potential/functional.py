@@ -10,9 +10,11 @@ trace per call, and the tempered potentials of many replicas in one call
 what it offers of the split is written out below, nothing is forwarded implicitly.
 """
 
+import math
+
 import torch
 
-from .batched import BatchedEvaluator
+from .batched import BatchedEvaluator, combine
 from .compiled import CompiledSplit
 
 
@@ -151,6 +153,46 @@ class FunctionalSplit:
         if not needs_grad:
             return out[0], out[1]
         return _AttachGradients.apply((self.compiled.layout, out), *values)
+
+    def potential_and_grad(self, z, beta):
+        """
+        The tempered potential ``-(lp + beta * ll)`` at ``z``, its flat gradient and ``ll``,
+        straight from the graph, without autograd; None where :meth:`log_densities` would not
+        answer from the graph (the traced path decides there: not the captured shapes, values
+        that require grad, densities that are not finite, an error in the graph).
+
+        Bitwise what autograd gives through :meth:`log_densities`: its backward of
+        ``-(lp + beta * ll)`` is ``d lp * (-1) + d ll * (-beta)``, which equals
+        ``-(d lp + beta * d ll)`` exactly because rounding to nearest commutes with negation.
+
+        :param dict z: site -> unconstrained tensor, detached.
+        :param float beta: the inverse temperature.
+        :returns: ``(potential, grad [D], ll)`` (detached) or None.
+        """
+        names = self.compiled.layout.names
+        if len(z) != len(names):
+            return None
+        values = [z[name] for name in names]
+        if any(v.requires_grad for v in values):
+            return None
+        flat = torch.cat([v.reshape(-1) for v in values])
+        if flat.shape[0] != self.compiled.layout.dim:
+            return None
+        try:
+            out = self.compiled.evaluate(flat, grads=True)
+        except Exception:  # e.g. a singular matrix: the traced path raises it to Pyro's handlers
+            return None
+        if out is None:
+            return None
+        lp, ll, grad_lp, grad_ll = out
+        beta = torch.as_tensor(beta, dtype=lp.dtype, device=lp.device)
+        potential, grad = combine(lp, ll, grad_lp, grad_ll, beta)
+        # For a finite beta >= 0 the potential is finite only where lp and ll are (one check,
+        # not two); a finite lp and ll whose potential overflows goes to Pyro's autograd path,
+        # which answers it from the graph as before.
+        if not math.isfinite(potential.item()):
+            return None
+        return potential, grad, ll
 
     def batched_potential_and_grad(self, z_flat, betas):
         """

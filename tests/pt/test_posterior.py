@@ -125,14 +125,18 @@ def first_cold_evaluations_after_swaps(monkeypatch, clear_cache=True):
     evaluated in the next scan).
     """
     evaluations = []
-    original = TemperedPotential.__call__
 
-    def spy(self, z):
-        if self.beta == 1.0:
-            evaluations.append(z["w"].detach().clone())
-        return original(self, z)
+    def spying(original):
+        def spy(self, z):
+            if self.beta == 1.0:
+                evaluations.append(z["w"].detach().clone())
+            return original(self, z)
+        return spy
 
-    monkeypatch.setattr(TemperedPotential, "__call__", spy)
+    # Both ways the NUTS explorer evaluates its potential: through autograd, and the leapfrog
+    # steps' gradients from the captured graph.
+    for method in ("__call__", "potential_and_grad"):
+        monkeypatch.setattr(TemperedPotential, method, spying(getattr(TemperedPotential, method)))
     if not clear_cache:
         monkeypatch.setattr(explorers.PyroKernelExplorer, "replace_state", lambda self: None)
     x, y = linear_data()
