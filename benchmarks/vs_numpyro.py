@@ -144,7 +144,7 @@ def torch_side(args, data_path):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import _bnn
-    from pyro_pt.explorers.hmc_dynamics import leapfrog
+    from pyro_pt.explorers.hmc_dynamics import leapfrog, leapfrog_rows
     from pyro_pt.potential import FunctionalSplit, ModelSplit
 
     x, y = _bnn.make_data()
@@ -193,6 +193,20 @@ def torch_side(args, data_path):
                             LEAPFROGS)
 
         rows[f"HMC leapfrog, {name}"] = ("leapfrog", timer(trajectory, LEAPFROGS))
+        step = fast.batched.fused_step(flat.dtype, flat.device)
+        if step is None:
+            print(f"{name}: no fused leapfrog step ({fast.batched.step_reason})")
+            continue
+
+        def fused(f=fast, s=start, step=step):
+            # What explorer="hmc" runs where replicas are evaluated one at a time: one
+            # compiled call per step (position update, graph, tempering, momentum update).
+            evaluate_row = lambda r, q: f.batched_potential_and_grad(q, one)  # noqa: E731
+            return leapfrog_rows(step, evaluate_row, (*s, torch.zeros(1)), momentum[None],
+                                 torch.full((1,), STEP_SIZE), torch.ones(1, flat.shape[0]),
+                                 one, None, LEAPFROGS)
+
+        rows[f"HMC leapfrog fused, {name}"] = ("leapfrog", timer(fused, LEAPFROGS))
     return rows, compile_s, float(sides["torchscript"].batched_potential_and_grad(flat[None], one)[0])
 
 

@@ -106,13 +106,16 @@ def make_kernels(args, data_path):
             # Not what batched='auto' takes on one CPU thread (the replica loop): the 8
             # replicas in one vmapped Inductor graph, still checked bitwise on first use.
             fast = kernel._rungs.explorers[0].group.fast
+            group = kernel._rungs.explorers[0].group
             fast.batched = BatchedEvaluator(fast.compiled, mode="vmap", max_batch=NUM_CHAINS)
+            group.engine.fused_step = fast.batched.fused_step  # None: one batched call a step
             kernel.explorer_info.update(batched=fast.batched.path,
-                                        batched_reason=fast.batched.reason)
+                                        batched_reason=fast.batched.reason,
+                                        leapfrog=group.engine.leapfrog)
         info = kernel.explorer_info
         print(f"{name}: set-up {time.perf_counter() - begin:.1f} s, engine "
               f"{info['potential_engine']}, batched {info['batched']} "
-              f"({info['batched_reason'] or 'checked'})")
+              f"({info['batched_reason'] or 'checked'}), leapfrog {info['leapfrog']}")
         kernels[name] = kernel
     return kernels
 
@@ -146,6 +149,12 @@ def profile(kernel, scans):
         return wrapper
 
     evaluate, potential = getattr(compiled, graph_name), engine.potential_and_grad
+    fused = engine.leapfrog == "fused"
+    if fused:
+        # One compiled call per rung and leapfrog step: graph, tempering and updates in one.
+        fused_step = engine.fused_step
+        step = timed(fused_step(engine._dtype, engine._device), "graph")
+        engine.fused_step = lambda dtype, device: step
     setattr(compiled, graph_name, timed(evaluate, "graph"))
     engine.potential_and_grad = timed(potential, "potential")
     calls, before = engine.num_potential_calls, kernel.timings["explorers"]
@@ -155,11 +164,16 @@ def profile(kernel, scans):
     finally:
         setattr(compiled, graph_name, evaluate)
         engine.potential_and_grad = potential
+        if fused:
+            engine.fused_step = fused_step
     graph = spent["graph"] / (scans + 1) * 1e3
     batched = spent["potential"] / (scans + 1) * 1e3
+    calls = (engine.num_potential_calls - calls) / (scans + 1)
+    if fused:
+        return {"scan": local, "fused step calls": graph, "rest of the scan": local - graph,
+                "leapfrog steps per scan": calls}
     return {"scan": local, "graph calls": graph, "rest of the potential": batched - graph,
-            "rest of the scan": local - batched,
-            "potential calls per scan": (engine.num_potential_calls - calls) / (scans + 1)}
+            "rest of the scan": local - batched, "potential calls per scan": calls}
 
 
 def main(argv=None):
@@ -211,7 +225,7 @@ def main(argv=None):
         for name, kernel in kernels.items():
             parts = profile(kernel, args.scans)
             print(f"profile, {name}: " + ", ".join(
-                f"{k} {v:.1f}" + ("" if k.endswith("per scan") else " ms")
+                f"{k} {v:.1f}" + ("" if k.endswith(" per scan") else " ms")
                 for k, v in parts.items()))
 
 
