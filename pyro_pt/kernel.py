@@ -103,7 +103,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
     :param str compile: what runs the model's captured graph: ``"auto"`` (default: TorchScript
         unless a rung's warmup alone makes enough gradient evaluations to repay Inductor's
         compile time, :func:`~pyro_pt.potential.inductor.choose_compiler`), ``"torchscript"`` or
-        ``"inductor"`` (``torch.compile``, TorchScript as the fallback); see
+        ``"inductor"`` (Inductor on the captured graph, TorchScript as the fallback); see
         :attr:`explorer_info` ``["potential_engine"]``.
     :param int checkpoint_every: with ``checkpoint_path``, write a checkpoint (:meth:`checkpoint`)
         every so many scans; :meth:`resume` continues from one (:mod:`pyro_pt.checkpoint`).
