@@ -140,6 +140,9 @@ class BatchedHMC(HMCSlots):
         self.max_delta_energy = max_delta_energy
         self._buffers = (init_buffer, term_buffer, base_window)
         self.num_potential_calls = 0
+        if fused_step is not None and not callable(fused_step):
+            raise TypeError("fused_step must be None or a callable (dtype, device) -> step or "
+                            f"None, got {type(fused_step).__name__}")
         self.fused_step = fused_step
 
     # ----- set-up and the caller's hooks -----
@@ -268,18 +271,20 @@ class BatchedHMC(HMCSlots):
     def _kinetic(self, p):
         return 0.5 * row_sum(self._inv_mass * p * p)
 
+    def _fused(self):
+        return None if self.fused_step is None else self.fused_step(self._dtype, self._device)
+
     @property
     def leapfrog(self):
         """``"fused"`` (one compiled call per slot and step) or ``"batched"`` (one call of the
         batched potential per step), decided after :meth:`setup`."""
-        step = None if self.fused_step is None else self.fused_step(self._dtype, self._device)
-        return "batched" if step is None else "fused"
+        return "batched" if self._fused() is None else "fused"
 
     def _leapfrog(self, p0, step_size, steps, num_steps=None):
         """The leapfrog trajectories from the cached states (:func:`~.hmc_dynamics.leapfrog`)."""
         n_max = num_steps or (self.num_steps if steps is None else int(steps.max()))
         start = (self._z, self._potential, self._grad, self._ll)
-        step = None if self.fused_step is None else self.fused_step(self._dtype, self._device)
+        step = self._fused()
         if step is None:
             return leapfrog(self._evaluate, start, p0, step_size, self._inv_mass, steps, n_max)
         self.num_potential_calls += n_max

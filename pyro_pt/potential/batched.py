@@ -49,7 +49,7 @@ def leapfrog_step(gm):
 
 
 class _Interpreted:
-    """A TorchScript graph run as :func:`_run` runs one: no autograd, no profiling executor
+    """A graph run without autograd and, under TorchScript, without the profiling executor
     (whose fusions could change the numbers)."""
 
     def __init__(self, graph):
@@ -61,8 +61,7 @@ class _Interpreted:
 
 
 def _run(graph, batch):
-    with torch.no_grad(), torch.jit.optimized_execution(False):
-        return graph(batch.contiguous())
+    return _Interpreted(graph)(batch.contiguous())
 
 
 class BatchedEvaluator:

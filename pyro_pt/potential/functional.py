@@ -137,16 +137,28 @@ class FunctionalSplit:
         where validation fails; None where the traced path must answer."""
         return self.compiled.evaluate(flat, grads)
 
+    def _captured_point(self, z):
+        """``(values in latent order, flat detached vector)`` of ``z``, or None unless it has the
+        captured sites and shapes."""
+        names = self.compiled.layout.names
+        if len(z) != len(names):
+            return None
+        values = [z[name] for name in names]
+        flat = torch.cat([v.detach().reshape(-1) for v in values])
+        if flat.shape[0] != self.compiled.layout.dim:
+            return None
+        return values, flat
+
     def log_densities(self, z):
         """
         ``(lp(z), ll(z))`` for unconstrained values ``z``, as :meth:`ModelSplit.log_densities`,
         differentiable (first order) with respect to the values of ``z`` that require grad.
         """
-        values = [z[name] for name in self.compiled.layout.names]
-        needs_grad = torch.is_grad_enabled() and any(v.requires_grad for v in values)
-        flat = torch.cat([v.detach().reshape(-1) for v in values])
-        if flat.shape[0] != self.compiled.layout.dim:  # not the captured shapes: Pyro decides
+        point = self._captured_point(z)
+        if point is None:  # not the captured sites or shapes: Pyro decides
             return self.split.log_densities(z)
+        values, flat = point
+        needs_grad = torch.is_grad_enabled() and any(v.requires_grad for v in values)
         out = self.compiled.evaluate(flat, grads=needs_grad)
         if out is None or not bool(torch.isfinite(out[0]) & torch.isfinite(out[1])):
             return self.split.log_densities(z)
@@ -169,15 +181,10 @@ class FunctionalSplit:
         :param float beta: the inverse temperature.
         :returns: ``(potential, grad [D], ll)`` (detached) or None.
         """
-        names = self.compiled.layout.names
-        if len(z) != len(names):
+        point = self._captured_point(z)
+        if point is None or any(v.requires_grad for v in point[0]):
             return None
-        values = [z[name] for name in names]
-        if any(v.requires_grad for v in values):
-            return None
-        flat = torch.cat([v.reshape(-1) for v in values])
-        if flat.shape[0] != self.compiled.layout.dim:
-            return None
+        flat = point[1]
         try:
             out = self.compiled.evaluate(flat, grads=True)
         except Exception:  # e.g. a singular matrix: the traced path raises it to Pyro's handlers
