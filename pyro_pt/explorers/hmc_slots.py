@@ -64,10 +64,15 @@ class HMCSlots:
                 f"{self._device} (as given to setup), got {z.dtype} {list(z.shape)} on {z.device}")
         stale = self._stale | (z != self._z).any(-1)
         if bool(stale.any()):
-            potential, grad, ll = self._evaluate(z)
-            self._potential = torch.where(stale, potential, self._potential)
-            self._grad = torch.where(stale[:, None], grad, self._grad)
-            self._ll = torch.where(stale, ll, self._ll)
+            # Only the stale rows: the potential is batch-invariant (DESIGN §2), so a row's
+            # numbers are the same whichever rows share its call, and after a swap most
+            # rows kept their state.
+            rows = stale.nonzero().flatten()
+            potential, grad, ll = self.potential_and_grad(z[rows], self._betas[rows])
+            self.num_potential_calls += 1
+            self._potential, self._grad, self._ll = (
+                cached.index_put((rows,), new.detach()) for cached, new in
+                ((self._potential, potential), (self._grad, grad), (self._ll, ll)))
             self._stale = torch.zeros_like(self._stale)
         self._z = z
 
@@ -115,3 +120,20 @@ class HMCSlots:
     def logging(self, slot=0):
         """Progress-bar fields of one slot: its step size and mean acceptance probability."""
         return self._record.logging(slot, self._step_size)
+
+    def _fused(self):
+        return None if self.fused_step is None else self.fused_step(self._dtype, self._device)
+
+    def _plan(self):
+        if self.lockstep is None:
+            return None
+        return self.lockstep(self._z.shape[0], self._dtype, self._device)
+
+    @property
+    def leapfrog(self):
+        """``"lockstep"`` (one compiled call per step for a batch of slots), ``"fused"`` (one
+        compiled call per slot and step) or ``"batched"`` (one call of the batched potential
+        per step), decided after :meth:`setup`."""
+        if self._plan() is not None:
+            return "lockstep"
+        return "batched" if self._fused() is None else "fused"
