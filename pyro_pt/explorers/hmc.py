@@ -17,7 +17,7 @@ import torch
 
 from ..swap import metropolis_probability
 from .hmc_record import HMCRecord
-from .hmc_dynamics import draw, leapfrog, leapfrog_rows, not_finite, row_sum
+from .hmc_dynamics import draw, leapfrog, leapfrog_lockstep, leapfrog_rows, not_finite, row_sum
 from .hmc_slots import HMCSlots
 from .hmc_state import HMCInfo, HMCState
 from .hmc_trajectory import jittered_num_steps
@@ -93,6 +93,10 @@ class BatchedHMC(HMCSlots):
         (:meth:`~pyro_pt.potential.batched.BatchedEvaluator.fused_step`); with a step, each
         slot's trajectory runs as one call per leapfrog step
         (:func:`~.hmc_dynamics.leapfrog_rows`).
+    :param callable lockstep: optional ``(num_slots, dtype, device) -> plan or None``
+        (:meth:`~pyro_pt.potential.lockstep.Lockstep.plan`): with a plan, each leapfrog step
+        of all slots is one compiled call per batch (:func:`~.hmc_dynamics.leapfrog_lockstep`);
+        it takes precedence over ``fused_step``.
 
     Example::
 
@@ -107,7 +111,7 @@ class BatchedHMC(HMCSlots):
     def __init__(self, potential_and_grad, num_steps=None, step_size=1.0, target_accept_prob=0.8,
                  adapt_step_size=True, adapt_mass_matrix=True, num_steps_jitter=0.0,
                  max_delta_energy=1000.0, init_buffer=75, term_buffer=50, base_window=25,
-                 max_num_steps=1024, fused_step=None):
+                 max_num_steps=1024, fused_step=None, lockstep=None):
         if not callable(potential_and_grad):
             raise TypeError("potential_and_grad must be a callable (z, betas) -> "
                             f"(potential, grad, ll), got {type(potential_and_grad).__name__}")
@@ -140,10 +144,11 @@ class BatchedHMC(HMCSlots):
         self.max_delta_energy = max_delta_energy
         self._buffers = (init_buffer, term_buffer, base_window)
         self.num_potential_calls = 0
-        if fused_step is not None and not callable(fused_step):
-            raise TypeError("fused_step must be None or a callable (dtype, device) -> step or "
-                            f"None, got {type(fused_step).__name__}")
-        self.fused_step = fused_step
+        for name, value in (("fused_step", fused_step), ("lockstep", lockstep)):
+            if value is not None and not callable(value):
+                raise TypeError(f"{name} must be None or a callable that gives a compiled step "
+                                f"(or None), got {type(value).__name__}")
+        self.fused_step, self.lockstep = fused_step, lockstep
 
     # ----- set-up and the caller's hooks -----
 
@@ -271,19 +276,15 @@ class BatchedHMC(HMCSlots):
     def _kinetic(self, p):
         return 0.5 * row_sum(self._inv_mass * p * p)
 
-    def _fused(self):
-        return None if self.fused_step is None else self.fused_step(self._dtype, self._device)
-
-    @property
-    def leapfrog(self):
-        """``"fused"`` (one compiled call per slot and step) or ``"batched"`` (one call of the
-        batched potential per step), decided after :meth:`setup`."""
-        return "batched" if self._fused() is None else "fused"
-
     def _leapfrog(self, p0, step_size, steps, num_steps=None):
         """The leapfrog trajectories from the cached states (:func:`~.hmc_dynamics.leapfrog`)."""
         n_max = num_steps or (self.num_steps if steps is None else int(steps.max()))
         start = (self._z, self._potential, self._grad, self._ll)
+        plan = self._plan()
+        if plan is not None:
+            self.num_potential_calls += n_max
+            return leapfrog_lockstep(plan, self._evaluate_row, start, p0, step_size,
+                                     self._inv_mass, self._betas, steps, n_max)
         step = self._fused()
         if step is None:
             return leapfrog(self._evaluate, start, p0, step_size, self._inv_mass, steps, n_max)

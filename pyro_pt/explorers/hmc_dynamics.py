@@ -156,3 +156,44 @@ def leapfrog_rows(step, evaluate_row, start, p0, step_size, inv_mass, betas, ste
                        inv_mass[r:r + 1], None, n)
         rows.append(tuple(t[0] for t in out))
     return tuple(torch.stack(column) for column in zip(*rows))
+
+
+def leapfrog_lockstep(plan, evaluate_row, start, p0, step_size, inv_mass, betas, steps, n_max):
+    """
+    :func:`leapfrog` with the slots in lockstep: each step of a batch of slots one call of a
+    compiled step (:class:`~pyro_pt.potential.lockstep.Lockstep`), every slot its own number
+    of steps; a slot that met a non-finite point is run again by :func:`leapfrog` alone, as in
+    :func:`leapfrog_rows`.
+
+    :param list plan: ``[(first, last, size, step)]`` (:meth:`Lockstep.plan
+        <pyro_pt.potential.lockstep.Lockstep.plan>`): slots ``first:last`` padded to ``size``
+        rows with copies of the first.
+    :param callable evaluate_row: as in :func:`leapfrog_rows`; the others as :func:`leapfrog`.
+    """
+    z0, potential0, grad0, ll0 = start
+    device = z0.device
+    eps = step_size
+    half_eps = 0.5 * eps
+    scaled_eps = eps[:, None] * inv_mass
+    n = torch.full_like(betas, n_max, dtype=torch.long) if steps is None else steps.to(device)
+    p_half = p0 - grad0 * half_eps[:, None]
+    ticks = [torch.tensor(i, device=device) for i in range(1, n_max + 1)]
+    pieces = []
+    for first, last, size, step in plan:
+        rows = list(range(first, last)) + [first] * (size - (last - first))
+        index = torch.tensor(rows, device=device)
+        state = (z0[index], p_half[index], potential0[index], grad0[index], ll0[index],
+                 torch.zeros(size, dtype=torch.bool, device=device))
+        fixed = (scaled_eps[index], eps[index], half_eps[index], betas[index])
+        count = n[index]
+        for tick in ticks[: int(count.max())]:
+            state = step(tick, count, *state, *fixed)
+        pieces.append(tuple(t[: last - first] for t in state))
+    z, p, potential, grad, ll, bad = (torch.cat(column) for column in zip(*pieces))
+    for r in bad.nonzero().flatten().tolist():
+        one = tuple(t[r:r + 1] for t in start)
+        out = leapfrog(lambda q: evaluate_row(r, q), one, p0[r:r + 1], step_size[r:r + 1],
+                       inv_mass[r:r + 1], None, int(n[r]))
+        for column, value in zip((z, p, potential, grad, ll, bad), out):
+            column[r] = value[0]
+    return z, p, potential, grad, ll, bad

@@ -50,6 +50,7 @@ class HMCGroup(ExplorerGroup):
             options.setdefault("num_steps_jitter", DEFAULT_NUM_STEPS_JITTER)
         self.fast = fast
         self.engine = BatchedHMC(fast.batched_potential_and_grad, fused_step=fast.batched.fused_step,
+                                 lockstep=fast.lockstep.plan,
                                  **options)
         self._betas, self._seeds, self._initial = [], [], []
         self._ready = False

@@ -16,6 +16,7 @@ import torch
 
 from .batched import BatchedEvaluator, combine
 from .compiled import CompiledSplit
+from .lockstep import Lockstep
 
 
 class _AttachGradients(torch.autograd.Function):
@@ -94,6 +95,8 @@ class FunctionalSplit:
         self.compiled = CompiledSplit(split, points, rtol, compile=compile,
                                       evaluations=evaluations)
         self.batched = BatchedEvaluator(self.compiled, mode=batched, max_batch=max_batch)
+        # the batched HMC's leapfrog steps of several rungs as one compiled call (small models)
+        self.lockstep = Lockstep(self.batched)
 
     # ----- what the split offers, as the explorers use it (the rest: ``.split``) -----
 

@@ -1,0 +1,205 @@
+"""The leapfrog steps of several slots as one compiled call: slots in lockstep.
+
+On a small model a call of a compiled graph costs far more than its arithmetic: on the
+25-weight BNN of ``benchmarks/vs_numpyro_ess.py`` (one CPU thread, loaded 2-core VM) the fused
+step of one slot (:func:`~pyro_pt.potential.batched.leapfrog_step`) costs ~60-130 us for a few
+thousand flops, so running a batched HMC's slots one at a time pays that per slot and step. The
+lockstep step is ``torch.func.vmap`` of the fused step over the slots, compiled by Inductor as
+one graph, and it carries each slot's state: a slot past its own last step, or one that met a
+non-finite point, is carried unchanged (a select, exact), so every slot runs its own number of
+steps and its numbers do not depend on the others' (measured there: 4 slots, 64 us per step
+for all of them against 388 us one at a time). On a large model batching gains nothing on one
+thread (seed BNN, 8 slots: 4.1 ms vmapped against 3.5 ms one at a time), so it is used only
+below :data:`MAX_FLOPS` matrix-product flops per evaluation, a property of the model (the same
+on every rank).
+
+Its numbers are the vmapped graph's, as for the batched potential
+(:mod:`pyro_pt.potential.batched`), and are checked the same way before use: a batch of two
+agrees with the unfused evaluator within the tolerance at the check points and is bitwise the
+same in either slot; every other size gives bitwise the numbers of the batches of two. A size
+that fails runs as pieces of two and three; a lone slot runs as a batch of two (a copy of
+itself), so a slot's draws do not depend on how many slots a process holds.
+"""
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from .batched import leapfrog_step
+from .capture import Uncapturable, capture, forked_rng, keeping_validation, mismatch
+from .inductor import inductor_compile
+
+# Where the arithmetic of one evaluation takes about as long as a compiled call's fixed cost
+# (~30-60 us at the ~30 GFLOP/s one thread of this CPU reaches); the small BNN has ~2e3, the
+# seed BNN ~7e6.
+MAX_FLOPS = 1e6
+
+
+def graph_flops(gm, point):
+    """The flops of one call of the captured graph ``gm`` at ``point``, as torch counts them
+    (matrix products and convolutions; elementwise operations count nothing)."""
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        gm(point)
+    return counter.get_total_flops()
+
+
+def lockstep_step(gm):
+    """
+    One leapfrog step of a batch of slots, for capture: ``(i, n, z, p, potential, grad, ll,
+    bad, scaled_eps, eps, half_eps, betas) -> (z, p, potential, grad, ll, bad)``. Slot r takes
+    step ``i`` (a scalar, from 1) of its ``n[r]``, with the half kick at its last, while
+    ``i <= n[r]`` and it has not gone ``bad`` (met a non-finite density or gradient).
+    """
+    step = torch.func.vmap(leapfrog_step(gm))
+
+    def batch_step(i, n, z, p, potential, grad, ll, bad, scaled_eps, eps, half_eps, betas):
+        kick = torch.where(i == n, half_eps, eps)
+        z_new, p_new, u_new, g_new, ll_new, ok = step(z, p, scaled_eps, kick, betas)
+        live = (i <= n) & ~bad
+        keep = live & ok
+        col = keep[:, None]
+        return (torch.where(col, z_new, z), torch.where(col, p_new, p),
+                torch.where(keep, u_new, potential), torch.where(col, g_new, grad),
+                torch.where(keep, ll_new, ll), bad | (live & ~ok))
+
+    return batch_step
+
+
+class Lockstep:
+    """
+    The lockstep steps of a :class:`~pyro_pt.potential.batched.BatchedEvaluator`'s model, one
+    compiled graph per batch size, checked on first use.
+
+    :param evaluator: the batched evaluator (its single-point graphs and check points).
+    """
+
+    def __init__(self, evaluator):
+        self.evaluator = evaluator
+        self.reason = ""  # why plan() gives None
+        self._steps = {}  # (size, dtype, device, validate) -> step, or None where it failed
+        self._plans = {}  # (num_slots, dtype, device, validate) -> plan or None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_steps"], state["_plans"] = {}, {}
+        return state
+
+    def plan(self, num_slots, dtype, device):
+        """
+        ``[(first, last, size, step)]``: slots ``first:last`` as one batch of ``size`` (one
+        more than the slots where a lone slot is padded) stepped by ``step``; None where
+        lockstep does not apply (:attr:`reason` says why). Made once per number of slots.
+        """
+        key = (num_slots,) + self.evaluator.compiled.graph_key(dtype, device)
+        if key not in self._plans:
+            self._plans[key] = self._plan(num_slots, dtype, device)
+        return self._plans[key]
+
+    def _plan(self, num_slots, dtype, device):
+        compiled = self.evaluator.compiled
+        if compiled.path != "functional" or compiled.engine_for(dtype, device) != "inductor":
+            self.reason = "lockstep needs the functional path under Inductor"
+            return None
+        point = compiled.check_points(dtype, device)[0]
+        flops = graph_flops(compiled.fx_graph(dtype, device), point)
+        if flops > MAX_FLOPS:
+            self.reason = f"the model's {flops:.3g} flops per evaluation exceed {MAX_FLOPS:.0e}"
+            return None
+        if self._step(2, dtype, device) is None:
+            return None
+        plan, first = [], 0
+        while first < num_slots:
+            count = min(self.evaluator.max_batch, num_slots - first)
+            size = max(count, 2)
+            if self._step(size, dtype, device) is not None:
+                plan.append((first, first + count, size, self._step(size, dtype, device)))
+                first += count
+                continue
+            # pieces of the checked sizes 2 and 3
+            for piece in [3] * (count % 2) + [2] * ((count - 3 * (count % 2)) // 2):
+                plan.append((first, first + piece, piece, self._step(piece, dtype, device)))
+                first += piece
+        return plan
+
+    def _step(self, size, dtype, device):
+        key = (size,) + self.evaluator.compiled.graph_key(dtype, device)
+        if key not in self._steps:
+            try:
+                self._steps[key] = self._compile(size, dtype, device)
+            except Exception as error:  # no compiler, an operation without a batching rule
+                self.reason = f"{type(error).__name__}: {error}"
+                self._steps[key] = None
+        return self._steps[key]
+
+    def _compile(self, size, dtype, device):
+        compiled = self.evaluator.compiled
+        points = compiled.check_points(dtype, device)
+        example = _inputs(list(range(size)), points)
+        with forked_rng(device), keeping_validation():
+            gm = capture(lockstep_step(compiled.fx_graph(dtype, device)), *example)
+            step = inductor_compile(gm, *example)
+        if size == 2:
+            self._check_pairs(step, points, dtype)
+        else:
+            self._check_size(step, size, points, dtype, device)
+        return step
+
+    def _check_pairs(self, step, points, dtype):
+        """Each point's step, first of a pair with the next point, agrees with the evaluator
+        within the tolerance, and is bitwise its step as the second of the previous pair."""
+        rtol = self.evaluator.compiled.tolerance(dtype)
+        runs = _pairs(step, points)
+        n = len(points)
+        for i, (example, out) in enumerate(runs):
+            z, p, scaled_eps, eps, betas = (example[k][:1] for k in (2, 3, 8, 9, 11))
+            z_new = z + scaled_eps * p
+            potential, grad, ll = self.evaluator(z_new, betas)
+            reference = (z_new, p - grad * eps[:, None], potential, grad, ll)
+            if bool(out[5].any()):
+                raise Uncapturable("the lockstep step met a non-finite point at a check point")
+            for value, ref in zip(out[:5], reference):
+                problem = mismatch(value[:1], ref, rtol)
+                if problem is not None:
+                    raise Uncapturable(f"lockstep disagrees with single evaluations: {problem}")
+            other = runs[(i - 1) % n][1]
+            if not all(torch.equal(a[0], b[1]) for a, b in zip(out, other)):
+                raise Uncapturable("lockstep results depend on the batch position")
+
+    def _check_size(self, step, size, points, dtype, device):
+        """Point ``s % len(points)`` in slot s of a batch of ``size``: bitwise its numbers in
+        a batch of two."""
+        reference = _pairs(self._step(2, dtype, device), points)
+        n = len(points)
+        with torch.no_grad():
+            out = step(*_inputs(list(range(size)), points))
+        for slot in range(size):
+            first = reference[slot % n][1]
+            if not all(torch.equal(a[slot], b[0]) for a, b in zip(out, first)):
+                raise Uncapturable(f"lockstep results depend on the batch size ({size} vs 2)")
+
+
+def _inputs(slots, points):
+    """One full step (``i = 1 < n = 2``) from check point ``s % len(points)`` for each ``s`` in
+    ``slots``, at an inverse temperature of 1 or 0.5 by that point (as the fused step's
+    checks: momentum ``points[-1] - points[0]``, steps of 1e-3)."""
+    n = len(points)
+    z = torch.stack([points[s % n] for s in slots])
+    kw = {"dtype": z.dtype, "device": z.device}
+    size = len(slots)
+    zeros = torch.zeros(size, **kw)
+    eps = torch.full((size,), 1e-3, **kw)
+    betas = torch.tensor([1.0 if (s % n) % 2 == 0 else 0.5 for s in slots], **kw)
+    return (torch.tensor(1, device=z.device), torch.full((size,), 2, device=z.device), z,
+            (points[-1] - points[0]).expand(size, -1).clone(), zeros, torch.zeros_like(z),
+            zeros.clone(), torch.zeros(size, dtype=torch.bool, device=z.device),
+            torch.full_like(z, 1e-3), eps, 0.5 * eps, betas)
+
+
+def _pairs(step, points):
+    """``[(inputs, outputs)]``: point i first of a pair with point i + 1 (cyclically)."""
+    n = len(points)
+    runs = []
+    with torch.no_grad():
+        for i in range(n):
+            example = _inputs([i, (i + 1) % n], points)
+            runs.append((example, step(*example)))
+    return runs
