@@ -33,6 +33,8 @@ import copy
 
 import torch
 import torch._inductor
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 COMPILERS = ("auto", "inductor", "torchscript")
 # Cold Inductor compile time / saving per call, seed BNN on a 2-core CPU: 114 s / 0.85 ms.
@@ -102,8 +104,11 @@ def inductor_compile(gm, *example):
         # make_fx records each input's fake value under its own fake mode, which Inductor
         # refuses to mix; it traces the graph again from the example anyway.
         node.meta.pop("val", None)
-    compiled = _InductorGraph(torch._inductor.compile(gm, list(example),
-                                                      options={"cpp_wrapper": True}))
+    # Fake inputs with a shape environment: without one Inductor bypasses its on-disk graph
+    # cache ("No shape env") and lowers and generates the code again on every compilation.
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    fake = [fake_mode.from_tensor(t) for t in example]
+    compiled = _InductorGraph(torch._inductor.compile(gm, fake, options={"cpp_wrapper": True}))
     with torch.no_grad():
         compiled(*example)
     return compiled
