@@ -47,6 +47,11 @@ def run_linear(kernel_kwargs, num_samples=20, warmup_steps=10, seed=0):
     }
 
 
+def run_linear_each(kernels):
+    """:func:`run_linear` of each of ``kernels`` in turn, on one process group."""
+    return [run_linear(kernel_kwargs) for kernel_kwargs in kernels]
+
+
 def _worker(rank, world_size, port, out_dir, fn, args, timeout=60.0, catch=False):
     torch.set_num_threads(1)
     dist.init_process_group(
