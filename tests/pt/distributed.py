@@ -47,6 +47,11 @@ def run_linear(kernel_kwargs, num_samples=20, warmup_steps=10, seed=0):
     }
 
 
+def run_linear_each(kernels):
+    """:func:`run_linear` of each of ``kernels`` in turn, on one process group."""
+    return [run_linear(kernel_kwargs) for kernel_kwargs in kernels]
+
+
 def _worker(rank, world_size, port, out_dir, fn, args, timeout=60.0, catch=False):
     torch.set_num_threads(1)
     dist.init_process_group(
@@ -165,3 +170,30 @@ def run_rank_dependent_ladder():
                                explorer="rwmh")
     MCMC(kernel, 5, 2, disable_progbar=True).run(*linear_data())
     return "finished"
+
+
+def run_setup_refusals(scenarios):
+    """
+    Run each of ``scenarios`` (names of :data:`SETUP_REFUSALS`) in turn on one process group;
+    returns {name: "finished" or this rank's error dict}. Each refusal is raised by every rank
+    after the same single set-up all-gather, so the group stays in step for the next one: one
+    spawn (whose process start-up dominates) serves all of them.
+    """
+    out = {}
+    for name in scenarios:
+        fn, args = SETUP_REFUSALS[name]
+        try:
+            out[name] = fn(*args)
+        except Exception as error:
+            out[name] = {"error": type(error).__name__, "message": str(error)}
+    return out
+
+
+SETUP_REFUSALS = {
+    "models": (run_rank_dependent_data, ()),
+    "ladders": (run_rank_dependent_ladder, ()),
+    "model": (run_failing_on_rank_1, ("model",)),
+    "explorer": (run_failing_on_rank_1, ("explorer",)),
+    # last: MCMC(num_chains=2) may start Pyro's own chain processes
+    "num_chains": (run_kernel, ({"num_replicas": 2, "explorer": "rwmh"}, {"num_chains": 2})),
+}

@@ -59,5 +59,7 @@ def test_adapted_ladder_and_stepping_stone_evidence():
 @pytest.mark.slow
 def test_tempering_the_prior_fails_the_evidence_check(monkeypatch):
     temper_the_prior_in_batched_hmc(monkeypatch)
-    _, mcmc, truth = evidence_run(num_samples=1000)
+    # Seeds 0-4 were off by -4.0, -4.7, -4.2, -4.3, -6.4 nats after 1000 + 1000 scans, by
+    # -4.4, -5.2, -5.5, -3.4, -3.4 after 500 + 500.
+    _, mcmc, truth = evidence_run(num_samples=500, warmup=500)
     assert abs(mcmc.diagnostics()["log_Z"]["chain 0"] - truth) > 1.0

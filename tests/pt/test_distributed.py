@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from .distributed import (
+    SETUP_REFUSALS,
     run_and_die,
-    run_failing_on_rank_1,
     run_kernel,
     run_linear,
-    run_rank_dependent_data,
-    run_rank_dependent_ladder,
+    run_linear_each,
+    run_setup_refusals,
     spawn,
     spawn_catching,
 )
@@ -36,19 +36,36 @@ def assert_identical(a, b):
     assert len(a["report"]["round"]) >= 3
 
 
+KERNELS = {"sequential": SEQUENTIAL, "deo_prior_rung": DEO_PRIOR_RUNG, "deo_adapted": DEO_ADAPTED}
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """Each kernel of KERNELS run in turn in one spawn of 2 ranks (process start-up dominates
+    a spawn): {name: [result of rank 0, of rank 1]}."""
+    torch.set_num_threads(1)
+    results = spawn(2, tmp_path_factory.mktemp("two_ranks"), run_linear_each,
+                    list(KERNELS.values()))
+    return {name: [r[i] for r in results] for i, name in enumerate(KERNELS)}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "world_size, kernel, boundary_pairs",
-    [(2, SEQUENTIAL, [1]), (4, SEQUENTIAL, [0, 1, 2]), (2, DEO_PRIOR_RUNG, [2]),
-     (2, DEO_ADAPTED, [1])],
+    [(2, "sequential", [1]), (4, "sequential", [0, 1, 2]), (2, "deo_prior_rung", [2]),
+     (2, "deo_adapted", [1])],
 )
-def test_world_sizes_give_bitwise_identical_chains(world_size, kernel, boundary_pairs, tmp_path):
+def test_world_sizes_give_bitwise_identical_chains(world_size, kernel, boundary_pairs, tmp_path,
+                                                   request):
     torch.set_num_threads(1)
-    reference = run_linear(kernel)
+    reference = run_linear(KERNELS[kernel])
     assert reference["world_size"] == 1
     for pair in boundary_pairs:  # accepted swaps move states across rank boundaries
         assert reference["swap_accepted"][:, pair].nan_to_num(0).sum() > 0
-    results = spawn(world_size, tmp_path, run_linear, kernel)
+    if world_size == 2:
+        results = request.getfixturevalue("two_ranks")[kernel]
+    else:
+        results = spawn(world_size, tmp_path, run_linear, KERNELS[kernel])
     for result in results:
         assert result["world_size"] == world_size
         assert_identical(result, reference)
@@ -64,24 +81,32 @@ def test_more_ranks_than_replicas_is_an_error(tmp_path):
         assert "2 replicas but the process group has 3 ranks" in message
 
 
-def test_multiple_chains_under_a_process_group_is_an_error(tmp_path):
-    results = spawn_catching(2, tmp_path, run_kernel, {"num_replicas": 2, "explorer": "rwmh"},
-                             {"num_chains": 2})
-    for message in errors(results):
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+    """Every 2-rank set-up refusal below, run in turn in one spawn of 2 ranks: {name: [result
+    of rank 0, of rank 1]}. The backend's timeout is longer than the hang guard (``wait``), so
+    a rank stuck in a collective is killed and leaves no result, rather than raising a
+    timeout error in place of the message that the tests check."""
+    results = spawn_catching(2, tmp_path_factory.mktemp("refusals"), run_setup_refusals,
+                             list(SETUP_REFUSALS), timeout=900.0, wait=300.0)
+    assert all(isinstance(r, dict) for r in results), results  # no rank died or hung
+    return {name: [r[name] for r in results] for name in SETUP_REFUSALS}
+
+
+def test_multiple_chains_under_a_process_group_is_an_error(refusals):
+    for message in errors(refusals["num_chains"]):
         assert "num_chains > 1" in message and "new_group" in message
 
 
-def test_ranks_with_different_models_fail_at_setup(tmp_path):
-    results = spawn_catching(2, tmp_path, run_rank_dependent_data)
-    for message in errors(results):
+def test_ranks_with_different_models_fail_at_setup(refusals):
+    for message in errors(refusals["models"]):
         assert "ranks disagree on the model's latent sites" in message
 
 
-def test_ranks_with_different_ladders_fail_at_setup(tmp_path):
+def test_ranks_with_different_ladders_fail_at_setup(refusals):
     # Same model and block sizes, so nothing else would notice: the swaps would pair rungs
     # whose temperatures the ranks disagree on.
-    results = spawn_catching(2, tmp_path, run_rank_dependent_ladder)
-    for message in errors(results):
+    for message in errors(refusals["ladders"]):
         assert "ranks disagree on the kernel's settings ['temperatures']" in message
 
 
@@ -89,13 +114,10 @@ def test_ranks_with_different_ladders_fail_at_setup(tmp_path):
     ("model", "ValueError: the data of rank 1 are unusable"),
     ("explorer", "MemoryError: rank 1 ran out of memory building its rungs"),
 ])
-def test_a_setup_failure_on_one_rank_stops_every_rank_with_its_reason(where, reason, tmp_path):
+def test_a_setup_failure_on_one_rank_stops_every_rank_with_its_reason(where, reason, refusals):
     # Before the set-up check, rank 0 stopped only when gloo saw rank 1's connection close,
     # with a "lost rank" error that did not say why; the message is what this test checks.
-    # Not the backend's timeout: that is longer than the hang guard, after which the ranks
-    # are killed and leave no result.
-    results = spawn_catching(2, tmp_path, run_failing_on_rank_1, where, timeout=900.0,
-                             wait=300.0)
+    results = refusals[where]
     assert reason.split(": ", 1)[1] in results[1]["message"]  # rank 1: its own error
     assert results[1]["error"] == reason.split(":")[0]
     assert results[0]["error"] == "RuntimeError"

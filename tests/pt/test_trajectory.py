@@ -186,12 +186,17 @@ def test_cold_rung_accepts_near_the_target_after_warmup(model, explorer_kwargs):
     # these four settings gave 0.73-0.91 (16 of 20 runs within 0.07 of the target, every
     # five-seed mean within 0.04); before the warm restarts, 0.88-0.94. So the mean of three
     # seeded runs is held to the issue's +-0.07.
+    # The Gaussian's rate is measured over 200 draws: its 3-seed means (seeds 0-2) were 0.768
+    # (adaptive) and 0.818 (fixed) over 400 draws, 0.767 and 0.812 over 200 (5-seed means
+    # 0.790, 0.804 -> 0.781, 0.813). The eight schools keep 400: over 200 its adaptive mean
+    # fell to 0.737, too near the bound (0.762 over 400).
+    num_samples = 200 if model is gaussian_model else 400
     rates = []
     for seed in range(3):
         pyro.set_rng_seed(seed)
         kernel = ParallelTempering(model, num_replicas=3, max_temperature=10.0, explorer="hmc",
                                    explorer_kwargs=explorer_kwargs)
-        mcmc = MCMC(kernel, num_samples=400, warmup_steps=300, disable_progbar=True)
+        mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=300, disable_progbar=True)
         mcmc.run()
         cold = kernel._rungs.explorers[0]
         assert cold.beta == 1.0
