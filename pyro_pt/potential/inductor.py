@@ -35,9 +35,6 @@ happens to be warm is not counted (it differs between machines and ranks).
 import copy
 
 import torch
-import torch._inductor
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 COMPILERS = ("auto", "inductor", "torchscript")
 # Cold Inductor compile time / saving per call, seed BNN on a 2-core CPU: 114 s / 0.85 ms.
@@ -100,6 +97,12 @@ def inductor_compile(gm, *example):
     0.94-1.03 ms, with ``cpp_wrapper`` 0.58-0.79 ms; the C++ wrapper adds ~25 s to a cold
     compilation.
     """
+    # Imported here, not at load: importing Inductor costs ~2.4 s, which every process (each
+    # rank of a distributed run) would pay even under TorchScript.
+    import torch._inductor
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
     # Inductor may rewrite the graph it is given; gm stays the uncompiled reference (vmap,
     # the TorchScript fallback).
     gm = copy.deepcopy(gm)
