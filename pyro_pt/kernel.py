@@ -104,7 +104,9 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         unless a rung's warmup alone makes enough gradient evaluations to repay Inductor's
         compile time, :func:`~pyro_pt.potential.inductor.choose_compiler`), ``"torchscript"`` or
         ``"inductor"`` (Inductor on the captured graph, TorchScript as the fallback); see
-        :attr:`explorer_info` ``["potential_engine"]``.
+        :attr:`explorer_info` ``["potential_engine"]``. Under Inductor, ``explorer="hmc"`` on
+        a small model steps all of a process's rungs in one compiled call per leapfrog step
+        (``explorer_info["leapfrog"] == "lockstep"``, :mod:`pyro_pt.potential.lockstep`).
     :param int checkpoint_every: with ``checkpoint_path``, write a checkpoint (:meth:`checkpoint`)
         every so many scans; :meth:`resume` continues from one (:mod:`pyro_pt.checkpoint`).
     :param str checkpoint_path: the file of the periodic checkpoints (replaced atomically).
