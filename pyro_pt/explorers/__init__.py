@@ -117,7 +117,9 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
         lls = [next(started) if ll is None else ll for ll in lls]
         # Compiles the fused step now, in the set-up, rather than at the first leapfrog.
         leapfrog = group.engine.leapfrog
-        info.update(leapfrog=leapfrog, leapfrog_reason="" if leapfrog != "batched" else (
-            split.batched.step_reason
-            or f"potential {split.path!r}, replicas evaluated by {split.batched.path!r}"))
+        # why not the faster path: lockstep, then fused
+        info.update(leapfrog=leapfrog, leapfrog_reason="" if leapfrog == "lockstep" else (
+            f"not lockstep: {split.lockstep.reason}" if leapfrog == "fused" else (
+                split.batched.step_reason
+                or f"potential {split.path!r}, replicas evaluated by {split.batched.path!r}")))
     return explorers, states, lls, info

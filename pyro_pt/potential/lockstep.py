@@ -96,8 +96,12 @@ class Lockstep:
 
     def _plan(self, num_slots, dtype, device):
         compiled = self.evaluator.compiled
-        if compiled.path != "functional" or compiled.engine_for(dtype, device) != "inductor":
-            self.reason = "lockstep needs the functional path under Inductor"
+        if compiled.path != "functional":
+            self.reason = f"the model's potential is not a captured graph ({compiled.reason})"
+            return None
+        if compiled.engine_for(dtype, device) != "inductor":
+            self.reason = ("the graph runs under TorchScript, and lockstep needs Inductor "
+                           "(compile='inductor', or 'auto' on a long enough run)")
             return None
         point = compiled.check_points(dtype, device)[0]
         flops = graph_flops(compiled.fx_graph(dtype, device), point)
