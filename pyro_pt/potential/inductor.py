@@ -34,7 +34,6 @@ happens to be warm is not counted (it differs between machines and ranks).
 
 import copy
 
-import torch
 
 COMPILERS = ("auto", "inductor", "torchscript")
 # Cold Inductor compile time / saving per call, seed BNN on a 2-core CPU: 114 s / 0.85 ms.
