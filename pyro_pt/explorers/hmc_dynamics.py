@@ -151,11 +151,17 @@ def leapfrog_rows(step, evaluate_row, start, p0, step_size, inv_mass, betas, ste
             rows.append((z, p, potential, grad, ll, torch.zeros((), dtype=torch.bool,
                                                                 device=z.device)))
             continue
-        one = tuple(t[r:r + 1] for t in start)
-        out = leapfrog(lambda q: evaluate_row(r, q), one, p0[r:r + 1], step_size[r:r + 1],
-                       inv_mass[r:r + 1], None, n)
-        rows.append(tuple(t[0] for t in out))
+        rows.append(_alone(r, n, evaluate_row, start, p0, step_size, inv_mass))
     return tuple(torch.stack(column) for column in zip(*rows))
+
+
+def _alone(r, n, evaluate_row, start, p0, step_size, inv_mass):
+    """Slot ``r``'s ``n`` steps by :func:`leapfrog` alone (a slot whose fast trajectory met a
+    non-finite point: the potential's own non-finite semantics), its row of each output."""
+    one = tuple(t[r:r + 1] for t in start)
+    out = leapfrog(lambda q: evaluate_row(r, q), one, p0[r:r + 1], step_size[r:r + 1],
+                   inv_mass[r:r + 1], None, n)
+    return tuple(t[0] for t in out)
 
 
 def leapfrog_lockstep(plan, evaluate_row, start, p0, step_size, inv_mass, betas, steps, n_max):
@@ -191,9 +197,7 @@ def leapfrog_lockstep(plan, evaluate_row, start, p0, step_size, inv_mass, betas,
         pieces.append(tuple(t[: last - first] for t in state))
     z, p, potential, grad, ll, bad = (torch.cat(column) for column in zip(*pieces))
     for r in bad.nonzero().flatten().tolist():
-        one = tuple(t[r:r + 1] for t in start)
-        out = leapfrog(lambda q: evaluate_row(r, q), one, p0[r:r + 1], step_size[r:r + 1],
-                       inv_mass[r:r + 1], None, int(n[r]))
+        out = _alone(r, int(n[r]), evaluate_row, start, p0, step_size, inv_mass)
         for column, value in zip((z, p, potential, grad, ll, bad), out):
-            column[r] = value[0]
+            column[r] = value
     return z, p, potential, grad, ll, bad

@@ -114,8 +114,9 @@ class Lockstep:
         while first < num_slots:
             count = min(self.evaluator.max_batch, num_slots - first)
             size = max(count, 2)
-            if self._step(size, dtype, device) is not None:
-                plan.append((first, first + count, size, self._step(size, dtype, device)))
+            step = self._step(size, dtype, device)
+            if step is not None:
+                plan.append((first, first + count, size, step))
                 first += count
                 continue
             # pieces of the checked sizes 2 and 3
