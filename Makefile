@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 
 # `make test-arviz1 [NEW=3.13]` runs the ArviZ >= 1 (DataTree) suite on a newer Python in its own
 # venv: ArviZ 1 needs Python >= 3.12, whose PyPI torch is a CUDA build (about 5.7 GB; it runs on
-# the CPU). The interpreter is python$(NEW) on PATH, else pyenv's newest $(NEW).x.
+# the CPU; --no-cache-dir keeps pip from holding a second copy of its wheels). The interpreter
+# is python$(NEW) on PATH, else pyenv's newest $(NEW).x.
 NEW ?= 3.12
 PYTHON_NEW ?= $(shell python$(NEW) -c 'import sys; print(sys.executable)' 2>/dev/null || \
   PYENV_VERSION=$$(pyenv versions --bare 2>/dev/null | grep '^$(NEW)\.' | tail -n 1) pyenv which python$(NEW) 2>/dev/null)
@@ -39,7 +40,7 @@ $(STAMP_NEW): pyproject.toml
 	@test -n "$(PYTHON_NEW)" || { echo "need python$(NEW) (make test-arviz1 NEW=3.12 or PYTHON_NEW=/path/to/python)"; exit 1; }
 	@test -x $(PY_NEW) || $(PYTHON_NEW) -m venv $(VENV_NEW)
 	$(PY_NEW) -m pip install --upgrade --quiet pip
-	$(PY_NEW) -m pip install --quiet -e '.[test]' 'arviz>=1'
+	$(PY_NEW) -m pip install --quiet --no-cache-dir -e '.[test]' 'arviz>=1'
 	@touch $(STAMP_NEW)
 
 test-arviz1: $(STAMP_NEW)
