@@ -183,10 +183,12 @@ def leapfrog_lockstep(plan, evaluate_row, start, p0, step_size, inv_mass, betas,
     scaled_eps = eps[:, None] * inv_mass
     n = torch.full_like(betas, n_max, dtype=torch.long) if steps is None else steps.to(device)
     p_half = p0 - grad0 * half_eps[:, None]
-    ticks = [torch.tensor(i, device=device) for i in range(1, n_max + 1)]
+    ticks = [torch.tensor(i, device=device) for i in range(1, int(n.max()) + 1)]
     pieces = []
     for first, last, size, step in plan:
         rows = list(range(first, last)) + [first] * (size - (last - first))
+        # every input gathered by index: contiguous, the layout the step was compiled for (it
+        # does not check its inputs' layout, lockstep.Lockstep._compile)
         index = torch.tensor(rows, device=device)
         state = (z0[index], p_half[index], potential0[index], grad0[index], ll0[index],
                  torch.zeros(size, dtype=torch.bool, device=device))

@@ -141,7 +141,9 @@ class Lockstep:
         example = _inputs(list(range(size)), points)
         with forked_rng(device), keeping_validation():
             gm = capture(lockstep_step(compiled.fx_graph(dtype, device)), *example)
-            step = inductor_compile(gm, *example)
+            # its one caller, leapfrog_lockstep, gathers every input by index (contiguous, the
+            # example's layout), so the per-call layout checks are dropped
+            step = inductor_compile(gm, *example, asserts=False)
         if size == 2:
             self._check_pairs(step, points, dtype)
         else:
