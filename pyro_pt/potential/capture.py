@@ -171,13 +171,32 @@ def _reads_through_dispatch(refusals):
         tensor_str._functorch_wrapper_str_intern = wrapper_str
 
 
+@contextlib.contextmanager
+def _one_fake_mode():
+    """
+    One fake-tensor mode for the whole capture. ``make_fx`` records each node's output as a
+    fake tensor, and with no fake mode about it makes a new mode for every node; each new mode
+    records the Python stack where it was made, which was about half of a small model's
+    capture (eight schools, 207 nodes: ~0.3 of ~0.6 s). A tracing context that holds one mode
+    is where ``make_fx`` looks for it first; the graph is the same.
+    """
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if TracingContext.try_get() is not None:  # inside someone else's compilation: theirs
+        yield
+        return
+    with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
+        yield
+
+
 def capture(fn, *example):
     """
     The aten graph of ``fn`` at ``example`` as a ``GraphModule``, or :class:`Uncapturable`.
     """
     refusals = []
     try:
-        with torch.no_grad(), _reads_through_dispatch(refusals):
+        with torch.no_grad(), _reads_through_dispatch(refusals), _one_fake_mode():
             gm = make_fx(fn)(*example)
     except Uncapturable:
         raise
