@@ -109,6 +109,16 @@ class TrajectoryAdaptation:
         self.centre = None  # [R, D] running mean of each slot's states
         self.num_states = [0] * num_slots
 
+    def __setstate__(self, state):
+        # A checkpoint written before Kesten's rule counted updates, not sign changes: about
+        # half of the updates change sign near the optimum, so the count resumes from that.
+        self.__dict__.update(state)
+        if "flips" not in state:
+            updates = state.get("num_updates", [0] * len(self.log_length))
+            self.flips = [n // 2 for n in updates]
+            self.direction = [0.0] * len(updates)
+            self.decay_flips = 50.0
+
     def rescale(self, old_inv_mass, new_inv_mass):
         r"""
         Carry each slot's :math:`T` over a metric update and restart its ascent there.

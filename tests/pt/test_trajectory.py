@@ -20,6 +20,7 @@ maximized numerically over a grid here (leapfrog error and the accept test move 
 of the sampler a little; the test allows a factor 2).
 """
 
+import copy
 import math
 
 import pytest
@@ -31,6 +32,7 @@ from pyro.infer import MCMC
 
 from pyro_pt import ParallelTempering
 from pyro_pt.explorers.hmc import BatchedHMC
+from pyro_pt.explorers.hmc_trajectory import TrajectoryAdaptation
 
 F64 = torch.float64
 
@@ -119,6 +121,38 @@ def test_num_steps_jitter_needs_a_fixed_num_steps():
         BatchedHMC(Gaussian(torch.ones(2, dtype=F64)), num_steps_jitter=0.5)
     with pytest.raises(ValueError, match="max_num_steps"):
         BatchedHMC(Gaussian(torch.ones(2, dtype=F64)), max_num_steps=0)
+
+
+def test_the_ascent_rate_decays_only_where_the_updates_change_sign():
+    # Kesten's rule: a climb whose every term points up keeps the full rate; oscillating terms
+    # decay it as 0.025 / sqrt(1 + k / 50) after k sign changes.
+    climb = TrajectoryAdaptation([0.1], max_num_steps=10 ** 6)
+    wiggle = TrajectoryAdaptation([0.1], max_num_steps=10 ** 6)
+    for i in range(200):
+        before = climb.log_length[0]
+        climb.update([1.0], [1e-3])
+        # Adam with beta1 = 0 and a constant term moves by exactly the rate
+        assert climb.log_length[0] - before == pytest.approx(0.025, rel=1e-9)
+        wiggle.update([1.0 if i % 2 == 0 else -1.0], [1e-3])
+    assert climb.flips == [0] and wiggle.flips == [199]
+    before = wiggle.log_length[0]
+    wiggle.update([1.0], [1e-3])  # the 200th flip
+    assert wiggle.log_length[0] - before == pytest.approx(0.025 / math.sqrt(1 + 200 / 50),
+                                                          rel=1e-9)
+
+
+def test_a_trajectory_state_from_before_kestens_rule_resumes():
+    # A checkpoint's copy of the adaptation written when the rate counted updates.
+    old = TrajectoryAdaptation([0.5, 0.5], max_num_steps=100)
+    state = dict(vars(old))
+    for name in ("flips", "direction", "decay_flips"):
+        del state[name]
+    state.update(num_updates=[40, 7], decay_steps=100.0)
+    old.__dict__ = state
+    resumed = copy.deepcopy(old)
+    assert resumed.flips == [20, 3] and resumed.direction == [0.0, 0.0]
+    resumed.update([1.0, -1.0], [0.01, 0.01])
+    assert resumed.flips == [20, 3]  # no previous direction: no change of sign counted
 
 
 # ----- the step size at the end of warmup (item 2a) -----
