@@ -37,8 +37,8 @@ the updates change sign, so there the rate is the :math:`0.025 / \sqrt{1 + n/100
 updates used before. Measured on 4-d Gaussians (24 slots, 1000 warmup iterations): a constant
 rate left 2 of 24 slots at a secondary maximum of ChEES (2.5 times the optimum), a rate
 decaying with n none; so did Kesten's (all 24 within 0.57-1.17 of the optimum after 300 or
-1000 warmup iterations, with and without the metric adapted), whereas twice the rate (0.05) put up
-to 3 of 24 beyond twice the optimum. Where the optimum is far above the start, the rate
+1000 warmup iterations, with and without the metric adapted), whereas twice the rate
+(0.05) put up to 3 of 24 beyond twice the optimum. Where the optimum is far above the start, the rate
 decaying with n stopped the climb early: on the 25-weight BNN of
 ``benchmarks/vs_numpyro_ess.py`` the cold rung's T was still rising at the end of 500 warmup
 iterations, at 0.27-0.82 over four seeds, against 0.39-1.25 with Kesten's rule, which raised
@@ -108,16 +108,6 @@ class TrajectoryAdaptation:
         self.average = list(self.log_length)
         self.centre = None  # [R, D] running mean of each slot's states
         self.num_states = [0] * num_slots
-
-    def __setstate__(self, state):
-        # A checkpoint written before Kesten's rule counted updates, not sign changes: about
-        # half of the updates change sign near the optimum, so the count resumes from that.
-        self.__dict__.update(state)
-        if "flips" not in state:
-            updates = state.get("num_updates", [0] * len(self.log_length))
-            self.flips = [n // 2 for n in updates]
-            self.direction = [0.0] * len(updates)
-            self.decay_flips = 50.0
 
     def rescale(self, old_inv_mass, new_inv_mass):
         r"""
