@@ -183,23 +183,61 @@ def leapfrog_lockstep(plan, evaluate_row, start, p0, step_size, inv_mass, betas,
     scaled_eps = eps[:, None] * inv_mass
     n = torch.full_like(betas, n_max, dtype=torch.long) if steps is None else steps.to(device)
     p_half = p0 - grad0 * half_eps[:, None]
-    ticks = [torch.tensor(i, device=device) for i in range(1, int(n.max()) + 1)]
+    z, p, potential, grad, ll, bad = _in_lockstep(plan, (z0, p_half, potential0, grad0, ll0),
+                                                  (scaled_eps, eps, half_eps, betas), n)
+    for r in bad.nonzero().flatten().tolist():
+        out = _alone(r, int(n[r]), evaluate_row, start, p0, step_size, inv_mass)
+        for column, value in zip((z, p, potential, grad, ll, bad), out):
+            column[r] = value
+    return z, p, potential, grad, ll, bad
+
+
+def evaluate_lockstep(plan, z, betas):
+    """
+    ``(potential, grad, ll, bad)`` at the states ``z`` ``[R, D]``: one lockstep call per batch
+    with a zero momentum and a zero step (``z + 0 * 0``: the same point, the potential's
+    value and gradient there), i.e. the numbers the lockstep trajectories compute, bitwise
+    the same in any company. ``bad`` marks a non-finite point (its other outputs are zeros).
+    """
+    zeros = torch.zeros_like(z)
+    values = torch.zeros_like(betas)
+    n = torch.full(betas.shape, 2, dtype=torch.long, device=z.device)  # one full kick
+    _, _, potential, grad, ll, bad = _in_lockstep(
+        plan, (z, zeros, values, zeros, values), (zeros, values, values, betas), n, steps=1)
+    return potential, grad, ll, bad
+
+
+def _in_lockstep(plan, state, fixed, n, steps=None):
+    """
+    The lockstep steps of ``plan`` from the carried ``state`` (``z, p, potential, grad,
+    ll``) with the ``fixed`` per-slot inputs (``scaled_eps, eps, half_eps, betas``): slot r
+    takes ``n[r]`` steps (``steps`` of them at most); returns ``state`` and ``bad``.
+    """
+    device = state[0].device
+    ticks = _ticks(device, int(n.max()) if steps is None else steps)
     pieces = []
     for first, last, size, step in plan:
         rows = list(range(first, last)) + [first] * (size - (last - first))
         # every input gathered by index: contiguous, the layout the step was compiled for (it
         # does not check its inputs' layout, lockstep.Lockstep._compile)
         index = torch.tensor(rows, device=device)
-        state = (z0[index], p_half[index], potential0[index], grad0[index], ll0[index],
-                 torch.zeros(size, dtype=torch.bool, device=device))
-        fixed = (scaled_eps[index], eps[index], half_eps[index], betas[index])
+        carried = tuple(t[index] for t in state) + (
+            torch.zeros(size, dtype=torch.bool, device=device),)
+        given = tuple(t[index] for t in fixed)
         count = n[index]
         for tick in ticks[: int(count.max())]:
-            state = step(tick, count, *state, *fixed)
-        pieces.append(tuple(t[: last - first] for t in state))
-    z, p, potential, grad, ll, bad = (torch.cat(column) for column in zip(*pieces))
-    for r in bad.nonzero().flatten().tolist():
-        out = _alone(r, int(n[r]), evaluate_row, start, p0, step_size, inv_mass)
-        for column, value in zip((z, p, potential, grad, ll, bad), out):
-            column[r] = value
-    return z, p, potential, grad, ll, bad
+            carried = step(tick, count, *carried, *given)
+        pieces.append(tuple(t[: last - first] for t in carried))
+    return tuple(torch.cat(column) for column in zip(*pieces))
+
+
+_TICK_CACHE = {}  # device -> [tensor(1), tensor(2), ...]: the lockstep steps' step numbers
+
+
+def _ticks(device, count):
+    """The step numbers ``1..count`` as 0-d long tensors on ``device``, made once (the step
+    only reads them)."""
+    ticks = _TICK_CACHE.setdefault(device, [])
+    while len(ticks) < count:
+        ticks.append(torch.tensor(len(ticks) + 1, device=device))
+    return ticks[:count]

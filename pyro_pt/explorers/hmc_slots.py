@@ -7,6 +7,7 @@ where a swap or a ladder change made it stale) and what the slots report.
 
 import torch
 
+from .hmc_dynamics import evaluate_lockstep
 from .hmc_trajectory import jittered_num_steps
 
 
@@ -68,13 +69,27 @@ class HMCSlots:
             # numbers are the same whichever rows share its call, and after a swap most
             # rows kept their state.
             rows = stale.nonzero().flatten()
-            potential, grad, ll = self.potential_and_grad(z[rows], self._betas[rows])
+            potential, grad, ll = self._stale_potential(z, rows)
             self.num_potential_calls += 1
             self._potential, self._grad, self._ll = (
                 cached.index_put((rows,), new.detach()) for cached, new in
                 ((self._potential, potential), (self._grad, grad), (self._ll, ll)))
             self._stale = torch.zeros_like(self._stale)
         self._z = z
+
+    def _stale_potential(self, z, rows):
+        """The potential, gradient and log-likelihood of ``z[rows]``: in lockstep, one call
+        for all slots (the numbers the trajectories compute; a call costs about what one
+        row's evaluation does), the rows that met a non-finite point again by the potential
+        itself (its NaN semantics); else the potential's call on the rows."""
+        plan = self._plan()
+        if plan is None:
+            return self.potential_and_grad(z[rows], self._betas[rows])
+        potential, grad, ll, bad = (t[rows] for t in evaluate_lockstep(plan, z, self._betas))
+        for i in bad.nonzero().flatten().tolist():
+            r = int(rows[i])
+            potential[i:i + 1], grad[i:i + 1], ll[i:i + 1] = self._evaluate_row(r, z[r:r + 1])
+        return potential, grad, ll
 
     # ----- reporting -----
 
