@@ -217,17 +217,24 @@ def _in_lockstep(plan, state, fixed, n, steps=None):
     ticks = _ticks(device, int(n.max()) if steps is None else steps)
     pieces = []
     for first, last, size, step in plan:
-        rows = list(range(first, last)) + [first] * (size - (last - first))
-        # every input gathered by index: contiguous, the layout the step was compiled for (it
-        # does not check its inputs' layout, lockstep.Lockstep._compile)
-        index = torch.tensor(rows, device=device)
-        carried = tuple(t[index] for t in state) + (
+        # Every input contiguous, the layout the step was compiled for (it does not check
+        # its inputs' layout, lockstep.Lockstep._compile): a padded batch gathered by index,
+        # an unpadded one sliced (no copy where the rows already are contiguous).
+        if size == last - first:
+            take = lambda t: t[first:last].contiguous()  # noqa: E731
+        else:
+            index = torch.tensor(list(range(first, last)) + [first] * (size - (last - first)),
+                                 device=device)
+            take = lambda t: t[index]  # noqa: E731
+        carried = tuple(take(t) for t in state) + (
             torch.zeros(size, dtype=torch.bool, device=device),)
-        given = tuple(t[index] for t in fixed)
-        count = n[index]
+        given = tuple(take(t) for t in fixed)
+        count = take(n)
         for tick in ticks[: int(count.max())]:
             carried = step(tick, count, *carried, *given)
         pieces.append(tuple(t[: last - first] for t in carried))
+    if len(pieces) == 1:
+        return pieces[0]
     return tuple(torch.cat(column) for column in zip(*pieces))
 
 

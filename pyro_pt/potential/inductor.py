@@ -94,6 +94,14 @@ class _InductorGraph:
         return tuple(self.fn(*inputs))
 
 
+def _filled(cell):
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell
+        return False
+    return True
+
+
 def _direct_call(fn, example):
     """
     ``(generated callable, constants)`` of ``fn`` (``torch._inductor.compile``'s result):
@@ -107,8 +115,11 @@ def _direct_call(fn, example):
 
     code, layer = None, fn
     for _ in range(16):
-        if isinstance(layer, OutputCode):
-            code = layer
+        cells = [c.cell_contents for c in getattr(layer, "__closure__", None) or ()
+                 if _filled(c)]
+        found = [layer] + cells
+        code = next((c for c in found if isinstance(c, OutputCode)), None)
+        if code is not None:
             break
         layer = getattr(layer, "__wrapped__", None)
     run = getattr(code, "current_callable", None)
