@@ -74,8 +74,7 @@ class HMCGroup(ExplorerGroup):
         """One iteration of every slot from ``states`` (slot order): ``[(z, ll), ...]``."""
         z = torch.stack([self.fast.flatten(s) for s in states])
         state, _ = self.engine.step(z)
-        return [(self.fast.unflatten(row), value)
-                for row, value in zip(state.z, state.ll.tolist())]
+        return list(zip(self.fast.unflatten_rows(state.z), state.ll.tolist()))
 
     @property
     def betas(self):

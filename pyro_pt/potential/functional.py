@@ -135,6 +135,10 @@ class FunctionalSplit:
         """Site -> unconstrained tensor, from a flat ``[D]`` vector (views of it)."""
         return self.compiled.layout.unflatten(flat)
 
+    def unflatten_rows(self, flat):
+        """``[unflatten(row) for row in flat]`` of ``flat`` ``[R, D]``, in one split."""
+        return self.compiled.layout.unflatten_rows(flat)
+
     def evaluate(self, flat, grads=True):
         """The graph's raw ``(lp, ll)`` (and their gradients if ``grads``) at a flat point, NaN
         where validation fails; None where the traced path must answer."""
