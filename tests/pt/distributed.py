@@ -189,6 +189,24 @@ def run_setup_refusals(scenarios):
     return out
 
 
+def run_tasks(tasks):
+    """
+    Run each of ``tasks``, ``[(name, fn, args, catch)]``, in turn on one process group; returns
+    {name: result}. A task with ``catch`` records this rank's error dict in place of a result
+    (a refusal every rank raises before any collective, so the group stays in step); any other
+    exception stops the rank. One spawn serves all of them: process start-up dominates a spawn.
+    """
+    out = {}
+    for name, fn, args, catch in tasks:
+        try:
+            out[name] = fn(*args)
+        except Exception as error:
+            if not catch:
+                raise
+            out[name] = {"error": type(error).__name__, "message": str(error)}
+    return out
+
+
 SETUP_REFUSALS = {
     "models": (run_rank_dependent_data, ()),
     "ladders": (run_rank_dependent_ladder, ()),

@@ -21,7 +21,6 @@ from pyro.infer import MCMC
 from pyro_pt import ParallelTempering
 from pyro_pt.checkpoint import MAGIC, read_checkpoint
 
-from .distributed import spawn
 from .models import linear_data, linear_model
 
 # Short runs on a tiny ladder: the review's warnings about them are expected.
@@ -129,18 +128,18 @@ def resume_on_ranks(folder, names=tuple(DISTRIBUTED)):
 
 
 @pytest.mark.slow
-def test_checkpoint_of_two_ranks_resumes_on_one_and_four(tmp_path):
+def test_checkpoint_of_two_ranks_resumes_on_one_and_four(two_rank_group, four_rank_group):
+    # The 2-rank checkpoints and their resumption on 4 ranks come from the spawns that
+    # tests/pt/conftest.py shares with test_distributed.
     torch.set_num_threads(1)
-    folder = str(tmp_path)
-    for ranks in ("two", "four"):
-        (tmp_path / ranks).mkdir()
-    written = spawn(2, tmp_path / "two", write_on_ranks, folder)
+    folder = two_rank_group["folder"]
+    written = [r["checkpoints"] for r in two_rank_group["ranks"]]
     for name in DISTRIBUTED:
         header, _ = read_checkpoint(os.path.join(folder, f"{name}.pt"), payload=False)
         assert header["world_size"] == 2
     one = resume_on_ranks(folder)  # the batched HMC's two engines of 2 slots join in one of 4
     # Four ranks of one rung each (few, slow processes: the random walk alone).
-    four = spawn(4, tmp_path / "four", resume_on_ranks, folder, ("rwmh",))
+    four = [r["resumed"] for r in four_rank_group]
     for name, kwargs in DISTRIBUTED.items():
         reference = run(ParallelTempering(linear_model, **kwargs), **SHORT,
                         seed=SHORT_SEED)  # one process
@@ -149,6 +148,9 @@ def test_checkpoint_of_two_ranks_resumes_on_one_and_four(tmp_path):
         for result in [one] + written + four:
             if name in result:
                 assert_continues(reference, result[name])
+        # each rank of both spawns gave its result of this kernel (the random walk on 4)
+        assert all(name in result for result in written)
+    assert len(four) == 4 and all("rwmh" in result for result in four)
 
 
 # ----- a process killed while writing -----

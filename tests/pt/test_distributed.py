@@ -3,16 +3,7 @@
 import pytest
 import torch
 
-from .distributed import (
-    SETUP_REFUSALS,
-    run_and_die,
-    run_kernel,
-    run_linear,
-    run_linear_each,
-    run_setup_refusals,
-    spawn,
-    spawn_catching,
-)
+from .distributed import SETUP_REFUSALS, run_and_die, run_linear, spawn_catching
 
 SEQUENTIAL = {"num_replicas": 4, "max_temperature": 20.0, "explorer": "nuts",
               "explorer_kwargs": {"max_tree_depth": 2}, "swap_scheme": "sequential"}
@@ -40,12 +31,10 @@ KERNELS = {"sequential": SEQUENTIAL, "deo_prior_rung": DEO_PRIOR_RUNG, "deo_adap
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory):
-    """Each kernel of KERNELS run in turn in one spawn of 2 ranks (process start-up dominates
-    a spawn): {name: [result of rank 0, of rank 1]}."""
-    torch.set_num_threads(1)
-    results = spawn(2, tmp_path_factory.mktemp("two_ranks"), run_linear_each,
-                    list(KERNELS.values()))
+def two_ranks(two_rank_group):
+    """Each kernel of KERNELS run in turn on 2 ranks (tests/pt/conftest.py: one spawn for every
+    2-rank task): {name: [result of rank 0, of rank 1]}."""
+    results = [r["kernels"] for r in two_rank_group["ranks"]]
     return {name: [r[i] for r in results] for i, name in enumerate(KERNELS)}
 
 
@@ -55,8 +44,7 @@ def two_ranks(tmp_path_factory):
     [(2, "sequential", [1]), (4, "sequential", [0, 1, 2]), (2, "deo_prior_rung", [2]),
      (2, "deo_adapted", [1])],
 )
-def test_world_sizes_give_bitwise_identical_chains(world_size, kernel, boundary_pairs, tmp_path,
-                                                   request):
+def test_world_sizes_give_bitwise_identical_chains(world_size, kernel, boundary_pairs, request):
     torch.set_num_threads(1)
     reference = run_linear(KERNELS[kernel])
     assert reference["world_size"] == 1
@@ -64,8 +52,8 @@ def test_world_sizes_give_bitwise_identical_chains(world_size, kernel, boundary_
         assert reference["swap_accepted"][:, pair].nan_to_num(0).sum() > 0
     if world_size == 2:
         results = request.getfixturevalue("two_ranks")[kernel]
-    else:
-        results = spawn(world_size, tmp_path, run_linear, KERNELS[kernel])
+    else:  # the 4-rank spawn shared with test_checkpoint (tests/pt/conftest.py)
+        results = [r[kernel] for r in request.getfixturevalue("four_rank_group")]
     for result in results:
         assert result["world_size"] == world_size
         assert_identical(result, reference)
@@ -75,21 +63,18 @@ def errors(results):
     return [r["message"] if isinstance(r, dict) else r for r in results]
 
 
-def test_more_ranks_than_replicas_is_an_error(tmp_path):
-    results = spawn_catching(3, tmp_path, run_kernel, {"num_replicas": 2, "explorer": "rwmh"})
+def test_more_ranks_than_replicas_is_an_error(four_rank_group):
+    # 3 replicas on the 4-rank spawn (tests/pt/conftest.py), after its runs.
+    results = [r["too_many_ranks"] for r in four_rank_group]
     for message in errors(results):
-        assert "2 replicas but the process group has 3 ranks" in message
+        assert "3 replicas but the process group has 4 ranks" in message
 
 
 @pytest.fixture(scope="module")
-def refusals(tmp_path_factory):
-    """Every 2-rank set-up refusal below, run in turn in one spawn of 2 ranks: {name: [result
-    of rank 0, of rank 1]}. The backend's timeout is longer than the hang guard (``wait``), so
-    a rank stuck in a collective is killed and leaves no result, rather than raising a
-    timeout error in place of the message that the tests check."""
-    results = spawn_catching(2, tmp_path_factory.mktemp("refusals"), run_setup_refusals,
-                             list(SETUP_REFUSALS), timeout=900.0, wait=300.0)
-    assert all(isinstance(r, dict) for r in results), results  # no rank died or hung
+def refusals(two_rank_group):
+    """Every 2-rank set-up refusal below, run in turn on the 2-rank spawn (tests/pt/conftest.py),
+    after its runs: {name: [result of rank 0, of rank 1]}."""
+    results = [r["refusals"] for r in two_rank_group["ranks"]]
     return {name: [r[name] for r in results] for name in SETUP_REFUSALS}
 
 
