@@ -9,7 +9,7 @@ import pyro
 from pyro.infer import MCMC, NUTS
 from pyro.ops.stats import effective_sample_size
 
-from pyro_pt import ParallelTempering, explorers
+from pyro_pt import ParallelTempering, explorers, swap
 from pyro_pt.potential import TemperedPotential
 
 from .models import (
@@ -55,7 +55,10 @@ def assert_posterior_ok(mean_z, cov_z):
     "max_temperature, swap_scheme", [(10.0, "deo"), (math.inf, "sequential"), (10.0, "seo")]
 )
 def test_cold_chain_matches_the_conjugate_posterior(max_temperature, swap_scheme):
-    mean_z, cov_z, swaps = conjugate_errors(max_temperature, swap_scheme)
+    # 1000 draws (the bound is in Monte Carlo standard errors): seeds 0-5 of each scheme gave
+    # at most 2.8; a sign flip in the swap log-ratio gives 5.8-50 (seeds 0-2 of each scheme).
+    # A tempered prior stands out only over 2000 draws: its own test below.
+    mean_z, cov_z, swaps = conjugate_errors(max_temperature, swap_scheme, num_samples=1000)
     assert min(swaps) > 0.2  # the swaps really move states
     assert_posterior_ok(mean_z, cov_z)
 
@@ -68,6 +71,14 @@ def test_tempering_the_prior_fails_the_conjugate_check(monkeypatch):
 
     monkeypatch.setattr(TemperedPotential, "__call__", tempered_prior)
     mean_z, cov_z, _ = conjugate_errors(10.0, "deo")
+    assert max(mean_z, cov_z) > 6.0
+
+
+def test_a_flipped_swap_ratio_fails_the_conjugate_check(monkeypatch):
+    # A known bug: the swap log-ratio's sign flipped. Over the 1000 draws of the check above,
+    # seeds 0-2 of each scheme were off by 5.8-50 standard errors (9.2 here, deo at seed 0).
+    monkeypatch.setattr(swap, "swap_log_ratio", lambda bi, bj, li, lj: (bi - bj) * (li - lj))
+    mean_z, cov_z, _ = conjugate_errors(10.0, "deo", num_samples=1000)
     assert max(mean_z, cov_z) > 6.0
 
 
