@@ -38,8 +38,8 @@ updates used before. Measured on 4-d Gaussians (24 slots, 1000 warmup iterations
 rate left 2 of 24 slots at a secondary maximum of ChEES (2.5 times the optimum), a rate
 decaying with n none; so did Kesten's (all 24 within 0.57-1.17 of the optimum after 300 or
 1000 warmup iterations, with and without the metric adapted), whereas twice the rate
-(0.05) put up to 3 of 24 beyond twice the optimum. Where the optimum is far above the start, the rate
-decaying with n stopped the climb early: on the 25-weight BNN of
+(0.05) put up to 3 of 24 beyond twice the optimum. Where the optimum is far above the start,
+the rate decaying with n stopped the climb early: on the 25-weight BNN of
 ``benchmarks/vs_numpyro_ess.py`` the cold rung's T was still rising at the end of 500 warmup
 iterations, at 0.27-0.82 over four seeds, against 0.39-1.25 with Kesten's rule, which raised
 the worst prediction's ESS from 125-314 to 289-365 per 1000 draws. The

@@ -277,17 +277,13 @@ class FlatLayout:
         parts = torch.split_with_sizes(flat, self.sizes, dim=-1)
         batch = flat.shape[:-1]
         out = {n: p.reshape(batch + s) for n, p, s in zip(self.names, parts, self.shapes)}
-        return self._restore(out)
+        if self.dtypes is not None:
+            out = {n: v if v.dtype == d else v.to(d)
+                   for (n, v), d in zip(out.items(), self.dtypes)}
+        return out
 
     def unflatten_rows(self, flat):
-        """``[unflatten(row) for row in flat]`` for ``flat`` ``[R, dim]``, in one split (a
-        batched explorer's states; views of ``flat``)."""
-        num_rows = flat.shape[0]
-        parts = torch.split_with_sizes(flat, self.sizes, dim=-1)
-        columns = [p.reshape((num_rows,) + s).unbind(0) for p, s in zip(parts, self.shapes)]
-        return [self._restore(dict(zip(self.names, row))) for row in zip(*columns)]
-
-    def _restore(self, out):
-        if self.dtypes is None:
-            return out
-        return {n: v if v.dtype == d else v.to(d) for (n, v), d in zip(out.items(), self.dtypes)}
+        """``[unflatten(row) for row in flat]`` for ``flat`` ``[R, dim]``: one :meth:`unflatten`
+        of the batch, its sites then split by row (a batched explorer's states)."""
+        columns = [value.unbind(0) for value in self.unflatten(flat).values()]
+        return [dict(zip(self.names, row)) for row in zip(*columns)]

@@ -4,9 +4,9 @@ Each module is loaded in a fresh interpreter under a bare ``pyro_pt`` package (i
 ``__init__``, which pulls in the kernel, is not run), so the check sees what the module itself
 and the pyro_pt modules it imports bring in. One interpreter imports torch and then forks a
 child per module (where ``os.fork`` exists): each child starts from exactly the state of a
-fresh interpreter that has imported torch, without paying torch's import again. ``import torch`` loads ``torch.distributed`` by
-itself, so that name is also checked in the sources: no pure module, nor a pyro_pt module it
-imports, names it.
+fresh interpreter that has imported torch, without paying torch's import again.
+``import torch`` loads ``torch.distributed`` by itself, so that name is also checked in the
+sources: no pure module, nor a pyro_pt module it imports, names it.
 """
 
 import ast
