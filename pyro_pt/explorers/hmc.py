@@ -20,7 +20,7 @@ from .hmc_record import HMCRecord
 from .hmc_dynamics import draw, leapfrog, leapfrog_lockstep, leapfrog_rows, not_finite, row_sum
 from .hmc_slots import HMCSlots
 from .hmc_state import HMCInfo, HMCState
-from .hmc_trajectory import jittered_num_steps
+from .hmc_trajectory import jittered_num_steps, shared_fraction
 from .hmc_warmup import HMCWarmup
 
 # Steps of the first trajectory when the length adapts. ChEES on a Gaussian has local maxima
@@ -48,14 +48,15 @@ class BatchedHMC(HMCSlots):
     window dual averaging restarts warm, from its averaged step size (so that warmup ends
     accepting near the target; :class:`~pyro_pt.explorers.hmc_warmup.HMCWarmup`). The first
     step size comes from the doubling/halving heuristic of Hoffman & Gelman (Algorithm 4).
-    The momenta, accept uniforms (and
-    step-count jitter) of slot r come from its own ``torch.Generator``, on the states' device.
+    The momenta, accept uniforms (and a fixed ``num_steps``' jitter) of slot r come from its
+    own ``torch.Generator``, on the states' device.
 
     With ``num_steps=None`` (the default) slot r has a trajectory length :math:`T_r`, adapted
     in warmup by the per-slot ChEES criterion (:mod:`~pyro_pt.explorers.hmc_trajectory`), and
-    each iteration runs :math:`L_r = \min(L_{max}, \lceil h T_r / \epsilon_r \rceil)` steps
-    with a jitter :math:`h \sim U(0, 1]` (in sampling too). An explicit ``num_steps`` fixes
-    :math:`L_r` instead.
+    iteration t runs :math:`L_r = \min(L_{max}, \lceil h_t T_r / \epsilon_r \rceil)` steps,
+    with a jitter :math:`h_t \in (0, 1]` that all slots share, in sampling too
+    (:func:`~.hmc_trajectory.shared_fraction`). An explicit ``num_steps`` fixes :math:`L_r`
+    instead.
 
     The potential at the current states is cached between iterations: a step costs
     ``num_steps`` calls, plus one when a slot's state or beta changed (swaps, ladder
@@ -121,7 +122,7 @@ class BatchedHMC(HMCSlots):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if num_steps is None and num_steps_jitter:
             raise ValueError("num_steps_jitter applies to a fixed num_steps; an adapted "
-                             "trajectory is always jittered (uniformly on (0, T]): pass "
+                             "trajectory is always jittered (on (0, T]): pass "
                              "num_steps too, or leave num_steps_jitter out")
         if not 0.0 < target_accept_prob < 1.0:
             raise ValueError(f"target_accept_prob must be in (0, 1), got {target_accept_prob!r}")
@@ -135,9 +136,7 @@ class BatchedHMC(HMCSlots):
         self.adapt_mass_matrix = adapt_mass_matrix
         self.num_steps_jitter = num_steps_jitter
         self.max_num_steps = max_num_steps
-        if num_steps is None:
-            self._jitter = "fraction"
-        elif num_steps_jitter > 0:
+        if num_steps is not None and num_steps_jitter > 0:
             self._jitter = (max(1, math.ceil((1.0 - num_steps_jitter) * num_steps)), num_steps)
         else:
             self._jitter = None
@@ -235,7 +234,7 @@ class BatchedHMC(HMCSlots):
     def _transition(self):
         """The HMC kernel itself: one trajectory and accept test per slot, no adaptation."""
         jitter, noise, uniform = self._draw(range(self.num_slots), uniform=True)
-        steps = self._num_steps(jitter) if self.num_steps is None else jitter
+        steps = jitter if self.num_steps is not None else self._num_steps(shared_fraction(self._t))
         z0, u0 = self._z, self._potential
         p0 = noise * self._momentum_scale
         z, p, potential, grad, ll, bad = self._leapfrog(p0, self._step_size, steps)
@@ -261,10 +260,11 @@ class BatchedHMC(HMCSlots):
                        proposal=z, momentum=p)
         return HMCState(self._z.clone(), self._ll.clone()), info
 
-    def _num_steps(self, fractions):
-        """Each slot's jittered number of steps for its trajectory length (a long tensor)."""
-        steps = [jittered_num_steps(h, length, eps, self.max_num_steps) for h, length, eps
-                 in zip(fractions, self._lengths, self._step_size.tolist())]
+    def _num_steps(self, fraction):
+        """Each slot's number of steps for the share ``fraction`` of its trajectory length (a
+        long tensor)."""
+        steps = [jittered_num_steps(fraction, length, eps, self.max_num_steps) for length, eps
+                 in zip(self._lengths, self._step_size.tolist())]
         return torch.tensor(steps, device=self._device)
 
     def _draw(self, slots, uniform):

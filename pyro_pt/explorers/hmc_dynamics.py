@@ -43,30 +43,25 @@ def draw(generators, slots, dim, jitter, uniform, dtype, device):
     Slot r's random numbers from its own generator, in a fixed order (its jitter, momentum
     noise, accept uniform if ``uniform``); rows not in ``slots`` get zeros and draw nothing.
 
-    :param jitter: None (no jitter drawn), ``(low, high)`` (a number of steps, uniform on
-        ``low..high``) or ``"fraction"`` (a float uniform on (0, 1], the share of the
-        trajectory length to run).
-    :returns: ``(jitter [R] or None, noise [R, D], uniforms [R])``: a long tensor of step
-        counts, or a list of floats for ``"fraction"``.
+    :param jitter: None (no jitter drawn) or ``(low, high)`` (a number of steps, uniform on
+        ``low..high``).
+    :returns: ``(jitter [R] or None, noise [R, D], uniforms [R])``, the jitter a long tensor
+        of step counts.
     """
     num_slots = len(generators)
     kw = {"dtype": dtype, "device": device}
     noise = [torch.zeros(dim, **kw)] * num_slots
     uniforms = [torch.zeros((), **kw)] * num_slots
-    fractions = jitter == "fraction"
-    steps = None if jitter is None else [1.0 if fractions else jitter[1]] * num_slots
+    steps = None if jitter is None else [jitter[1]] * num_slots
     for r in slots:
         gen = generators[r]
-        if fractions:
-            steps[r] = 1.0 - float(torch.rand((), generator=gen, dtype=torch.float64,
-                                              device=device))
-        elif steps is not None:
+        if steps is not None:
             steps[r] = int(torch.randint(jitter[0], jitter[1] + 1, (1,),
                                          generator=gen, device=device))
         noise[r] = torch.randn(dim, generator=gen, **kw)
         if uniform:
             uniforms[r] = torch.rand((), generator=gen, **kw)
-    if steps is not None and not fractions:
+    if steps is not None:
         steps = torch.tensor(steps, device=device)
     return steps, torch.stack(noise), torch.stack(uniforms)
 

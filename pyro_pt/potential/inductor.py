@@ -146,13 +146,42 @@ def _direct_call(fn, example):
     constants = tuple(args[:lead])
     if not all(isinstance(c, torch.Tensor) for c in constants):
         return None
+    if not _same(run, constants, example, reference):
+        return None
+    entry = _entry(run)
+    if entry is not None and _same(entry, constants, example, reference):
+        return entry, constants
+    return run, constants
+
+
+def _same(run, constants, example, reference):
+    """Whether ``run`` of the constants and ``example`` gives bitwise ``reference``."""
     with torch.no_grad():
         out = tuple(run([*constants, *example]))
-    if len(out) != len(reference) or not all(
-            isinstance(a, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
-            and torch.equal(a, b) for a, b in zip(out, reference)):
+    return len(out) == len(reference) and all(
+        isinstance(a, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+        and torch.equal(a, b) for a, b in zip(out, reference))
+
+
+def _entry(run):
+    """
+    The C++ entry point under the generated code's Python shim ``run``, called with the
+    tensors' handles as the shim calls it; None where ``run`` is not such a shim. With
+    ``cpp_wrapper`` the shim turns every argument that is not a tensor into one (a Python
+    loop over the 30-odd inputs of a lockstep step, ~10 % of its call on the 25-weight BNN);
+    every input here is a tensor, so that loop is skipped.
+    """
+    names = getattr(getattr(run, "__code__", None), "co_freevars", ())
+    cells = dict(zip(names, getattr(run, "__closure__", None) or ()))
+    cell = cells.get("f")
+    aoti = getattr(torch._C, "_aoti", None)
+    handles = getattr(aoti, "unsafe_alloc_void_ptrs_from_tensors", None)
+    tensors = getattr(aoti, "alloc_tensors_by_stealing_from_void_ptrs", None)
+    if cell is None or not _filled(cell) or not callable(cell.cell_contents) or \
+            handles is None or tensors is None:
         return None
-    return run, constants
+    entry = cell.cell_contents
+    return lambda args: tensors(entry(handles(args)))
 
 
 def inductor_compile(gm, *example, asserts=True):
