@@ -209,27 +209,36 @@ def _in_lockstep(plan, state, fixed, n, steps=None):
     takes ``n[r]`` steps (``steps`` of them at most); returns ``state`` and ``bad``.
     """
     device = state[0].device
-    ticks = _ticks(device, int(n.max()) if steps is None else steps)
+    num_slots = state[0].shape[0]
+    counts = n.tolist()
+    most = max(counts) if steps is None else steps
+    ticks = _ticks(device, most)
     pieces = []
     for first, last, size, step in plan:
         # Every input contiguous, the layout the step was compiled for (it does not check
-        # its inputs' layout, lockstep.Lockstep._compile): a padded batch gathered by index,
-        # an unpadded one sliced (no copy where the rows already are contiguous).
-        if size == last - first:
+        # its inputs' layout, lockstep.Lockstep._compile): the whole batch as it is, a part
+        # sliced (no copy where its rows are contiguous), a padded batch gathered by index.
+        if size == last - first == num_slots:
+            take = torch.Tensor.contiguous  # itself where already contiguous
+        elif size == last - first:
             take = lambda t: t[first:last].contiguous()  # noqa: E731
         else:
             index = torch.tensor(list(range(first, last)) + [first] * (size - (last - first)),
                                  device=device)
             take = lambda t: t[index]  # noqa: E731
-        carried = tuple(take(t) for t in state) + (
-            torch.zeros(size, dtype=torch.bool, device=device),)
-        given = tuple(take(t) for t in fixed)
+        carried = [take(t) for t in state] + [torch.zeros(size, dtype=torch.bool,
+                                                          device=device)]
+        given = [take(t) for t in fixed]
         count = take(n)
-        for tick in ticks[: int(count.max())]:
-            carried = step(tick, count, *carried, *given)
-        pieces.append(tuple(t[: last - first] for t in carried))
+        # the compiled call without per-step Python layers (one call per leapfrog step)
+        run, head = step.runner()
+        for tick in ticks[: min(most, max(counts[first:last]))]:
+            carried = run([*head, tick, count, *carried, *given])
+        if size != last - first:
+            carried = [t[: last - first] for t in carried]
+        pieces.append(carried)
     if len(pieces) == 1:
-        return pieces[0]
+        return tuple(pieces[0])
     return tuple(torch.cat(column) for column in zip(*pieces))
 
 

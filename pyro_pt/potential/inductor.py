@@ -93,6 +93,14 @@ class _InductorGraph:
             return tuple(run([*constants, *inputs]))
         return tuple(self.fn(*inputs))
 
+    def runner(self):
+        """``(run, head)``: ``run([*head, *inputs])`` gives this graph's outputs at ``inputs``
+        (a sequence), without this object's own call layer (a caller that loops over
+        leapfrog steps calls it once per step)."""
+        if self.direct is not None:
+            return self.direct
+        return (lambda args: self.fn(*args)), ()
+
 
 def _filled(cell):
     try:
