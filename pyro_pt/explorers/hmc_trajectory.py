@@ -10,8 +10,9 @@ state over one proposal,
     \mathrm{ChEES}(T) = \tfrac14\, \mathbb E\big[(\|z' - \mu\|^2 - \|z - \mu\|^2)^2\big],
 
 with :math:`z \sim \pi`, :math:`z'` the end of a trajectory of length :math:`t = hT`
-(:math:`h \in (0, 1]` the jitter, uniform over iterations: :func:`shared_fraction`) and :math:`\mu = \mathbb E_\pi[z]`. Its gradient in
-:math:`\log T` is the expectation of the per-proposal term
+(:math:`h \in (0, 1]` the jitter, uniform over iterations: :func:`shared_fraction`) and
+:math:`\mu = \mathbb E_\pi[z]`. Its gradient in :math:`\log T` is the expectation of the
+per-proposal term
 
 .. math::
 
