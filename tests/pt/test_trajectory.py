@@ -32,7 +32,7 @@ from pyro.infer import MCMC
 
 from pyro_pt import ParallelTempering, checkpoint_state
 from pyro_pt.explorers.hmc import BatchedHMC
-from pyro_pt.explorers.hmc_trajectory import TrajectoryAdaptation
+from pyro_pt.explorers.hmc_trajectory import TrajectoryAdaptation, shared_fraction
 
 F64 = torch.float64
 
@@ -114,6 +114,15 @@ def test_steps_are_capped_and_jittered():
     assert max(steps) == 8  # the cap binds: T alone would ask for ~100 steps
     assert len(set(steps[300:])) > 3  # jittered in sampling too
     assert hmc.diagnostics()[0]["num steps"] <= 8
+
+
+def test_the_shared_jitter_covers_the_unit_interval_evenly():
+    # The first 2^k - 1 shares are exactly the multiples of 2^-k in (0, 1), each once (the van
+    # der Corput sequence), so over iterations the shared jitter is uniform on (0, 1].
+    k = 10
+    shares = [shared_fraction(t) for t in range(2 ** k - 1)]
+    assert sorted(shares) == [j / 2 ** k for j in range(1, 2 ** k)]
+    assert shares[:4] == [0.5, 0.25, 0.75, 0.125]
 
 
 def test_num_steps_jitter_needs_a_fixed_num_steps():
