@@ -224,6 +224,7 @@ def inductor_compile(gm, *example, asserts=True):
     # Inductor may rewrite the graph it is given; gm stays the uncompiled reference (vmap,
     # the TorchScript fallback).
     gm = copy.deepcopy(gm)
+    _inline_uniform_constants(gm)
     for node in gm.graph.nodes:
         # make_fx records each input's fake value under its own fake mode, which Inductor
         # refuses to mix; it traces the graph again from the example anyway.
@@ -237,3 +238,45 @@ def inductor_compile(gm, *example, asserts=True):
         options.update(size_asserts=False, scalar_asserts=False, alignment_asserts=False)
     fn = torch._inductor.compile(gm, fake, options=options)
     return _InductorGraph(fn, _direct_call(fn, list(example)))
+
+
+def _inline_uniform_constants(gm):
+    """
+    Replace each constant of ``gm`` whose entries are all equal (a prior's zero locations,
+    expanded scales, the validation checks folded to True) by an ``aten.full`` of its shape,
+    in place. Inductor passes every constant tensor to the generated code as an input, one
+    handle each per call, and cannot see its value; a ``full`` is written into the generated
+    code instead (on the 25-weight BNN's lockstep step, 30 of its 33 constants: a call
+    took 18 us instead of 23).
+    """
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if node.op != "get_attr":
+            continue
+        value = getattr(gm, node.target, None)
+        if not torch.is_tensor(value) or value.numel() == 0 or value.is_complex():
+            continue
+        first = value.reshape(-1)[0]
+        if not _uniform(value, first):
+            continue
+        with graph.inserting_before(node):
+            full = graph.call_function(
+                torch.ops.aten.full.default, (list(value.shape), first.item()),
+                {"dtype": value.dtype, "device": value.device, "pin_memory": False})
+        node.replace_all_uses_with(full)
+        graph.erase_node(node)
+    used = {node.target for node in graph.nodes if node.op == "get_attr"}
+    for name, _ in list(gm.named_buffers()):
+        if name not in used and "." not in name:
+            # AOTAutograd passes every buffer of the module, used or not, on every call
+            delattr(gm, name)
+    graph.lint()
+    gm.recompile()
+
+
+def _uniform(value, first):
+    """Whether every entry of ``value`` is bitwise ``first`` (a NaN is never taken for one;
+    -0.0 and 0.0 are told apart)."""
+    if not bool((value == first).all()):
+        return False
+    return not value.is_floating_point() or bool((value.signbit() == first.signbit()).all())
