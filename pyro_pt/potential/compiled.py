@@ -21,7 +21,8 @@ from .capture import (Uncapturable, capture, compile_graph, forked_rng, keeping_
                       mismatch)
 from .densities import counted_validation, densities, densities_and_grads
 from .inductor import check_compiler, choose_compiler, inductor_compile
-from .split import FlatLayout
+from .recent import derived
+from .layout import FlatLayout
 
 
 class CompiledSplit:
@@ -184,7 +185,8 @@ class CompiledSplit:
         if kind == "grads" and self.compiler == "inductor":
             try:
                 with keeping_validation():
-                    compiled = inductor_compile(gm, points[0])
+                    compiled = derived(gm, ("grads",) + self.graph_key(dtype, device),
+                                       lambda: inductor_compile(gm, points[0]))
                 self._check(compiled, points, dtype, device)
                 return gm, compiled, "inductor"
             except Exception as error:  # no compiler, an unsupported operation, a mismatch

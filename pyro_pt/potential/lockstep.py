@@ -27,6 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from .batched import leapfrog_step
 from .capture import Uncapturable, capture, forked_rng, keeping_validation, mismatch
 from .inductor import inductor_compile
+from .recent import derived
 
 # Where the arithmetic of one evaluation takes about as long as a compiled call's fixed cost
 # (~30-60 us at the ~30 GFLOP/s one thread of this CPU reaches); the small BNN has ~2e3, the
@@ -139,11 +140,16 @@ class Lockstep:
         compiled = self.evaluator.compiled
         points = compiled.check_points(dtype, device)
         example = _inputs(list(range(size)), points)
-        with forked_rng(device), keeping_validation():
-            gm = capture(lockstep_step(compiled.fx_graph(dtype, device)), *example)
-            # its one caller, leapfrog_lockstep, gathers every input by index (contiguous, the
-            # example's layout), so the per-call layout checks are dropped
-            step = inductor_compile(gm, *example, asserts=False)
+        graph = compiled.fx_graph(dtype, device)
+
+        def make():
+            with forked_rng(device), keeping_validation():
+                gm = capture(lockstep_step(graph), *example)
+                # its one caller, leapfrog_lockstep, gathers every input by index (contiguous,
+                # the example's layout), so the per-call layout checks are dropped
+                return inductor_compile(gm, *example, asserts=False)
+
+        step = derived(graph, ("lockstep", size) + compiled.graph_key(dtype, device), make)
         if size == 2:
             self._check_pairs(step, points, dtype)
         else:

@@ -166,3 +166,36 @@ def test_a_tempered_prior_in_lockstep_fails_the_posterior_check(monkeypatch):
                            batched="loop")
     with pytest.raises(AssertionError):
         test_lockstep_samples_exact_tempered_posteriors(fast)
+
+
+def test_a_second_split_of_the_same_model_reuses_its_compiled_steps(monkeypatch):
+    compiles = []
+
+    def counted(*args, **kwargs):
+        compiles.append(1)
+        return inductor_compile(*args, **kwargs)
+
+    from pyro_pt.potential import compiled as compiled_module
+    from pyro_pt.potential.inductor import inductor_compile
+    monkeypatch.setattr(lockstep_module, "inductor_compile", counted)
+    monkeypatch.setattr(compiled_module, "inductor_compile", counted)
+
+    def plan(y):
+        fast = FunctionalSplit(ModelSplit(gaussian_model, (y,)), compile="inductor",
+                               batched="loop")
+        return fast, fast.lockstep.plan(4, F64, CPU)
+
+    y = gaussian().y
+    first, first_plan = plan(y)
+    made = len(compiles)
+    assert made == 3  # the model's graph, the lockstep steps of 2 (the reference) and 4 slots
+    second, second_plan = plan(y.clone())
+    assert len(compiles) == made  # the same graph: nothing captured or compiled again
+    assert [entry[3] for entry in second_plan] == [entry[3] for entry in first_plan]
+    assert second.compiled.engine == "inductor" and second.lockstep.reason == ""
+    other, other_plan = plan(y + 1.0)  # other data: other constants
+    assert len(compiles) == 2 * made
+    z = torch.zeros(1, 3, dtype=F64)
+    betas = torch.ones(1, dtype=F64)
+    assert not torch.equal(other.batched_potential_and_grad(z, betas)[0],
+                           first.batched_potential_and_grad(z, betas)[0])
