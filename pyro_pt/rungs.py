@@ -6,7 +6,7 @@ from .comm import agree_on_setup, rung_blocks
 from .explain import model_errors
 from .explorers import build_rungs, step_rungs
 from .options import check_split, shared_settings
-from .potential import FlatLayout, ModelSplit
+from .potential import FlatLayout, FlatState, ModelSplit
 from .random import stream_seeds
 
 
@@ -56,7 +56,10 @@ class RungBlock:
         cold_moved = None
         if self.start == 0:
             before, after = self.states[0], stepped[0][0]
-            cold_moved = any(not torch.equal(before[name], after[name]) for name in before)
+            if isinstance(after, FlatState):
+                cold_moved = not after.same(before)
+            else:
+                cold_moved = any(not torch.equal(before[name], after[name]) for name in before)
         self.states = [z for z, _ in stepped]
         return [ll for _, ll in stepped], cold_moved
 

@@ -223,25 +223,25 @@ class BatchedHMC(HMCSlots):
                 self._warmup.restart(sorted(self._pending_restart))
             self._pending_restart = set()
         start = self._z
-        state, info = self._transition()
+        state, info, scalars = self._transition()
         self._t += 1
-        self._record.add(self._t, info.energy_error.tolist(), info.accept_prob.tolist(),
-                         info.accepted.tolist())
+        self._record.add(self._t, *scalars)
         if in_warmup:
             self._warmup.update(start, info)
         return state, info
 
     def _transition(self):
-        """The HMC kernel itself: one trajectory and accept test per slot, no adaptation."""
+        """The HMC kernel itself: one trajectory and accept test per slot, no adaptation.
+        Returns the state, the info and its per-slot scalars as Python lists (energy errors,
+        accept probabilities, accepted)."""
         jitter, noise, uniform = self._draw(range(self.num_slots), uniform=True)
         steps = jitter if self.num_steps is not None else self._num_steps(shared_fraction(self._t))
         z0, u0 = self._z, self._potential
         p0 = noise * self._momentum_scale
         z, p, potential, grad, ll, bad = self._leapfrog(p0, self._step_size, steps)
         delta = potential + self._kinetic(p) - (u0 + self._kinetic(p0))
-        delta = torch.where(bad, torch.full_like(delta, math.nan), delta)
         # Per-slot scalars in Python: one transfer, and exp rounded alike for any R.
-        deltas = delta.tolist()
+        deltas = [math.nan if b else d for d, b in zip(delta.tolist(), bad.tolist())]
         accept_prob = [metropolis_probability(-d) for d in deltas]
         accepted_list = [u < a for u, a in zip(uniform.tolist(), accept_prob)]
         accepted = torch.tensor(accepted_list, device=self._device)
@@ -258,7 +258,8 @@ class BatchedHMC(HMCSlots):
                                               device=self._device),
                        energy_error=torch.tensor(deltas, **f64), num_steps=steps,
                        proposal=z, momentum=p)
-        return HMCState(self._z.clone(), self._ll.clone()), info
+        return (HMCState(self._z.clone(), self._ll.clone()), info,
+                (deltas, accept_prob, accepted_list))
 
     def _num_steps(self, fraction):
         """Each slot's number of steps for the share ``fraction`` of its trajectory length (a

@@ -50,20 +50,20 @@ def draw(generators, slots, dim, jitter, uniform, dtype, device):
     """
     num_slots = len(generators)
     kw = {"dtype": dtype, "device": device}
-    noise = [torch.zeros(dim, **kw)] * num_slots
-    uniforms = [torch.zeros((), **kw)] * num_slots
+    noise = torch.zeros(num_slots, dim, **kw)  # each drawn row filled in place
+    uniforms = torch.zeros(num_slots, **kw)
     steps = None if jitter is None else [jitter[1]] * num_slots
     for r in slots:
         gen = generators[r]
         if steps is not None:
             steps[r] = int(torch.randint(jitter[0], jitter[1] + 1, (1,),
                                          generator=gen, device=device))
-        noise[r] = torch.randn(dim, generator=gen, **kw)
+        torch.randn(dim, generator=gen, out=noise[r], **kw)
         if uniform:
-            uniforms[r] = torch.rand((), generator=gen, **kw)
+            torch.rand(1, generator=gen, out=uniforms[r:r + 1], **kw)
     if steps is not None:
         steps = torch.tensor(steps, device=device)
-    return steps, torch.stack(noise), torch.stack(uniforms)
+    return steps, noise, uniforms
 
 
 def leapfrog(evaluate, start, p0, step_size, inv_mass, steps, n_max):

@@ -1,7 +1,7 @@
 r"""The potential: a Pyro model split into ``lp(z)`` and ``ll(z)``, and its evaluation.
 
 The contract (DESIGN §1): with ``z`` the unconstrained latent values (sites in sorted name
-order, flattened by one :class:`~pyro_pt.potential.split.FlatLayout`), ``lp(z)`` is the log
+order, flattened by one :class:`~pyro_pt.potential.layout.FlatLayout`), ``lp(z)`` is the log
 prior of the latent sites plus the log-det-Jacobian of their transforms and ``ll(z)`` the
 scaled, masked log probability of the observed sites and factors; the rung at inverse
 temperature :math:`\beta` has the potential energy :math:`-(lp(z) + \beta\, ll(z))`. Every way of
@@ -9,7 +9,9 @@ evaluating it gives the traced path's numbers: NaN where distribution validation
 ``-inf`` where a value is impossible.
 
 - :mod:`~pyro_pt.potential.split`: :class:`ModelSplit` (one Pyro trace per evaluation: the
-  reference), the one sum of terms, the one flat layout.
+  reference), the one sum of terms.
+- :mod:`~pyro_pt.potential.layout`: the one flat layout of a state, and :class:`FlatState`, a
+  state held as its flat row (what the batched explorer returns).
 - :mod:`~pyro_pt.potential.tempered`: :class:`TemperedPotential`, one rung's potential for
   Pyro's kernels (it remembers ``ll`` at the points it evaluated).
 - :mod:`~pyro_pt.potential.densities` and :mod:`~pyro_pt.potential.capture`: what a captured
@@ -23,13 +25,15 @@ evaluating it gives the traced path's numbers: NaN where distribution validation
 - :mod:`~pyro_pt.potential.functional`: :class:`FunctionalSplit`, the split as the explorers use
   it: the captured graph where it is exact, Pyro's trace elsewhere.
 
-Dependencies point one way: split <- densities <- compiled <- batched <- functional, and
+Dependencies point one way: layout <- split <- densities <- compiled <- batched <- functional, and
 inductor <- capture.
 """
 
 from .compiled import CompiledSplit
 from .functional import FunctionalSplit
-from .split import FlatLayout, ModelSplit
+from .layout import FlatLayout, FlatState
+from .split import ModelSplit
 from .tempered import TemperedPotential
 
-__all__ = ["CompiledSplit", "FlatLayout", "FunctionalSplit", "ModelSplit", "TemperedPotential"]
+__all__ = ["CompiledSplit", "FlatLayout", "FlatState", "FunctionalSplit", "ModelSplit",
+           "TemperedPotential"]
