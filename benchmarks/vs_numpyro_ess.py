@@ -18,10 +18,11 @@ computed from each draw's weights; both sides use the same function of the same 
 Every run is one process thread (``torch.set_num_threads(1)``, single-threaded XLA) and the
 runs alternate between the sides, so both see the same load. A run's seconds are the wall time
 of its whole ``MCMC.run``: NumPyro's jit compilation and our model capture, warmup, sampling.
-Library imports are untimed on both sides (NumPyro's worker imports jax and numpyro before
-its runs; torch's Dynamo and Inductor, which the kernel imports lazily, are imported before
-ours, and the script prints how long that took; ``--time-imports`` leaves them in our first
-run). ESS per second = the bulk ESS (``arviz.ess``) of ``f(x*)`` pooled over a side's runs, divided
+Library imports and start-up are untimed on both sides (NumPyro's worker imports jax and
+numpyro and makes its first arrays, which starts XLA's CPU backend, before its runs; torch's
+Dynamo and Inductor, which the kernel imports lazily, are imported before ours and Inductor
+probes the CPU's vector instructions then, and the script prints how long that took;
+``--time-imports`` leaves them in our first run). ESS per second = the bulk ESS (``arviz.ess``) of ``f(x*)`` pooled over a side's runs, divided
 by the sum of their seconds; min and median over ``x*``. The two sides' posterior means of
 ``f(x*)`` are compared in units of their combined Monte Carlo standard error
 (``arviz.mcse``).
@@ -140,15 +141,21 @@ def our_run(args, seed, x, y, x_test):
 def preload(compile):
     """
     Import the parts of torch the kernel loads lazily (Dynamo for the capture's fake tensors,
-    Inductor unless ``compile="torchscript"``), as NumPyro's worker imports jax and numpyro
-    before its timed runs; returns the seconds it took. A library's import is paid once per
-    process on either side; its jit or capture and compilation stay in the timed runs.
+    Inductor unless ``compile="torchscript"``) and let Inductor probe the CPU once (which
+    vector instructions its C++ may use: it builds and runs small test programs, ~1.4 s
+    here, once per process), as NumPyro's worker imports jax and numpyro and makes its first
+    arrays (which starts XLA's CPU backend) before its timed runs; returns the seconds it
+    took. A library's start is paid once per process on either side; its jit or capture and
+    compilation stay in the timed runs.
     """
     begin = time.perf_counter()
     import torch._dynamo  # noqa: F401
 
     if compile != "torchscript":
         import torch._inductor  # noqa: F401
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+        pick_vec_isa()
     return time.perf_counter() - begin
 
 
@@ -181,9 +188,9 @@ def main(argv=None):
     parser.add_argument("--compile", default="auto",
                         help="ParallelTempering's compile: auto (default), torchscript, inductor")
     parser.add_argument("--time-imports", action="store_true",
-                        help="leave torch's lazily imported Dynamo and Inductor in our first "
-                        "timed run (by default they are imported before, untimed, as jax and "
-                        "numpyro are on NumPyro's side)")
+                        help="leave torch's lazily imported Dynamo and Inductor, and "
+                        "Inductor's CPU probe, in our first timed run (by default they come "
+                        "before, untimed, as jax's and numpyro's start on NumPyro's side)")
     add_numpyro_arguments(parser)
     args = parser.parse_args(argv)
     if args.worker:
@@ -208,8 +215,9 @@ def main(argv=None):
                                         str(args.samples))
         print(f"jax {versions['jax']}, numpyro {versions['numpyro']}, torch {torch.__version__}")
         if not args.time_imports:
-            print(f"torch's Dynamo and Inductor imported before the timed runs (untimed, as "
-                  f"jax and numpyro on NumPyro's side): {preload(args.compile):.1f} s")
+            print(f"torch's Dynamo and Inductor imported and Inductor's CPU probe run before "
+                  f"the timed runs (untimed, as jax's and numpyro's start on NumPyro's side): "
+                  f"{preload(args.compile):.1f} s")
         f_np, s_np, f_ours, s_ours = [], [], [], []
         for i in range(max(args.numpyro_chains, args.chains)):  # interleaved runs
             if i < args.numpyro_chains:

@@ -12,8 +12,6 @@ finiteness checks, a host read per step -- is then inside that call).
 [1] Neal (2011), "MCMC using Hamiltonian dynamics", Handbook of MCMC, ch. 5.
 """
 
-import gc
-
 import torch
 
 # torch's CPU sum splits a single long row over threads (a "two-pass" reduction once the
@@ -234,18 +232,8 @@ def _in_lockstep(plan, state, fixed, n, steps=None):
         count = take(n)
         # the compiled call without per-step Python layers (one call per leapfrog step)
         run, head = step.runner()
-        # Each call makes a few new tensors and lists, which Python's cyclic collector counts:
-        # on the 25-weight BNN it ran every ~15 calls and took ~4 % of a scan. The loop makes
-        # no reference cycles (what it drops is freed by reference counting), so the
-        # collector waits until it is over.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            for tick in ticks[: min(most, max(counts[first:last]))]:
-                carried = run([*head, tick, count, *carried, *given])
-        finally:
-            if collecting:
-                gc.enable()
+        for tick in ticks[: min(most, max(counts[first:last]))]:
+            carried = run([*head, tick, count, *carried, *given])
         if size != last - first:
             carried = [t[: last - first] for t in carried]
         pieces.append(carried)
