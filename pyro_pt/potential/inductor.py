@@ -192,7 +192,7 @@ def _entry(run):
     return lambda args: tensors(entry(handles(args)))
 
 
-def inductor_compile(gm, *example, asserts=True):
+def inductor_compile(gm, *example, asserts=True, pooled=False):
     """
     ``gm`` compiled by Inductor for the exact shapes of ``example``, compiled now, inside the
     set-up, rather than at the first leapfrog step. Raises whatever Inductor raises (no C++
@@ -214,6 +214,14 @@ def inductor_compile(gm, *example, asserts=True):
     bitwise the same numbers): ``torch.compile`` 1.06-1.54 ms, ``torch._inductor.compile``
     0.94-1.03 ms, with ``cpp_wrapper`` 0.58-0.79 ms; the C++ wrapper adds ~25 s to a cold
     compilation.
+
+    ``pooled=True`` has the generated code take one block of memory per call for all its
+    buffers, outputs included (Inductor's ``memory_planning`` with the "combined" pool),
+    instead of one allocation per buffer: the outputs are then views of one block. On the
+    25-weight BNN's lockstep step (29 buffers, most of them a few floats) a call took
+    15.9-16.9 us instead of 18.9-19.3 (best of 7 x 5000 calls, two alternations; the
+    "intermediates" pool alone: 26 us); glibc's ``malloc`` and ``free`` were twice the
+    arithmetic in a ``perf`` profile of the sampling loop.
     """
     # Imported here, not at load: importing Inductor costs ~2.4 s, which every process (each
     # rank of a distributed run) would pay even under TorchScript.
@@ -236,6 +244,8 @@ def inductor_compile(gm, *example, asserts=True):
     options = {"cpp_wrapper": True}
     if not asserts:
         options.update(size_asserts=False, scalar_asserts=False, alignment_asserts=False)
+    if pooled:
+        options.update(memory_planning=True, memory_pool="combined")
     fn = torch._inductor.compile(gm, fake, options=options)
     return _InductorGraph(fn, _direct_call(fn, list(example)))
 

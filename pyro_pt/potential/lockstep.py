@@ -146,8 +146,9 @@ class Lockstep:
             with forked_rng(device), keeping_validation():
                 gm = capture(lockstep_step(graph), *example)
                 # its one caller, leapfrog_lockstep, gathers every input by index (contiguous,
-                # the example's layout), so the per-call layout checks are dropped
-                return inductor_compile(gm, *example, asserts=False)
+                # the example's layout), so the per-call layout checks are dropped; its many
+                # small buffers come from one allocation per call
+                return inductor_compile(gm, *example, asserts=False, pooled=True)
 
         step = derived(graph, ("lockstep", size) + compiled.graph_key(dtype, device), make)
         if size == 2:
