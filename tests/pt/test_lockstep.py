@@ -199,3 +199,21 @@ def test_a_second_split_of_the_same_model_reuses_its_compiled_steps(monkeypatch)
     betas = torch.ones(1, dtype=F64)
     assert not torch.equal(other.batched_potential_and_grad(z, betas)[0],
                            first.batched_potential_and_grad(z, betas)[0])
+
+
+def test_a_kernel_on_reused_compilations_draws_what_a_fresh_one_draws(monkeypatch):
+    def run():
+        pyro.set_rng_seed(3)
+        kernel = ParallelTempering(gamma_factor_model, num_replicas=3, explorer="hmc",
+                                   compile="inductor",
+                                   init_strategy=lambda site: torch.tensor(1.0))
+        mcmc = MCMC(kernel, num_samples=20, warmup_steps=20, disable_progbar=True)
+        mcmc.run(torch.tensor([0.5, 2.0]))
+        assert kernel.explorer_info["leapfrog"] == "lockstep"
+        return mcmc.get_samples()
+
+    fresh = run()
+    monkeypatch.setattr(lockstep_module, "inductor_compile", None)  # reused, or it fails
+    reused = run()
+    assert fresh.keys() == reused.keys()
+    assert all(torch.equal(fresh[k], reused[k]) for k in fresh)
