@@ -197,7 +197,7 @@ class BatchedHMC(HMCSlots):
                 f"{bad.nonzero().flatten().tolist()}; start those replicas where the model's "
                 "density is positive and finite")
         self._z, self._potential, self._grad, self._ll = z, potential, grad, ll
-        self._stale = torch.zeros(num_slots, dtype=torch.bool, device=self._device)
+        self._stale = set()  # slots whose cached potential must be recomputed
         self._pending_restart = set()
         self._warmup.start()
         # Set after the step-size search: T is that many initial step sizes.

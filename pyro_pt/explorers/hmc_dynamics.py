@@ -180,7 +180,7 @@ def leapfrog_lockstep(plan, evaluate_row, start, p0, step_size, inv_mass, betas,
     p_half = p0 - grad0 * half_eps[:, None]
     z, p, potential, grad, ll, bad = _in_lockstep(plan, (z0, p_half, potential0, grad0, ll0),
                                                   (scaled_eps, eps, half_eps, betas), n)
-    for r in bad.nonzero().flatten().tolist():
+    for r in [r for r, failed in enumerate(bad.tolist()) if failed]:
         out = _alone(r, int(n[r]), evaluate_row, start, p0, step_size, inv_mass)
         for column, value in zip((z, p, potential, grad, ll, bad), out):
             column[r] = value

@@ -31,11 +31,11 @@ class HMCSlots:
         matrix keeps adapting in the current window.
         """
         betas = self._per_slot(betas, "betas", len(self._generators))
-        changed = betas != self._betas
+        changed = [r for r, moved in enumerate((betas != self._betas).tolist()) if moved]
         self._betas = betas
-        self._stale |= changed
+        self._stale.update(changed)
         if self.adapt_step_size and self._t < self._warmup_steps:
-            self._pending_restart.update(changed.nonzero().flatten().tolist())
+            self._pending_restart.update(changed)
 
     def replace_states(self, slots):
         """
@@ -44,7 +44,7 @@ class HMCSlots:
         its input that differs from the state it returned, so this is a safeguard for a
         potential whose value changed for other reasons.
         """
-        self._stale[torch.as_tensor(list(slots), dtype=torch.long, device=self._device)] = True
+        self._stale.update(int(r) for r in slots)
 
     def _evaluate(self, z):
         potential, grad, ll = self.potential_and_grad(z, self._betas)
@@ -63,7 +63,9 @@ class HMCSlots:
             raise ValueError(
                 f"z_flat must be a {self._dtype} tensor of shape {list(self._z.shape)} on "
                 f"{self._device} (as given to setup), got {z.dtype} {list(z.shape)} on {z.device}")
-        stale = self._stale | (z != self._z).any(-1)
+        stale = (z != self._z).any(-1)
+        if self._stale:  # slots marked by set_betas or replace_states
+            stale[sorted(self._stale)] = True
         if bool(stale.any()):
             # Only the stale rows: the potential is batch-invariant (DESIGN §2), so a row's
             # numbers are the same whichever rows share its call, and after a swap most
@@ -74,7 +76,7 @@ class HMCSlots:
             self._potential, self._grad, self._ll = (
                 cached.index_put((rows,), new.detach()) for cached, new in
                 ((self._potential, potential), (self._grad, grad), (self._ll, ll)))
-            self._stale = torch.zeros_like(self._stale)
+        self._stale = set()
         self._z = z
 
     def _stale_potential(self, z, rows):
