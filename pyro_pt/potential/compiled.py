@@ -186,7 +186,7 @@ class CompiledSplit:
             try:
                 with keeping_validation():
                     compiled = derived(gm, ("grads",) + self.graph_key(dtype, device),
-                                       lambda: inductor_compile(gm, points[0]))
+                                       points[:1], lambda: inductor_compile(gm, points[0]))
                 self._check(compiled, points, dtype, device)
                 return gm, compiled, "inductor"
             except Exception as error:  # no compiler, an unsupported operation, a mismatch

@@ -150,7 +150,8 @@ class Lockstep:
                 # small buffers come from one allocation per call
                 return inductor_compile(gm, *example, asserts=False, pooled=True)
 
-        step = derived(graph, ("lockstep", size) + compiled.graph_key(dtype, device), make)
+        step = derived(graph, ("lockstep", size) + compiled.graph_key(dtype, device), example,
+                       make)
         if size == 2:
             self._check_pairs(step, points, dtype)
         else:

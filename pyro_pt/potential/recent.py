@@ -20,12 +20,15 @@ MAX_CONSTANT_BYTES = 16 * 2**20
 _entries = []  # [(code, what, constants, value)], the most recently used last
 
 
-def derived(gm, what, make):
+def derived(gm, what, example, make):
     """
-    ``make()``, or what ``make`` returned before for a graph with ``gm``'s code and constants
-    and the same ``what`` (a hashable key of the purpose: sizes, dtype, device, options).
-    A ``make`` that raises keeps nothing.
+    ``make()``, or what ``make`` returned before for a graph with ``gm``'s code and constants,
+    the same ``what`` (a hashable key of the purpose: sizes, dtype, device, options) and
+    inputs ``example`` of the same shapes, strides, dtypes and devices (a graph's code need
+    not show its shapes: ``-(z ** 2).sum()`` is the same code for any ``z``). A ``make`` that
+    raises keeps nothing.
     """
+    what = (what, tuple((tuple(t.shape), t.stride(), t.dtype, t.device) for t in example))
     constants = dict(gm.named_buffers())
     constants.update((name, value) for name, value in vars(gm).items()
                      if torch.is_tensor(value))
