@@ -230,10 +230,16 @@ def _in_lockstep(plan, state, fixed, n, steps=None):
                                                           device=device)]
         given = [take(t) for t in fixed]
         count = take(n)
-        # the compiled call without per-step Python layers (one call per leapfrog step)
+        # the compiled call without per-step Python layers (one call per leapfrog step), in
+        # a C++ loop where the step has one
         run, head = step.runner()
-        for tick in ticks[: min(most, max(counts[first:last]))]:
-            carried = run([*head, tick, count, *carried, *given])
+        batch_ticks = ticks[: min(most, max(counts[first:last]))]
+        loop = getattr(step, "loop", None)
+        if loop is not None and len(batch_ticks) > 1:
+            carried = loop(head, batch_ticks, count, carried, given)
+        else:
+            for tick in batch_ticks:
+                carried = run([*head, tick, count, *carried, *given])
         if size != last - first:
             carried = [t[: last - first] for t in carried]
         pieces.append(carried)

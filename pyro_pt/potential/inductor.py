@@ -86,6 +86,7 @@ class _InductorGraph:
     def __init__(self, fn, direct=None):
         self.fn = fn
         self.direct = direct  # (generated callable, constants), or None
+        self.loop = None  # a C++ loop of calls (pyro_pt.potential.native), where one is set
 
     def __call__(self, *inputs):
         if self.direct is not None:

@@ -27,6 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from .batched import leapfrog_step
 from .capture import Uncapturable, capture, forked_rng, keeping_validation, mismatch
 from .inductor import inductor_compile
+from .native import native_loop
 from .recent import derived
 
 # Where the arithmetic of one evaluation takes about as long as a compiled call's fixed cost
@@ -148,7 +149,9 @@ class Lockstep:
                 # its one caller, leapfrog_lockstep, gathers every input by index (contiguous,
                 # the example's layout), so the per-call layout checks are dropped; its many
                 # small buffers come from one allocation per call
-                return inductor_compile(gm, *example, asserts=False, pooled=True)
+                step = inductor_compile(gm, *example, asserts=False, pooled=True)
+            step.loop = _checked_loop(step, example)
+            return step
 
         step = derived(graph, ("lockstep", size) + compiled.graph_key(dtype, device), example,
                        make)
@@ -190,6 +193,29 @@ class Lockstep:
             first = reference[slot % n][1]
             if not all(torch.equal(a[slot], b[0]) for a, b in zip(out, first)):
                 raise Uncapturable(f"lockstep results depend on the batch size ({size} vs 2)")
+
+
+def _checked_loop(step, example):
+    """The step's C++ loop (:func:`~pyro_pt.potential.native.native_loop`) where it gives
+    bitwise the Python loop's numbers over three steps from ``example``, else None."""
+    run, head = step.runner()
+    loop = native_loop(run)
+    if loop is None:
+        return None
+    tick, count, *rest = example
+    carried, given = rest[:6], rest[6:]
+    count = torch.full_like(count, 3)  # three full steps
+    ticks = [tick + k for k in range(3)]
+    try:
+        with torch.no_grad():
+            native = loop(head, ticks, count, carried, given)
+            python = carried
+            for t in ticks:
+                python = run([*head, t, count, *python, *given])
+    except Exception:
+        return None
+    same = all(torch.equal(a, b) for a, b in zip(native, python))
+    return loop if same and len(native) == len(python) else None
 
 
 def _inputs(slots, points):

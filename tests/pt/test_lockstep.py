@@ -217,3 +217,25 @@ def test_a_kernel_on_reused_compilations_draws_what_a_fresh_one_draws(monkeypatc
     reused = run()
     assert fresh.keys() == reused.keys()
     assert all(torch.equal(fresh[k], reused[k]) for k in fresh)
+
+
+def test_the_cxx_loop_draws_what_the_python_loop_draws(monkeypatch):
+    from pyro_pt.potential import recent
+
+    def run():
+        pyro.set_rng_seed(4)
+        kernel = ParallelTempering(gamma_factor_model, num_replicas=3, explorer="hmc",
+                                   compile="inductor",
+                                   init_strategy=lambda site: torch.tensor(1.0))
+        mcmc = MCMC(kernel, num_samples=30, warmup_steps=30, disable_progbar=True)
+        mcmc.run(torch.tensor([0.5, 2.0]))
+        plan = kernel._rungs.explorers[0].group.engine._plan()
+        return mcmc.get_samples(), [step.loop is not None for *_, step in plan]
+
+    native, loops = run()
+    assert all(loops)  # the C++ loop was built and passed its check
+    recent.clear()
+    monkeypatch.setattr(lockstep_module, "native_loop", lambda run: None)
+    python, loops = run()
+    assert not any(loops)
+    assert all(torch.equal(native[k], python[k]) for k in native)
