@@ -201,20 +201,23 @@ def test_a_second_split_of_the_same_model_reuses_its_compiled_steps(monkeypatch)
                            first.batched_potential_and_grad(z, betas)[0])
 
 
-def test_a_kernel_on_reused_compilations_draws_what_a_fresh_one_draws(monkeypatch):
-    def run():
-        pyro.set_rng_seed(3)
-        kernel = ParallelTempering(gamma_factor_model, num_replicas=3, explorer="hmc",
-                                   compile="inductor",
-                                   init_strategy=lambda site: torch.tensor(1.0))
-        mcmc = MCMC(kernel, num_samples=20, warmup_steps=20, disable_progbar=True)
-        mcmc.run(torch.tensor([0.5, 2.0]))
-        assert kernel.explorer_info["leapfrog"] == "lockstep"
-        return mcmc.get_samples()
+def gamma_lockstep_run(seed=3, draws=20):
+    """Samples of 3 rungs of the gamma factor model in lockstep, and whether each batch of
+    the plan has a C++ loop."""
+    pyro.set_rng_seed(seed)
+    kernel = ParallelTempering(gamma_factor_model, num_replicas=3, explorer="hmc",
+                               compile="inductor", init_strategy=lambda site: torch.tensor(1.0))
+    mcmc = MCMC(kernel, num_samples=draws, warmup_steps=draws, disable_progbar=True)
+    mcmc.run(torch.tensor([0.5, 2.0]))
+    assert kernel.explorer_info["leapfrog"] == "lockstep"
+    plan = kernel._rungs.explorers[0].group.engine._plan()
+    return mcmc.get_samples(), [step.loop is not None for *_, step in plan]
 
-    fresh = run()
+
+def test_a_kernel_on_reused_compilations_draws_what_a_fresh_one_draws(monkeypatch):
+    fresh, _ = gamma_lockstep_run()
     monkeypatch.setattr(lockstep_module, "inductor_compile", None)  # reused, or it fails
-    reused = run()
+    reused, _ = gamma_lockstep_run()
     assert fresh.keys() == reused.keys()
     assert all(torch.equal(fresh[k], reused[k]) for k in fresh)
 
@@ -222,20 +225,10 @@ def test_a_kernel_on_reused_compilations_draws_what_a_fresh_one_draws(monkeypatc
 def test_the_cxx_loop_draws_what_the_python_loop_draws(monkeypatch):
     from pyro_pt.potential import recent
 
-    def run():
-        pyro.set_rng_seed(4)
-        kernel = ParallelTempering(gamma_factor_model, num_replicas=3, explorer="hmc",
-                                   compile="inductor",
-                                   init_strategy=lambda site: torch.tensor(1.0))
-        mcmc = MCMC(kernel, num_samples=30, warmup_steps=30, disable_progbar=True)
-        mcmc.run(torch.tensor([0.5, 2.0]))
-        plan = kernel._rungs.explorers[0].group.engine._plan()
-        return mcmc.get_samples(), [step.loop is not None for *_, step in plan]
-
-    native, loops = run()
+    native, loops = gamma_lockstep_run(seed=4, draws=30)
     assert all(loops)  # the C++ loop was built and passed its check
     recent.clear()
     monkeypatch.setattr(lockstep_module, "native_loop", lambda run: None)
-    python, loops = run()
+    python, loops = gamma_lockstep_run(seed=4, draws=30)
     assert not any(loops)
     assert all(torch.equal(native[k], python[k]) for k in native)
