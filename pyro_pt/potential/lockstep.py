@@ -197,7 +197,10 @@ class Lockstep:
 
 def _checked_loop(step, example):
     """The step's C++ loop (:func:`~pyro_pt.potential.native.native_loop`) where it gives
-    bitwise the Python loop's numbers over three steps from ``example``, else None."""
+    bitwise the Python loop's numbers over three steps from ``example``, else None. CPU only:
+    on a GPU the generated entry point's stream handling has not been tried here."""
+    if any(t.device.type != "cpu" for t in example):
+        return None
     run, head = step.runner()
     loop = native_loop(run)
     if loop is None:
