@@ -6,7 +6,8 @@ from .comm import agree_on_setup, rung_blocks
 from .explain import model_errors
 from .explorers import build_rungs, step_rungs
 from .options import check_split, shared_settings
-from .potential import FlatLayout, FlatState, ModelSplit
+from .potential import FlatLayout, ModelSplit
+from .potential.layout import same_values
 from .random import stream_seeds
 
 
@@ -56,10 +57,7 @@ class RungBlock:
         cold_moved = None
         if self.start == 0:
             before, after = self.states[0], stepped[0][0]
-            if isinstance(after, FlatState):
-                cold_moved = not after.same(before)
-            else:
-                cold_moved = any(not torch.equal(before[name], after[name]) for name in before)
+            cold_moved = not same_values(before, after)
         self.states = [z for z, _ in stepped]
         return [ll for _, ll in stepped], cold_moved
 

@@ -268,7 +268,7 @@ def _inline_uniform_constants(gm):
         if not torch.is_tensor(value) or value.numel() == 0 or value.is_complex():
             continue
         first = value.reshape(-1)[0]
-        if not _uniform(value, first):
+        if not bitwise_equal(value, first.expand_as(value)):
             continue
         with graph.inserting_before(node):
             full = graph.call_function(
@@ -285,9 +285,10 @@ def _inline_uniform_constants(gm):
     gm.recompile()
 
 
-def _uniform(value, first):
-    """Whether every entry of ``value`` is bitwise ``first`` (a NaN is never taken for one;
-    -0.0 and 0.0 are told apart)."""
-    if not bool((value == first).all()):
-        return False
-    return not value.is_floating_point() or bool((value.signbit() == first.signbit()).all())
+def bitwise_equal(a, b):
+    """Whether tensors ``a`` and ``b`` (same shape and dtype) hold the same bits: NaN equals
+    NaN, and 0.0 differs from -0.0, unlike ``torch.equal``."""
+    if a.is_floating_point() or a.is_complex():
+        # a fresh contiguous copy: an expanded tensor's stride 0 cannot be viewed as bytes
+        a, b = (t.new_empty(t.shape).copy_(t).reshape(-1).view(torch.uint8) for t in (a, b))
+    return torch.equal(a, b)

@@ -85,9 +85,10 @@ class FlatState(Mapping):
     def __repr__(self):
         return f"FlatState({dict(self)!r})"
 
-    def same(self, other):
-        """Whether ``other`` holds bitwise the same values (rows compared where it is a
-        FlatState of the same layout)."""
-        if isinstance(other, FlatState) and other.layout is self.layout:
-            return torch.equal(self.flat, other.flat)
-        return set(other) == set(self) and all(torch.equal(self[n], other[n]) for n in self)
+
+def same_values(a, b):
+    """Whether states ``a`` and ``b`` (site -> tensor) hold equal values (``torch.equal`` per
+    site; one comparison of their rows where both are :class:`FlatState` of one layout)."""
+    if isinstance(a, FlatState) and isinstance(b, FlatState) and a.layout is b.layout:
+        return torch.equal(a.flat, b.flat)
+    return set(a) == set(b) and all(torch.equal(a[name], b[name]) for name in a)

@@ -74,11 +74,12 @@ def _load_helper():
 
 
 def _capsule_functions():
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    new = ctypes.pythonapi.PyCapsule_New
-    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p,
-                                                  ctypes.c_void_p]
+    """Python's ``PyCapsule_GetPointer`` and ``PyCapsule_New`` as private prototypes (setting
+    the types on ``ctypes.pythonapi``'s own would change them for the whole process)."""
+    get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi))
+    new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
+                            ctypes.c_void_p)(("PyCapsule_New", ctypes.pythonapi))
     return get, new
 
 

@@ -13,6 +13,8 @@ purpose and shapes. Whatever checks a caller runs on a compiled graph it still r
 
 import torch
 
+from .inductor import bitwise_equal
+
 MAX_ENTRIES = 8
 # Graphs whose constants are larger are not kept (the comparison holds a copy of them).
 MAX_CONSTANT_BYTES = 16 * 2**20
@@ -50,15 +52,8 @@ def derived(gm, what, example, make):
 def _same(constants, kept):
     return constants.keys() == kept.keys() and all(
         a.dtype == b.dtype and a.shape == b.shape and a.device == b.device
-        and a.stride() == stride and _bitwise(a, b)
+        and a.stride() == stride and bitwise_equal(a, b)
         for a, (stride, b) in ((constants[k], kept[k]) for k in constants))
-
-
-def _bitwise(a, b):
-    if a.is_floating_point() or a.is_complex():
-        # NaN equals NaN, and 0.0 differs from -0.0: the bits
-        a, b = (t.new_empty(t.shape).copy_(t).reshape(-1).view(torch.uint8) for t in (a, b))
-    return torch.equal(a, b)
 
 
 def clear():
