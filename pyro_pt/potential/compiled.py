@@ -21,6 +21,7 @@ from .capture import (Uncapturable, capture, compile_graph, forked_rng, keeping_
                       mismatch)
 from .densities import counted_validation, densities, densities_and_grads
 from .inductor import check_compiler, choose_compiler, inductor_compile
+from .matmul import choice
 from .recent import derived
 from .layout import FlatLayout
 
@@ -158,6 +159,23 @@ class CompiledSplit:
         if isinstance(entry, Uncapturable):
             raise entry
         return entry[1], entry[2]
+
+    def matmul_path(self):
+        """How the "grads" graph's matrix products run: ``"native (n of m products)"`` where
+        :mod:`pyro_pt.potential.matmul` runs some, else ``"aten (why)"``; ``""`` where
+        Inductor does not run the graph or the graph has no product."""
+        point = self._points[0]
+        try:
+            graph, engine = self._graph("grads", point.dtype, point.device)
+        except Uncapturable:
+            return ""
+        native, total = getattr(graph, "matmuls", (0, 0))
+        if native:
+            return f"native ({native} of {total} products)"
+        if engine != "inductor" or not total:
+            return ""
+        reason = choice()[1]
+        return f"aten ({reason})" if reason else "aten (no product large enough)"
 
     def engine_for(self, dtype, device):
         """``"inductor"`` if Inductor runs the "grads" graph at this dtype and device, else

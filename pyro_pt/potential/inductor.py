@@ -36,6 +36,8 @@ import copy
 
 import torch
 
+from .matmul import substitute
+
 
 COMPILERS = ("auto", "inductor", "torchscript")
 # Cold Inductor compile time / saving per call, seed BNN on a 2-core CPU: 114 s / 0.85 ms.
@@ -87,6 +89,8 @@ class _InductorGraph:
         self.fn = fn
         self.direct = direct  # (generated callable, constants), or None
         self.loop = None  # a C++ loop of calls (pyro_pt.potential.native), where one is set
+        # (native, all) matrix products (pyro_pt.potential.matmul)
+        self.matmuls = (0, 0)
 
     def __call__(self, *inputs):
         if self.direct is not None:
@@ -223,6 +227,10 @@ def inductor_compile(gm, *example, asserts=True, pooled=False):
     15.9-16.9 us instead of 18.9-19.3 (best of 7 x 5000 calls, two alternations; the
     "intermediates" pool alone: 26 us); glibc's ``malloc`` and ``free`` were twice the
     arithmetic in a ``perf`` profile of the sampling loop.
+
+    The graph's larger float32 matrix products run our own AVX-512 kernel instead of MKL's
+    where :func:`pyro_pt.potential.matmul.choice` allows it (AMD CPUs with AVX-512, on which
+    MKL runs its AVX2 path); the result's ``matmuls`` says how many of how many.
     """
     # Imported here, not at load: importing Inductor costs ~2.4 s, which every process (each
     # rank of a distributed run) would pay even under TorchScript.
@@ -233,6 +241,7 @@ def inductor_compile(gm, *example, asserts=True, pooled=False):
     # Inductor may rewrite the graph it is given; gm stays the uncompiled reference (vmap,
     # the TorchScript fallback).
     gm = copy.deepcopy(gm)
+    matmuls = substitute(gm)
     _inline_uniform_constants(gm)
     for node in gm.graph.nodes:
         # make_fx records each input's fake value under its own fake mode, which Inductor
@@ -248,7 +257,9 @@ def inductor_compile(gm, *example, asserts=True, pooled=False):
     if pooled:
         options.update(memory_planning=True, memory_pool="combined")
     fn = torch._inductor.compile(gm, fake, options=options)
-    return _InductorGraph(fn, _direct_call(fn, list(example)))
+    graph = _InductorGraph(fn, _direct_call(fn, list(example)))
+    graph.matmuls = matmuls
+    return graph
 
 
 def _inline_uniform_constants(gm):

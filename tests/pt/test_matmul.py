@@ -1,0 +1,120 @@
+"""The native float32 matrix product (pyro_pt.potential.matmul) against float64 references."""
+
+import math
+
+import pytest
+import torch
+
+from pyro_pt.potential import matmul
+from pyro_pt.potential.capture import capture
+from pyro_pt.potential.inductor import inductor_compile
+
+avx512 = pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() != "AVX512" or matmul.operator() is None,
+    reason="the native product needs AVX-512 and a C++ compiler")
+
+
+def _operand(shape, transposed, generator):
+    """A float32 matrix of ``shape``, stored transposed (a strided view) if asked."""
+    if transposed:
+        return torch.randn(shape[::-1], generator=generator).t()
+    return torch.randn(shape, generator=generator)
+
+
+# (M, K, N): whole tiles, the seed BNN's shapes, row tails (M % 6), column tails (N % 16),
+# more than one 64-column block, K = 1
+SHAPES = [(6, 8, 64), (500, 64, 64), (64, 500, 64), (10, 500, 64), (7, 19, 17),
+          (13, 3, 130), (1, 33, 16), (500, 1, 48)]
+
+
+@avx512
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+def test_native_product_matches_a_float64_reference(shape, layout):
+    m, k, n = shape
+    generator = torch.Generator().manual_seed(m * 1000 + k * 10 + n)
+    a = _operand((m, k), layout[0] == "t", generator)
+    b = _operand((k, n), layout[1] == "t", generator)
+    out = torch.ops.pyro_pt_native.mm(a, b)
+    reference = a.double() @ b.double()
+    assert out.shape == (m, n) and out.dtype == torch.float32 and out.is_contiguous()
+    # one float32 rounding per multiply-add: a wrong tile, mask or stride is off by O(1)
+    error = (out.double() - reference).abs().max() / reference.abs().max()
+    assert error < 2e-6 * math.sqrt(k)
+    # the layout of the operands changes the addresses only, not the numbers
+    assert torch.equal(out, torch.ops.pyro_pt_native.mm(a.contiguous(), b.contiguous()))
+
+
+@avx512
+def test_nan_and_inf_stay_in_their_rows_and_columns():
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(20, 32, generator=generator), torch.randn(32, 40, generator=generator)
+    a[3, 5] = math.nan
+    b[7, 33] = math.inf
+    out = torch.ops.pyro_pt_native.mm(a, b)
+    bad = torch.zeros(20, 40, dtype=torch.bool)
+    bad[3, :] = True
+    bad[:, 33] = True
+    assert torch.isfinite(out[~bad]).all() and not torch.isfinite(out[bad]).any()
+    clean = torch.ops.pyro_pt_native.mm(a.nan_to_num(0.0), b.clamp(max=1e3))
+    torch.testing.assert_close(out[~bad], clean[~bad], rtol=0, atol=0)
+
+
+@avx512
+def test_other_dtypes_and_empty_products_fall_back_to_aten():
+    generator = torch.Generator().manual_seed(1)
+    a, b = torch.randn(9, 5, generator=generator, dtype=torch.float64), \
+        torch.randn(5, 20, generator=generator, dtype=torch.float64)
+    assert torch.equal(torch.ops.pyro_pt_native.mm(a, b), torch.mm(a, b))
+    assert torch.equal(torch.ops.pyro_pt_native.mm(torch.ones(4, 0), torch.ones(0, 16)),
+                       torch.zeros(4, 16))
+    assert torch.ops.pyro_pt_native.mm(torch.ones(0, 3), torch.ones(3, 16)).shape == (0, 16)
+
+
+def _network_gradient(x):
+    """A small ReLU network's summed output and its weight gradients, one function of the
+    flat weights: the products of a BNN's forward and backward passes."""
+    def fn(z):
+        w1, w2 = z[:10 * 64].reshape(10, 64), z[10 * 64:].reshape(64, 64)
+        h = torch.relu(x @ w1)
+        out = torch.tanh(h @ w2).sum()
+        g2 = h.t() @ (1 - torch.tanh(h @ w2) ** 2)
+        g1 = x.t() @ ((1 - torch.tanh(h @ w2) ** 2) @ w2.t() * (h > 0))
+        return out, g1, g2
+    return fn
+
+
+def test_substitute_takes_the_large_float32_products_only(monkeypatch):
+    x = torch.randn(200, 10, generator=torch.Generator().manual_seed(2))
+    fn = _network_gradient(x)
+    z = 0.3 * torch.randn(10 * 64 + 64 * 64, generator=torch.Generator().manual_seed(3))
+    monkeypatch.setenv(matmul.SETTING, "aten")
+    assert matmul.substitute(capture(fn, z)) == (0, 7)
+    monkeypatch.setenv(matmul.SETTING, "bogus")
+    with pytest.raises(ValueError, match="PYRO_PT_MATMUL"):
+        matmul.substitute(capture(fn, z))
+    monkeypatch.setenv(matmul.SETTING, "auto")
+    gm = capture(fn, z)
+    native, total = matmul.substitute(gm)
+    assert total == 7
+    if not matmul.choice()[0]:
+        assert native == 0
+        return
+    # every product here has >= 64 columns and >= 2**15 multiply-adds
+    assert native == 7
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert torch.ops.aten.mm.default not in targets
+    for value, reference in zip(gm(z), fn(z.double().float())):
+        torch.testing.assert_close(value, reference, rtol=1e-5, atol=1e-4)
+
+
+@avx512
+def test_a_compiled_graph_runs_the_native_product_and_agrees():
+    x = torch.randn(200, 10, generator=torch.Generator().manual_seed(4))
+    fn = _network_gradient(x)
+    z = 0.3 * torch.randn(10 * 64 + 64 * 64, generator=torch.Generator().manual_seed(5))
+    compiled = inductor_compile(capture(fn, z), z)
+    assert compiled.matmuls == (7, 7)
+    reference = [t.double() for t in _network_gradient(x.double())(z.double())]
+    for value, ref in zip(compiled(z), reference):
+        assert float((value.double() - ref).abs().max() / ref.abs().max()) < 1e-5
