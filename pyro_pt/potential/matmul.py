@@ -10,8 +10,9 @@ the gradient 48.1 -> 20.1 us (A transposed) and 46.0 -> 23.1 us (B transposed). 
 C++ GEMM template does not help: GCC keeps its accumulators in memory when the reduction
 length is not a compile-time constant (57 us per product).
 
-:func:`substitute` rewrites a captured aten graph's ``aten.mm`` nodes into
-``pyro_pt_native::mm``, a custom operator written below and built once per machine by
+:func:`substitute` rewrites a captured aten graph's ``aten.mm`` and ``aten.bmm`` nodes (the
+latter in vmapped graphs of several replicas) into ``pyro_pt_native::mm`` and ``bmm``, custom
+operators written below and built once per machine by
 Inductor's own C++ cache; Inductor's C++ wrapper calls it through the dispatcher with no
 Python in between. It is used where :func:`choice` allows it: a CPU with AVX-512 (as ATen
 itself detects it) that is not Intel's (where MKL takes its AVX-512 path), decided from the
@@ -87,50 +88,78 @@ void rows(int R, const float* a, int64_t sa0, int64_t sa1, const float* b, int64
 
 constexpr int64_t kRows = 6;
 
-at::Tensor mm(const at::Tensor& a, const at::Tensor& b_in) {
-  if (a.scalar_type() != at::kFloat || b_in.scalar_type() != at::kFloat || a.dim() != 2 ||
-      b_in.dim() != 2 || !a.device().is_cpu() || !b_in.device().is_cpu() ||
-      a.size(1) != b_in.size(0) || !__builtin_cpu_supports("avx512f"))
-    return at::mm(a, b_in);
-  const int64_t M = a.size(0), K = a.size(1), N = b_in.size(1);
-  at::Tensor b = (b_in.stride(1) == 1 || N == 1) ? b_in : b_in.contiguous();
-  at::Tensor c = at::empty({M, N}, a.options());
-  if (M == 0 || N == 0) return c;
+// Rows [i, i + R) of one product C = A @ B (M x K times K x N), in 64-column blocks.
+void block(const float* pa, int64_t sa0, int64_t sa1, const float* pb, int64_t ldb, float* pc,
+           int64_t i, int64_t M, int64_t K, int64_t N) {
+  const int R = static_cast<int>(std::min<int64_t>(kRows, M - i));
+  for (int64_t n = 0; n < N; n += 64) {
+    const int64_t width = std::min<int64_t>(64, N - n);
+    const int V = static_cast<int>((width + 15) / 16);
+    const int rest = static_cast<int>(width - 16 * (V - 1));
+    const __mmask16 last = static_cast<__mmask16>((1u << rest) - 1u);
+    const float* ta = pa + i * sa0;
+    float* tc = pc + i * N + n;
+    switch (V) {
+      case 4: rows<4>(R, ta, sa0, sa1, pb + n, ldb, tc, N, K, last); break;
+      case 3: rows<3>(R, ta, sa0, sa1, pb + n, ldb, tc, N, K, last); break;
+      case 2: rows<2>(R, ta, sa0, sa1, pb + n, ldb, tc, N, K, last); break;
+      default: rows<1>(R, ta, sa0, sa1, pb + n, ldb, tc, N, K, last); break;
+    }
+  }
+}
+
+bool supported(const at::Tensor& a, const at::Tensor& b, int64_t dim) {
+  return a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat && a.dim() == dim &&
+         b.dim() == dim && a.device().is_cpu() && b.device().is_cpu() &&
+         a.size(dim - 1) == b.size(dim - 2) && (dim == 2 || a.size(0) == b.size(0)) &&
+         __builtin_cpu_supports("avx512f");
+}
+
+// C[j] = A[j] @ B[j] for j < batch; a 2-D product is a batch of one (batch strides unused).
+at::Tensor product(const at::Tensor& a, const at::Tensor& b_in, bool batched) {
+  const int64_t d = batched ? 1 : 0;
+  const int64_t batch = batched ? a.size(0) : 1;
+  const int64_t M = a.size(d), K = a.size(d + 1), N = b_in.size(d + 1);
+  // B's rows must have unit stride for the vector loads; a copy of B is cheap beside C
+  at::Tensor b = (b_in.stride(d + 1) == 1 || N == 1) ? b_in : b_in.contiguous();
+  at::Tensor c = batched ? at::empty({batch, M, N}, a.options()) : at::empty({M, N}, a.options());
+  if (batch == 0 || M == 0 || N == 0) return c;
   if (K == 0) return c.zero_();
   const float* pa = a.const_data_ptr<float>();
   const float* pb = b.const_data_ptr<float>();
   float* pc = c.mutable_data_ptr<float>();
-  const int64_t sa0 = a.stride(0), sa1 = a.stride(1), ldb = b.stride(0);
+  const int64_t sa0 = a.stride(d), sa1 = a.stride(d + 1), ldb = b.stride(d);
+  const int64_t saj = batched ? a.stride(0) : 0, sbj = batched ? b.stride(0) : 0;
   const int64_t blocks = (M + kRows - 1) / kRows;
   // threads only for work worth ~64k multiply-adds each, as ATen's own grain sizes go
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (kRows * N * K));
-  at::parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t block = begin; block < end; ++block) {
-      const int64_t i = block * kRows;
-      const int R = static_cast<int>(std::min<int64_t>(kRows, M - i));
-      for (int64_t n = 0; n < N; n += 64) {
-        const int64_t width = std::min<int64_t>(64, N - n);
-        const int V = static_cast<int>((width + 15) / 16);
-        const int rest = static_cast<int>(width - 16 * (V - 1));
-        const __mmask16 last = static_cast<__mmask16>((1u << rest) - 1u);
-        const float* ta = pa + i * sa0;
-        float* tc = pc + i * N + n;
-        switch (V) {
-          case 4: rows<4>(R, ta, sa0, sa1, pb + n, ldb, tc, N, K, last); break;
-          case 3: rows<3>(R, ta, sa0, sa1, pb + n, ldb, tc, N, K, last); break;
-          case 2: rows<2>(R, ta, sa0, sa1, pb + n, ldb, tc, N, K, last); break;
-          default: rows<1>(R, ta, sa0, sa1, pb + n, ldb, tc, N, K, last); break;
-        }
-      }
+  at::parallel_for(0, batch * blocks, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t j = task / blocks, i = (task % blocks) * kRows;
+      block(pa + j * saj, sa0, sa1, pb + j * sbj, ldb, pc + j * M * N, i, M, K, N);
     }
   });
   return c;
 }
 
+at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
+  return supported(a, b, 2) ? product(a, b, false) : at::mm(a, b);
+}
+
+at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) {
+  return supported(a, b, 3) ? product(a, b, true) : at::bmm(a, b);
+}
+
 }  // namespace
 
-TORCH_LIBRARY(pyro_pt_native, m) { m.def("mm(Tensor a, Tensor b) -> Tensor"); }
-TORCH_LIBRARY_IMPL(pyro_pt_native, CPU, m) { m.impl("mm", &mm); }
+TORCH_LIBRARY(pyro_pt_native, m) {
+  m.def("mm(Tensor a, Tensor b) -> Tensor");
+  m.def("bmm(Tensor a, Tensor b) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(pyro_pt_native, CPU, m) {
+  m.impl("mm", &mm);
+  m.impl("bmm", &bmm);
+}
 """
 
 # Products with fewer output columns, or less arithmetic, are left to ATen: below 16 columns a
@@ -173,32 +202,38 @@ def _cpu_vendor():
 
 
 def operator():
-    """``torch.ops.pyro_pt_native.mm``, built and loaded on first use; None where it cannot
-    be."""
+    """``torch.ops.pyro_pt_native`` (its ``mm`` and ``bmm``), built and loaded on first use;
+    None where it cannot be."""
     if not _operator:
         try:
             from torch._inductor.codecache import CppCodeCache
 
-            CppCodeCache.load(_SOURCE)  # loading the library registers the operator
-            op = torch.ops.pyro_pt_native.mm
+            CppCodeCache.load(_SOURCE)  # loading the library registers the operators
+            ops = torch.ops.pyro_pt_native
 
             @torch.library.register_fake("pyro_pt_native::mm")
-            def _shape(a, b):
+            def _mm_shape(a, b):
                 return a.new_empty((a.shape[0], b.shape[1]))
 
-            _operator.append(op)
+            @torch.library.register_fake("pyro_pt_native::bmm")
+            def _bmm_shape(a, b):
+                return a.new_empty((a.shape[0], a.shape[1], b.shape[2]))
+
+            _operator.append(ops)
         except Exception:  # no compiler, another torch's headers
             _operator.append(None)
     return _operator[0]
 
 
 def substitute(gm):
-    """Rewrite ``gm``'s float32 CPU ``aten.mm`` nodes with at least :data:`MIN_COLUMNS`
-    columns and :data:`MIN_MULTIPLY_ADDS` multiply-adds into the native product, in place,
-    where :func:`choice` allows it. Returns ``(rewritten, products)``: how many were
-    rewritten, of how many."""
+    """Rewrite ``gm``'s float32 CPU ``aten.mm`` and ``aten.bmm`` nodes whose products have at
+    least :data:`MIN_COLUMNS` columns and :data:`MIN_MULTIPLY_ADDS` multiply-adds (each, in a
+    batch) into the native ones, in place, where :func:`choice` allows it. Returns
+    ``(rewritten, products)``: how many nodes were rewritten, of how many."""
+    aten = torch.ops.aten
+    native = {aten.mm.default: "mm", aten.bmm.default: "bmm"}
     products = [node for node in gm.graph.nodes
-                if node.op == "call_function" and node.target is torch.ops.aten.mm.default]
+                if node.op == "call_function" and node.target in native]
     if not products or not choice()[0]:
         return 0, len(products)
     rewritten = 0
@@ -206,10 +241,10 @@ def substitute(gm):
         a, b = (_value(gm, arg) for arg in node.args)
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             continue
-        (m, k), n = a.shape, b.shape[1]
+        (m, k), n = a.shape[-2:], b.shape[-1]
         if a.dtype == b.dtype == torch.float32 and a.device.type == b.device.type == "cpu" \
                 and n >= MIN_COLUMNS and m * n * k >= MIN_MULTIPLY_ADDS:
-            node.target = torch.ops.pyro_pt_native.mm.default
+            node.target = getattr(operator(), native[node.target]).default
             rewritten += 1
     if rewritten:
         gm.recompile()
