@@ -12,13 +12,14 @@ length is not a compile-time constant (57 us per product).
 
 :func:`substitute` rewrites a captured aten graph's ``aten.mm`` and ``aten.bmm`` nodes (the
 latter in vmapped graphs of several replicas) into ``pyro_pt_native::mm`` and ``bmm``, custom
-operators written below and built once per machine by
-Inductor's own C++ cache; Inductor's C++ wrapper calls it through the dispatcher with no
-Python in between. It is used where :func:`choice` allows it: a CPU with AVX-512 (as ATen
-itself detects it) that is not Intel's (where MKL takes its AVX-512 path), decided from the
-machine alone like Inductor's own choice of vector instructions, never from timings. Only
-float32 products on the CPU with at least 16 output columns and enough arithmetic to matter
-are rewritten; the operator falls back to ``at::mm`` for anything else it is handed.
+operators written below and built once per machine by Inductor's own C++ cache; Inductor's
+C++ wrapper calls them through the dispatcher with no Python in between. They are used where
+:func:`choice` allows it: a CPU with AVX-512 (as ATen itself detects it) that is not Intel's
+(where MKL takes its AVX-512 path), decided from the machine alone like Inductor's own choice
+of vector instructions, never from timings (every rank of a homogeneous cluster takes the
+same path). Only float32 products on the CPU with at least 16 output columns and enough
+arithmetic to matter are rewritten; the operators fall back to ``at::mm`` / ``at::bmm`` for
+anything else they are handed.
 
 The kernel: C is computed in tiles of up to 6 rows by 64 columns held in 24 AVX-512
 registers; each step of the reduction broadcasts one entry of A per row (any strides) and loads
@@ -28,6 +29,7 @@ MKL's by rounding only (relative 1e-7 to 1e-6 in float32); every compiled graph 
 checked against the traced model at set-up (:mod:`pyro_pt.potential.compiled`).
 """
 
+import functools
 import os
 
 import torch
@@ -190,6 +192,7 @@ def choice():
     return True, ""
 
 
+@functools.lru_cache(maxsize=1)
 def _cpu_vendor():
     try:
         with open("/proc/cpuinfo") as info:
