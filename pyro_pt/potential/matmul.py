@@ -229,27 +229,40 @@ def operator():
 
 
 def substitute(gm):
-    """Rewrite ``gm``'s float32 CPU ``aten.mm`` and ``aten.bmm`` nodes whose products have at
-    least :data:`MIN_COLUMNS` columns and :data:`MIN_MULTIPLY_ADDS` multiply-adds (each, in a
+    """Rewrite ``gm``'s float32 CPU ``aten.mm``, ``aten.addmm`` (``nn.Linear``'s product, as
+    the native product plus the bias) and ``aten.bmm`` nodes whose products have at least
+    :data:`MIN_COLUMNS` columns and :data:`MIN_MULTIPLY_ADDS` multiply-adds (each, in a
     batch) into the native ones, in place, where :func:`choice` allows it. Returns
     ``(rewritten, products)``: how many nodes were rewritten, of how many."""
     aten = torch.ops.aten
-    native = {aten.mm.default: "mm", aten.bmm.default: "bmm"}
+    native = {aten.mm.default: "mm", aten.addmm.default: "mm", aten.bmm.default: "bmm"}
     products = [node for node in gm.graph.nodes
                 if node.op == "call_function" and node.target in native]
     if not products or not choice()[0]:
         return 0, len(products)
     rewritten = 0
     for node in products:
-        a, b = (_value(gm, arg) for arg in node.args)
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        operands = node.args[1:] if node.target is aten.addmm.default else node.args
+        a, b = (_value(gm, arg) for arg in operands)
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or \
+                any(node.kwargs.get(scale, 1) != 1 for scale in ("alpha", "beta")):
             continue
         (m, k), n = a.shape[-2:], b.shape[-1]
-        if a.dtype == b.dtype == torch.float32 and a.device.type == b.device.type == "cpu" \
-                and n >= MIN_COLUMNS and m * n * k >= MIN_MULTIPLY_ADDS:
-            node.target = getattr(operator(), native[node.target]).default
-            rewritten += 1
+        if not (a.dtype == b.dtype == torch.float32 and a.device.type == b.device.type == "cpu"
+                and n >= MIN_COLUMNS and m * n * k >= MIN_MULTIPLY_ADDS):
+            continue
+        op = getattr(operator(), native[node.target]).default
+        if node.target is aten.addmm.default:
+            with gm.graph.inserting_before(node):
+                product = gm.graph.call_function(op, tuple(operands))
+                total = gm.graph.call_function(aten.add.Tensor, (product, node.args[0]))
+            node.replace_all_uses_with(total)
+            gm.graph.erase_node(node)
+        else:
+            node.target = op
+        rewritten += 1
     if rewritten:
+        gm.graph.lint()
         gm.recompile()
     return rewritten, len(products)
 

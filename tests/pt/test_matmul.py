@@ -129,6 +129,30 @@ def test_substitute_takes_the_large_float32_products_only(monkeypatch):
 
 
 @avx512
+@pytest.mark.skipif(not matmul.choice()[0], reason="the machine rule picks MKL here")
+def test_linear_layers_products_are_rewritten_with_their_bias(monkeypatch):
+    monkeypatch.setenv(matmul.SETTING, "auto")
+    generator = torch.Generator().manual_seed(8)
+    x = torch.randn(100, 24, generator=generator)
+    weight, bias = torch.randn(40, 24, generator=generator), torch.randn(40, generator=generator)
+
+    def fn(w):
+        # nn.Linear's product: addmm(bias, x, w.t()); scaled addmm nodes are left alone
+        return (torch.nn.functional.linear(x, w, bias).tanh().sum(),
+                torch.addmm(bias, x, w.t(), beta=0.5))
+
+    gm = capture(fn, weight)
+    before = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert before.count(torch.ops.aten.addmm.default) == 2
+    assert matmul.substitute(gm) == (1, 2)
+    after = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert after.count(torch.ops.aten.addmm.default) == 1
+    assert torch.ops.pyro_pt_native.mm.default in after
+    for value, reference in zip(gm(weight), fn(weight)):
+        torch.testing.assert_close(value, reference, rtol=1e-5, atol=1e-4)
+
+
+@avx512
 def test_a_compiled_graph_runs_the_native_product_and_agrees():
     x = torch.randn(200, 10, generator=torch.Generator().manual_seed(4))
     fn = _network_gradient(x)
