@@ -141,7 +141,7 @@ def our_run(args, seed, x, y, x_test):
 def preload(compile):
     """
     Import the parts of torch the kernel loads lazily (Dynamo for the capture's fake tensors,
-    Inductor unless ``compile="torchscript"``) and let Inductor probe the CPU once (which
+    Inductor and its compiler unless ``compile="torchscript"``) and let Inductor probe the CPU once (which
     vector instructions its C++ may use: it builds and runs small test programs, ~1.4 s
     here, once per process), as NumPyro's worker imports jax and numpyro and makes its first
     arrays (which starts XLA's CPU backend) before its timed runs; returns the seconds it
@@ -153,6 +153,9 @@ def preload(compile):
 
     if compile != "torchscript":
         import torch._inductor  # noqa: F401
+        # Inductor's compiler proper, imported lazily by its first compilation: ~1.3 s here,
+        # most of it compiling the Jinja templates of its GEMM autotuner
+        import torch._inductor.compile_fx  # noqa: F401
         from torch._inductor.cpu_vec_isa import pick_vec_isa
 
         pick_vec_isa()
