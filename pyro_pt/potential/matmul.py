@@ -14,8 +14,8 @@ length is not a compile-time constant (57 us per product).
 latter in vmapped graphs of several replicas) into ``pyro_pt_native::mm`` and ``bmm``, custom
 operators written below and built once per machine by Inductor's own C++ cache; Inductor's
 C++ wrapper calls them through the dispatcher with no Python in between. They are used where
-:func:`choice` allows it: a CPU with AVX-512 (as ATen itself detects it) that is not Intel's
-(where MKL takes its AVX-512 path), decided from the machine alone like Inductor's own choice
+:func:`choice` allows it: an AMD CPU with AVX-512 (as ATen itself detects it; Intel's take
+MKL's AVX-512 path), decided from the machine alone like Inductor's own choice
 of vector instructions, never from timings (every rank of a homogeneous cluster takes the
 same path). Only float32 products on the CPU with at least 16 output columns and enough
 arithmetic to matter are rewritten; the operators fall back to ``at::mm`` / ``at::bmm`` for
@@ -170,6 +170,8 @@ TORCH_LIBRARY_IMPL(pyro_pt_native, CPU, m) {
 MIN_COLUMNS = 16
 MIN_MULTIPLY_ADDS = 1 << 15
 SETTING = "PYRO_PT_MATMUL"  # "auto" (default), "native" or "aten"
+# CPUs on which MKL runs its AVX2 code although they have AVX-512 (MKL checks for Intel's)
+MKL_AVX2_VENDORS = ("AuthenticAMD", "HygonGenuine")
 
 _operator = []  # [the operator, or None where it cannot be built]
 
@@ -177,7 +179,8 @@ _operator = []  # [the operator, or None where it cannot be built]
 def choice():
     """``(native, reason)``: whether compiled graphs use the native product on this machine,
     and why not where they do not. ``PYRO_PT_MATMUL=native`` or ``aten`` overrides the
-    machine rule (``native`` still needs AVX-512 and a compiler)."""
+    machine rule (``native`` still needs AVX-512 and a compiler). The rule: AVX-512 and an
+    AMD (or Hygon) CPU, read from ``/proc/cpuinfo``; elsewhere MKL keeps the products."""
     setting = os.environ.get(SETTING, "auto")
     if setting not in ("auto", "native", "aten"):
         raise ValueError(f"{SETTING} must be 'auto', 'native' or 'aten', got {setting!r}")
@@ -185,8 +188,9 @@ def choice():
         return False, f"{SETTING}=aten"
     if torch.backends.cpu.get_cpu_capability() != "AVX512":
         return False, "the CPU has no AVX-512 (as ATen detects it)"
-    if setting == "auto" and _cpu_vendor() == "GenuineIntel":
-        return False, "an Intel CPU, where MKL takes its AVX-512 path"
+    if setting == "auto" and _cpu_vendor() not in MKL_AVX2_VENDORS:
+        return False, (f"a {_cpu_vendor() or 'CPU of unknown vendor'} CPU, where MKL is not "
+                       f"known to skip AVX-512 (PYRO_PT_MATMUL=native to try the native one)")
     if operator() is None:
         return False, "the native product could not be built (no C++ compiler?)"
     return True, ""

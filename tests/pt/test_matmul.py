@@ -91,6 +91,21 @@ def test_other_dtypes_and_empty_products_fall_back_to_aten():
         (0, 2, 16)
 
 
+@avx512
+def test_the_machine_rule(monkeypatch):
+    monkeypatch.setenv(matmul.SETTING, "auto")
+    monkeypatch.setattr(matmul, "_cpu_vendor", lambda: "GenuineIntel")
+    native, reason = matmul.choice()
+    assert not native and "GenuineIntel" in reason and "PYRO_PT_MATMUL=native" in reason
+    monkeypatch.setattr(matmul, "_cpu_vendor", lambda: None)  # no /proc/cpuinfo
+    assert not matmul.choice()[0]
+    monkeypatch.setenv(matmul.SETTING, "native")  # the override
+    assert matmul.choice() == (True, "")
+    monkeypatch.setattr(matmul, "_cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setenv(matmul.SETTING, "auto")
+    assert matmul.choice() == (True, "")
+
+
 def _network_gradient(x):
     """A small ReLU network's summed output and its weight gradients, one function of the
     flat weights: the products of a BNN's forward and backward passes."""
