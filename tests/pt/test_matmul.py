@@ -168,6 +168,46 @@ def test_linear_layers_products_are_rewritten_with_their_bias(monkeypatch):
 
 
 @avx512
+@pytest.mark.skipif(not matmul.choice()[0], reason="the machine rule picks MKL here")
+def test_a_product_of_a_rewritten_linear_layer_is_rewritten_too(monkeypatch):
+    monkeypatch.setenv(matmul.SETTING, "auto")
+    generator = torch.Generator().manual_seed(9)
+    x = torch.randn(100, 64, generator=generator)
+    w, b = torch.randn(64, 64, generator=generator), torch.randn(64, generator=generator)
+
+    def fn(w):  # two stacked layers: the second reads the first's addmm
+        return (torch.nn.functional.linear(torch.nn.functional.linear(x, w, b), w, b).sum(),)
+
+    gm = capture(fn, w)
+    assert matmul.substitute(gm) == (2, 2)
+    torch.testing.assert_close(gm(w)[0], fn(w)[0], rtol=1e-5, atol=1e-2)
+
+
+@avx512
+def test_the_native_products_have_gradients():
+    generator = torch.Generator().manual_seed(10)
+    a = torch.randn(2, 30, 20, generator=generator, requires_grad=True)
+    b = torch.randn(2, 20, 40, generator=generator, requires_grad=True)
+    weights = torch.randn(2, 30, 40, generator=generator)
+    (torch.ops.pyro_pt_native.bmm(a, b) * weights).sum().backward()
+    expected = torch.autograd.grad((torch.bmm(a, b) * weights).sum(), (a, b))
+    for grad, reference in zip((a.grad, b.grad), expected):
+        torch.testing.assert_close(grad, reference)
+    a2, b2 = a[0].detach().requires_grad_(), b[0].detach().requires_grad_()
+    (torch.ops.pyro_pt_native.mm(a2, b2) * weights[0]).sum().backward()
+    torch.testing.assert_close(b2.grad, a2.detach().t() @ weights[0])
+
+
+def test_a_bad_setting_is_an_error_not_a_silent_fallback(monkeypatch):
+    from .test_compiled import linear_split
+    from pyro_pt.potential import FunctionalSplit
+
+    monkeypatch.setenv(matmul.SETTING, "mkl")
+    with pytest.raises(ValueError, match="PYRO_PT_MATMUL must be 'auto', 'native' or 'aten'"):
+        FunctionalSplit(linear_split(torch.float32), compile="inductor")
+
+
+@avx512
 def test_a_compiled_graph_runs_the_native_product_and_agrees():
     x = torch.randn(200, 10, generator=torch.Generator().manual_seed(4))
     fn = _network_gradient(x)
