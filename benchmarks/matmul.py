@@ -66,7 +66,7 @@ def main(argv=None):
     for label, a_shape, a_t, b_shape, b_t, batch in CASES:
         a = operand(a_shape, a_t, batch, generator)
         b = operand(b_shape, b_t, batch, generator)
-        aten, ours = (torch.bmm, ops.bmm) if batch else (torch.mm, ops.mm)
+        aten, ours = (torch.bmm, ops.native_bmm) if batch else (torch.mm, ops.native_mm)
         error = float((ours(a, b).double() - aten(a.double(), b.double())).abs().max()
                       / aten(a.double(), b.double()).abs().max())
         times = {"aten": [], "ours": []}

@@ -36,7 +36,7 @@ import copy
 
 import torch
 
-from .matmul import substitute
+from .matmul import shims, substitute
 
 
 COMPILERS = ("auto", "inductor", "torchscript")
@@ -256,6 +256,8 @@ def inductor_compile(gm, *example, asserts=True, pooled=False):
         options.update(size_asserts=False, scalar_asserts=False, alignment_asserts=False)
     if pooled:
         options.update(memory_planning=True, memory_pool="combined")
+    if matmuls[0]:
+        options["aot_inductor.custom_ops_to_c_shims"] = shims()
     fn = torch._inductor.compile(gm, fake, options=options)
     graph = _InductorGraph(fn, _direct_call(fn, list(example)))
     graph.matmuls = matmuls

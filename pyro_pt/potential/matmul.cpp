@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
+#include <torch/csrc/inductor/aoti_torch/utils.h>
 #include <immintrin.h>
 #include <algorithm>
 #include <cstdint>
@@ -109,21 +110,42 @@ at::Tensor product(const at::Tensor& a, const at::Tensor& b_in, bool batched) {
   return c;
 }
 
-at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
+at::Tensor native_mm(const at::Tensor& a, const at::Tensor& b) {
   return supported(a, b, 2) ? product(a, b, false) : at::mm(a, b);
 }
 
-at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) {
+at::Tensor native_bmm(const at::Tensor& a, const at::Tensor& b) {
   return supported(a, b, 3) ? product(a, b, true) : at::bmm(a, b);
 }
 
 }  // namespace
 
-TORCH_LIBRARY(pyro_pt_native, m) {
-  m.def("mm(Tensor a, Tensor b) -> Tensor");
-  m.def("bmm(Tensor a, Tensor b) -> Tensor");
+TORCH_LIBRARY(pyro_pt, m) {
+  m.def("native_mm(Tensor a, Tensor b) -> Tensor");
+  m.def("native_bmm(Tensor a, Tensor b) -> Tensor");
 }
-TORCH_LIBRARY_IMPL(pyro_pt_native, CPU, m) {
-  m.impl("mm", &mm);
-  m.impl("bmm", &bmm);
+TORCH_LIBRARY_IMPL(pyro_pt, CPU, m) {
+  m.impl("native_mm", &native_mm);
+  m.impl("native_bmm", &native_bmm);
+}
+
+// C shims in Inductor's convention (aoti_torch_<device>_<op name>: input handles, then the
+// output's): the generated C++ calls these directly instead of going through the dispatcher
+// (aoti_torch_call_dispatcher, ~4 us a call), see substitute() in matmul.py.
+extern "C" AOTITorchError aoti_torch_cpu_native_mm(AtenTensorHandle a, AtenTensorHandle b,
+                                                   AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    *ret0 = torch::aot_inductor::new_tensor_handle(
+        native_mm(*torch::aot_inductor::tensor_handle_to_tensor_pointer(a),
+           *torch::aot_inductor::tensor_handle_to_tensor_pointer(b)));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_cpu_native_bmm(AtenTensorHandle a, AtenTensorHandle b,
+                                                    AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    *ret0 = torch::aot_inductor::new_tensor_handle(
+        native_bmm(*torch::aot_inductor::tensor_handle_to_tensor_pointer(a),
+            *torch::aot_inductor::tensor_handle_to_tensor_pointer(b)));
+  });
 }

@@ -11,7 +11,7 @@ C++ GEMM template does not help: GCC keeps its accumulators in memory when the r
 length is not a compile-time constant (57 us per product).
 
 :func:`substitute` rewrites a captured aten graph's ``aten.mm`` and ``aten.bmm`` nodes (the
-latter in vmapped graphs of several replicas) into ``pyro_pt_native::mm`` and ``bmm``, custom
+latter in vmapped graphs of several replicas) into ``pyro_pt::native_mm`` and ``bmm``, custom
 operators written below and built once per machine by Inductor's own C++ cache; Inductor's
 C++ wrapper calls them through the dispatcher with no Python in between. They are used where
 :func:`choice` allows it: an AMD CPU with AVX-512 (as ATen itself detects it; Intel's take
@@ -29,6 +29,7 @@ MKL's by rounding only (relative 1e-7 to 1e-6 in float32); every compiled graph 
 checked against the traced model at set-up (:mod:`pyro_pt.potential.compiled`).
 """
 
+import ctypes
 import functools
 import os
 
@@ -46,7 +47,8 @@ SETTING = "PYRO_PT_MATMUL"  # "auto" (default), "native" or "aten"
 # CPUs on which MKL runs its AVX2 code although they have AVX-512 (MKL checks for Intel's)
 MKL_AVX2_VENDORS = ("AuthenticAMD", "HygonGenuine")
 
-_operator = []  # [the operator, or None where it cannot be built]
+_operator = []  # [the operators, or None where they cannot be built]
+_shims = []  # [True] where this module loaded the library, its C shims global
 
 
 def choice():
@@ -82,28 +84,52 @@ def _cpu_vendor():
 
 
 def operator():
-    """``torch.ops.pyro_pt_native`` (its ``mm`` and ``bmm``), built and loaded on first use;
-    None where it cannot be."""
+    """``torch.ops.pyro_pt`` (its ``native_mm`` and ``native_bmm``), built and loaded on
+    first use; None where it cannot be."""
     if not _operator:
         try:
             if not _registered():
                 # a second library registering the namespace would abort the process (a
                 # static initializer's exception): another copy of this module may have
-                # loaded it already
+                # loaded it already, and then its C shims stay unused
                 from torch._inductor.codecache import CppCodeCache
 
                 with open(_SOURCE_FILE) as source:
-                    CppCodeCache.load(source.read())  # loading registers the operators
+                    library = CppCodeCache.load(source.read())  # registers the operators
+                # the C shims' symbols made global, for the generated code to link to
+                ctypes.CDLL(library._name, mode=os.RTLD_GLOBAL | os.RTLD_NOLOAD)
+                _shims.append(True)
             _register_python_parts()
-            _operator.append(torch.ops.pyro_pt_native)
+            _operator.append(torch.ops.pyro_pt)
         except Exception:  # no compiler, another torch's headers
             _operator.append(None)
     return _operator[0]
 
 
+def shims():
+    """Inductor's ``aot_inductor.custom_ops_to_c_shims`` for the native products: the
+    generated C++ then calls their C functions directly, not through the dispatcher
+    (``aoti_torch_call_dispatcher``: ~4 us a call, five calls a leapfrog step on the seed
+    BNN); ``{}`` where they are not loaded here."""
+    if operator() is None or not _shims:
+        return {}
+    return _Shims({getattr(torch.ops.pyro_pt, name).default: [
+        f"AOTITorchError aoti_torch_cpu_{name}(AtenTensorHandle a, AtenTensorHandle b, "
+        f"AtenTensorHandle* ret0)"] for name in ("native_mm", "native_bmm")})
+
+
+class _Shims(dict):
+    """The shims' dict, pickled with the operators' names: Inductor's graph cache pickles its
+    options into the key, and an operator does not pickle (the cache would be bypassed, every
+    process compiling anew)."""
+
+    def __reduce__(self):
+        return dict, ({str(op): declarations for op, declarations in self.items()},)
+
+
 def _registered():
     try:
-        torch.ops.pyro_pt_native.mm.default
+        torch.ops.pyro_pt.native_mm.default
     except (AttributeError, RuntimeError):
         return False
     return True
@@ -113,11 +139,11 @@ def _register_python_parts():
     """Shapes for Inductor's fake tensors, and gradients (the compiled graphs never ask for
     them; a direct call with inputs that require gradients must not get wrong ones). Once
     per process: :func:`operator` keeps what it made."""
-    @torch.library.register_fake("pyro_pt_native::mm")
+    @torch.library.register_fake("pyro_pt::native_mm")
     def _mm_shape(a, b):
         return a.new_empty((a.shape[0], b.shape[1]))
 
-    @torch.library.register_fake("pyro_pt_native::bmm")
+    @torch.library.register_fake("pyro_pt::native_bmm")
     def _bmm_shape(a, b):
         return a.new_empty((a.shape[0], a.shape[1], b.shape[2]))
 
@@ -128,8 +154,8 @@ def _register_python_parts():
         a, b = ctx.saved_tensors
         return grad @ b.transpose(-1, -2), a.transpose(-1, -2) @ grad
 
-    for name in ("mm", "bmm"):
-        torch.library.register_autograd(f"pyro_pt_native::{name}", backward,
+    for name in ("native_mm", "native_bmm"):
+        torch.library.register_autograd(f"pyro_pt::{name}", backward,
                                         setup_context=keep)
 
 
@@ -140,7 +166,8 @@ def substitute(gm):
     batch) into the native ones, in place, where :func:`choice` allows it. Returns
     ``(rewritten, products)``: how many nodes were rewritten, of how many."""
     aten = torch.ops.aten
-    native = {aten.mm.default: "mm", aten.addmm.default: "mm", aten.bmm.default: "bmm"}
+    native = {aten.mm.default: "native_mm", aten.addmm.default: "native_mm",
+              aten.bmm.default: "native_bmm"}
     products = [node for node in gm.graph.nodes
                 if node.op == "call_function" and node.target in native]
     if not products or not choice()[0]:

@@ -35,14 +35,14 @@ def test_native_product_matches_a_float64_reference(shape, layout):
     generator = torch.Generator().manual_seed(m * 1000 + k * 10 + n)
     a = _operand((m, k), layout[0] == "t", generator)
     b = _operand((k, n), layout[1] == "t", generator)
-    out = torch.ops.pyro_pt_native.mm(a, b)
+    out = torch.ops.pyro_pt.native_mm(a, b)
     reference = a.double() @ b.double()
     assert out.shape == (m, n) and out.dtype == torch.float32 and out.is_contiguous()
     # one float32 rounding per multiply-add: a wrong tile, mask or stride is off by O(1)
     error = (out.double() - reference).abs().max() / reference.abs().max()
     assert error < 2e-6 * math.sqrt(k)
     # the layout of the operands changes the addresses only, not the numbers
-    assert torch.equal(out, torch.ops.pyro_pt_native.mm(a.contiguous(), b.contiguous()))
+    assert torch.equal(out, torch.ops.pyro_pt.native_mm(a.contiguous(), b.contiguous()))
 
 
 @avx512
@@ -54,12 +54,12 @@ def test_native_batched_product_matches_a_float64_reference(expanded):
     b = torch.randn(1 if expanded == "b" else batch, n, k, generator=generator).transpose(1, 2)
     # a batch of one operand shared by every product (stride 0), as vmap passes the data
     a, b = a.expand(batch, m, k), b.expand(batch, k, n)
-    out = torch.ops.pyro_pt_native.bmm(a, b)
+    out = torch.ops.pyro_pt.native_bmm(a, b)
     reference = a.double() @ b.double()
     assert out.shape == (batch, m, n) and out.is_contiguous()
     assert float((out.double() - reference).abs().max() / reference.abs().max()) < 2e-5
     for j in range(batch):
-        assert torch.equal(out[j], torch.ops.pyro_pt_native.mm(a[j], b[j]))
+        assert torch.equal(out[j], torch.ops.pyro_pt.native_mm(a[j], b[j]))
 
 
 @avx512
@@ -68,12 +68,12 @@ def test_nan_and_inf_stay_in_their_rows_and_columns():
     a, b = torch.randn(20, 32, generator=generator), torch.randn(32, 40, generator=generator)
     a[3, 5] = math.nan
     b[7, 33] = math.inf
-    out = torch.ops.pyro_pt_native.mm(a, b)
+    out = torch.ops.pyro_pt.native_mm(a, b)
     bad = torch.zeros(20, 40, dtype=torch.bool)
     bad[3, :] = True
     bad[:, 33] = True
     assert torch.isfinite(out[~bad]).all() and not torch.isfinite(out[bad]).any()
-    clean = torch.ops.pyro_pt_native.mm(a.nan_to_num(0.0), b.clamp(max=1e3))
+    clean = torch.ops.pyro_pt.native_mm(a.nan_to_num(0.0), b.clamp(max=1e3))
     torch.testing.assert_close(out[~bad], clean[~bad], rtol=0, atol=0)
 
 
@@ -82,12 +82,12 @@ def test_other_dtypes_and_empty_products_fall_back_to_aten():
     generator = torch.Generator().manual_seed(1)
     a, b = torch.randn(9, 5, generator=generator, dtype=torch.float64), \
         torch.randn(5, 20, generator=generator, dtype=torch.float64)
-    assert torch.equal(torch.ops.pyro_pt_native.mm(a, b), torch.mm(a, b))
-    assert torch.equal(torch.ops.pyro_pt_native.mm(torch.ones(4, 0), torch.ones(0, 16)),
+    assert torch.equal(torch.ops.pyro_pt.native_mm(a, b), torch.mm(a, b))
+    assert torch.equal(torch.ops.pyro_pt.native_mm(torch.ones(4, 0), torch.ones(0, 16)),
                        torch.zeros(4, 16))
-    assert torch.ops.pyro_pt_native.mm(torch.ones(0, 3), torch.ones(3, 16)).shape == (0, 16)
-    assert torch.equal(torch.ops.pyro_pt_native.bmm(a[None], b[None]), torch.bmm(a[None], b[None]))
-    assert torch.ops.pyro_pt_native.bmm(torch.ones(0, 2, 3), torch.ones(0, 3, 16)).shape == \
+    assert torch.ops.pyro_pt.native_mm(torch.ones(0, 3), torch.ones(3, 16)).shape == (0, 16)
+    assert torch.equal(torch.ops.pyro_pt.native_bmm(a[None], b[None]), torch.bmm(a[None], b[None]))
+    assert torch.ops.pyro_pt.native_bmm(torch.ones(0, 2, 3), torch.ones(0, 3, 16)).shape == \
         (0, 2, 16)
 
 
@@ -162,7 +162,7 @@ def test_linear_layers_products_are_rewritten_with_their_bias(monkeypatch):
     assert matmul.substitute(gm) == (1, 2)
     after = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     assert after.count(torch.ops.aten.addmm.default) == 1
-    assert torch.ops.pyro_pt_native.mm.default in after
+    assert torch.ops.pyro_pt.native_mm.default in after
     for value, reference in zip(gm(weight), fn(weight)):
         torch.testing.assert_close(value, reference, rtol=1e-5, atol=1e-4)
 
@@ -189,12 +189,12 @@ def test_the_native_products_have_gradients():
     a = torch.randn(2, 30, 20, generator=generator, requires_grad=True)
     b = torch.randn(2, 20, 40, generator=generator, requires_grad=True)
     weights = torch.randn(2, 30, 40, generator=generator)
-    (torch.ops.pyro_pt_native.bmm(a, b) * weights).sum().backward()
+    (torch.ops.pyro_pt.native_bmm(a, b) * weights).sum().backward()
     expected = torch.autograd.grad((torch.bmm(a, b) * weights).sum(), (a, b))
     for grad, reference in zip((a.grad, b.grad), expected):
         torch.testing.assert_close(grad, reference)
     a2, b2 = a[0].detach().requires_grad_(), b[0].detach().requires_grad_()
-    (torch.ops.pyro_pt_native.mm(a2, b2) * weights[0]).sum().backward()
+    (torch.ops.pyro_pt.native_mm(a2, b2) * weights[0]).sum().backward()
     torch.testing.assert_close(b2.grad, a2.detach().t() @ weights[0])
 
 
@@ -270,3 +270,21 @@ def test_a_kernel_samples_with_the_native_product(monkeypatch, threads, batched,
     assert reference_info["potential_matmul"] == "aten (PYRO_PT_MATMUL=aten)"
     # the same chain up to rounding: a few HMC transitions amplify a 1e-7 difference a little
     torch.testing.assert_close(draws, reference, rtol=1e-3, atol=1e-4)
+
+
+@avx512
+def test_the_c_shims_are_global_and_their_config_pickles_by_name():
+    import ctypes
+    import pickle
+
+    shims = matmul.shims()
+    assert set(shims) == {torch.ops.pyro_pt.native_mm.default,
+                          torch.ops.pyro_pt.native_bmm.default}
+    # the generated code links to these at load time
+    process = ctypes.CDLL(None)
+    assert process.aoti_torch_cpu_native_mm and process.aoti_torch_cpu_native_bmm
+    # Inductor's graph cache pickles its options into the key: an operator would not pickle
+    # (the cache bypassed, every process compiling anew)
+    assert pickle.loads(pickle.dumps(shims)) == {
+        "pyro_pt.native_mm.default": shims[torch.ops.pyro_pt.native_mm.default],
+        "pyro_pt.native_bmm.default": shims[torch.ops.pyro_pt.native_bmm.default]}
