@@ -10,16 +10,17 @@ the gradient 48.1 -> 20.1 us (A transposed) and 46.0 -> 23.1 us (B transposed). 
 C++ GEMM template does not help: GCC keeps its accumulators in memory when the reduction
 length is not a compile-time constant (57 us per product).
 
-:func:`substitute` rewrites a captured aten graph's ``aten.mm`` and ``aten.bmm`` nodes (the
-latter in vmapped graphs of several replicas) into ``pyro_pt::native_mm`` and ``bmm``, custom
-operators written below and built once per machine by Inductor's own C++ cache; Inductor's
-C++ wrapper calls them through the dispatcher with no Python in between. They are used where
-:func:`choice` allows it: an AMD CPU with AVX-512 (as ATen itself detects it; Intel's take
-MKL's AVX-512 path), decided from the machine alone like Inductor's own choice
-of vector instructions, never from timings (every rank of a homogeneous cluster takes the
-same path). Only float32 products on the CPU with at least 16 output columns and enough
-arithmetic to matter are rewritten; the operators fall back to ``at::mm`` / ``at::bmm`` for
-anything else they are handed.
+:func:`substitute` rewrites a captured aten graph's ``aten.mm``, ``aten.addmm`` and
+``aten.bmm`` nodes (the last in vmapped graphs of several replicas) into
+``pyro_pt::native_mm`` and ``native_bmm``, custom operators (``matmul.cpp``) built once per
+machine by Inductor's own C++ cache; Inductor's C++ wrapper calls their C shims directly
+(:func:`shims`), with no dispatcher or Python in between. They are used where :func:`choice`
+allows it: an AMD CPU with AVX-512 (as ATen itself detects it; Intel's take MKL's AVX-512
+path), decided from the machine alone like Inductor's own choice of vector instructions,
+never from timings (every rank of a homogeneous cluster takes the same path). Only float32
+products on the CPU with at least 16 output columns and enough arithmetic to matter are
+rewritten; the operators fall back to ``at::mm`` / ``at::bmm`` for anything else they are
+handed.
 
 The kernel: C is computed in tiles of up to 6 rows by 64 columns held in 24 AVX-512
 registers; each step of the reduction broadcasts one entry of A per row (any strides) and loads
@@ -40,7 +41,7 @@ _SOURCE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matmul.
 
 # Products with fewer output columns, or less arithmetic, are left to ATen: below 16 columns a
 # vector is mostly masked (a 500 x 64 x 1 product: 8.1 us here, 3.1 us in MKL), and a small
-# product's dispatcher call costs more than it saves.
+# product's call costs more than it saves.
 MIN_COLUMNS = 16
 MIN_MULTIPLY_ADDS = 1 << 15
 SETTING = "PYRO_PT_MATMUL"  # "auto" (default), "native" or "aten"
