@@ -88,8 +88,9 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
             explorer, explorer_kwargs, warmup_steps))
         info.update(potential=split.path, potential_reason=fallback_reason(split.reason),
                     potential_engine=split.compiled.engine, potential_engine_reason=split.compiled.engine_reason)
-        if split.compiled.matmul_path():
-            info["potential_matmul"] = split.compiled.matmul_path()  # under Inductor only
+        matmul = split.compiled.matmul_path()
+        if matmul:  # under Inductor only
+            info["potential_matmul"] = matmul
         if split.reason:
             info["potential_detail"] = split.reason  # the capture's own message
         if explorer == "hmc":
