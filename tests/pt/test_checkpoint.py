@@ -122,8 +122,8 @@ def write_on_ranks(folder):
 
 
 def resume_on_ranks(folder, names=tuple(DISTRIBUTED)):
-    return {name: resume(os.path.join(folder, f"{name}.pt"), SHORT_SCAN, DISTRIBUTED[name],
-                         **SHORT)
+    # From the path alone: every rank reads the kernel's settings from the checkpoint.
+    return {name: resume(os.path.join(folder, f"{name}.pt"), SHORT_SCAN, {}, **SHORT)
             for name in names}
 
 

@@ -84,6 +84,11 @@ def test_an_unsafe_override_is_refused_naming_it(written, change, match):
         ParallelTempering.resume(written[1][4], linear_model, **change)
 
 
+def test_an_argument_the_kernel_does_not_take_is_refused(written):
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['num_chains'\]"):
+        ParallelTempering.resume(written[1][4], linear_model, num_chains=2)
+
+
 def test_stored_settings_round_trip_exactly():
     value = {"a": (1, 2.5), "b": [float("inf"), -0.0, None, True, 0.1 + 0.2], 3: {"c": "x"},
              "d": [(1,), [1]]}
