@@ -9,8 +9,8 @@ The file is ``MAGIC``, an 8-byte header length, a JSON header (format version, t
 sites and a fingerprint of its data (:mod:`pyro_pt.fingerprint`), K, the ladder, the kernel's
 settings (:mod:`pyro_pt.checkpoint_settings`), the payload's length and SHA-256) and the
 payload, written by :func:`torch.save`. Reading checks the magic, the header's fields and the
-payload's checksum before it unpickles anything (``weights_only=False``: the payload holds the explorers' adaptation
-objects), so a foreign, truncated or corrupt file is refused with a clear error instead of
+payload's checksum before it unpickles anything (``weights_only=False``: the payload holds
+the explorers' adaptation objects), so a foreign, truncated or corrupt file is refused with a clear error instead of
 being unpickled. Writing is atomic: a temporary file in the same folder, ``fsync``, then
 ``os.replace``, so a process killed while writing leaves the previous checkpoint intact.
 """
@@ -227,7 +227,8 @@ class Checkpointing:
         it with both values. What the checkpoint cannot store (a callable ``explorer``,
         ``transforms``, an ``explorer_kwargs`` value that is not a number, string, bool, None,
         list, tuple or dict of them) must be passed again; the error names it
-        (:mod:`pyro_pt.checkpoint_settings`).
+        (:mod:`pyro_pt.checkpoint_settings`). A growing ladder (``num_replicas="auto"``)
+        resumes with the rungs it has and grows no more.
 
         :param str path: a file written by :meth:`checkpoint`.
         :param callable model: the model of the checkpointed run.

@@ -150,11 +150,10 @@ def shifted(x, y):
     (linear_model, (linear_data()[0], linear_data()[1].float()),
      "observed site 'y' is torch.float32 in this model but torch.float64 .*pass its data as "
      "torch.float64"),
-    (positive_model, linear_data(), "latent site 'w' goes to unconstrained space by "
-                                    r"_InverseTransform\(IndependentTransform\(ComposeTransform\(ExpTransform\(\), "
-                                    r"AffineTransform\(\)\), 1\)\) in this model but by "
-                                    r"_InverseTransform\(IndependentTransform\(ComposeTransform"
-                                    r"\(\), 1\)\)"),
+    (positive_model, linear_data(),
+     r"latent site 'w' goes to unconstrained space by _InverseTransform\(IndependentTransform\("
+     r"ComposeTransform\(ExpTransform\(\), AffineTransform\(\)\), 1\)\) in this model but by "
+     r"_InverseTransform\(IndependentTransform\(ComposeTransform\(\), 1\)\)"),
 ])
 def test_another_likelihood_is_refused_before_any_rung_is_built(written, model, data, match,
                                                                  monkeypatch):
