@@ -10,9 +10,10 @@ sites and a fingerprint of its data (:mod:`pyro_pt.fingerprint`), K, the ladder,
 settings (:mod:`pyro_pt.checkpoint_settings`), the payload's length and SHA-256) and the
 payload, written by :func:`torch.save`. Reading checks the magic, the header's fields and the
 payload's checksum before it unpickles anything (``weights_only=False``: the payload holds
-the explorers' adaptation objects), so a foreign, truncated or corrupt file is refused with a clear error instead of
-being unpickled. Writing is atomic: a temporary file in the same folder, ``fsync``, then
-``os.replace``, so a process killed while writing leaves the previous checkpoint intact.
+the explorers' adaptation objects), so a foreign, truncated or corrupt file is refused with a
+clear error instead of being unpickled. Writing is atomic: a temporary file in the same
+folder, ``fsync``, then ``os.replace``, so a process killed while writing leaves the previous
+checkpoint intact.
 """
 
 import hashlib
@@ -216,7 +217,7 @@ class Checkpointing:
         settings, ladder (with its K) and state; run it with ``MCMC(kernel,
         warmup_steps=<warmup left>, num_samples=<draws wanted>)`` (a wrong warmup is refused
         with the numbers to pass). The model and data must be the checkpointed run's: at
-        set-up, before any rung moves, a model whose sites or observed data differ from the
+        set-up, before any rung is built, a model whose sites or observed data differ from the
         checkpoint's fingerprint is refused, naming the site (:mod:`pyro_pt.fingerprint`).
 
         Keyword arguments may change only how the run is carried out, not what it samples:
