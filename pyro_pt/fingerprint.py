@@ -33,7 +33,7 @@ def _transform(transform):
 def fingerprint(split):
     """``{"latent_sites": [[name, shape, dtype, transform], ...], "observed_sites": [[name,
     shape, dtype, sha256 or None], ...]}`` of a :class:`~pyro_pt.potential.ModelSplit`."""
-    values = split.values
+    values = {n: torch.as_tensor(v) for n, v in split.values.items()}  # obs= may be a number
     return {
         "latent_sites": [[n, list(values[n].shape), str(values[n].dtype),
                           _transform(split.transforms[n])] for n in split.latent_names],
