@@ -5,13 +5,15 @@ replica state and its log-likelihood, the explorer's adapted state and its rando
 (:mod:`pyro_pt.checkpoint_state`); and for the run: the ladder and its adaptation history, the
 swap generator, the recorder, the report, the scans done and the warmup.
 
-The file is ``MAGIC``, an 8-byte header length, a JSON header (format version, latent sites,
-K, dtype, settings, the payload's length and SHA-256) and the payload, written by
-:func:`torch.save`. Reading checks the magic, the header and the payload's checksum before it
-unpickles anything (``weights_only=False``: the payload holds the explorers' adaptation
-objects), so a foreign, truncated or corrupt file is refused with a clear error instead of
-being unpickled. Writing is atomic: a temporary file in the same folder, ``fsync``, then
-``os.replace``, so a process killed while writing leaves the previous checkpoint intact.
+The file is ``MAGIC``, an 8-byte header length, a JSON header (format version, the model's
+sites and a fingerprint of its data (:mod:`pyro_pt.fingerprint`), K, the ladder, the kernel's
+settings (:mod:`pyro_pt.checkpoint_settings`), the payload's length and SHA-256) and the
+payload, written by :func:`torch.save`. Reading checks the magic, the header's fields and the
+payload's checksum before it unpickles anything (``weights_only=False``: the payload holds
+the explorers' adaptation objects), so a foreign, truncated or corrupt file is refused with a
+clear error instead of being unpickled. Writing is atomic: a temporary file in the same
+folder, ``fsync``, then ``os.replace``, so a process killed while writing leaves the previous
+checkpoint intact.
 """
 
 import hashlib
@@ -23,16 +25,19 @@ import time
 
 import torch
 
+from .checkpoint_settings import KERNEL_FIELDS, kernel_settings, resume_arguments
 from .checkpoint_state import capture, restore
 from .compat import mcmc_num_samples
 from .explorers.hmc_group import HMCRung
-from .ladder import inverse_temperatures, temperatures_of
-from .options import ladder_temperatures
+from .fingerprint import fingerprint
+from .ladder import temperatures_of
 
 MAGIC = b"PYRO_PT_CHECKPOINT\n"
-FORMAT_VERSION = 1
-# Kernel arguments that must be the checkpointed run's: they decide its explorers and swaps.
-SETTINGS = ("explorer", "explorer_kwargs", "swap_scheme", "swap_interval", "adapt_temperatures")
+FORMAT_VERSION = 2
+# What the header of every checkpoint of this format holds (``kernel``: :data:`KERNEL_FIELDS`).
+HEADER_FIELDS = ("format_version", "latent_sites", "observed_sites", "num_rungs", "scans",
+                 "warmup_steps", "world_size", "num_samples", "temperatures", "initial_ladder",
+                 "initial_betas", "kernel", "payload_bytes", "payload_sha256")
 
 
 def _version():
@@ -90,10 +95,7 @@ def read_checkpoint(path, payload=True):
     except ValueError:
         raise ValueError(f"the checkpoint {path} is truncated or corrupt (its header does not "
                          "parse); resume from an earlier checkpoint") from None
-    if header.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"the checkpoint {path} has format version "
-                         f"{header.get('format_version')}; this pyro_pt reads version "
-                         f"{FORMAT_VERSION}")
+    _check_header(path, header)
     if not payload:
         return header, None
     body = data[start + size:]
@@ -106,6 +108,26 @@ def read_checkpoint(path, payload=True):
     return header, torch.load(io.BytesIO(body), map_location="cpu", weights_only=False)
 
 
+def _check_header(path, header):
+    """A ValueError naming the field for a header that parses but is not one of this format."""
+    if not isinstance(header, dict) or "format_version" not in header:
+        raise ValueError(f"{path} is not a pyro_pt checkpoint, or its header is corrupt: the "
+                         "header has no field 'format_version'; give a file written by "
+                         "ParallelTempering.checkpoint, or resume from an earlier checkpoint")
+    if header["format_version"] != FORMAT_VERSION:
+        raise ValueError(f"the checkpoint {path} has format version "
+                         f"{header['format_version']!r}; this pyro_pt reads version "
+                         f"{FORMAT_VERSION}")
+    missing = [f for f in HEADER_FIELDS if f not in header]
+    if not missing:
+        kernel = header["kernel"] if isinstance(header["kernel"], dict) else {}
+        missing = [f"kernel.{f}" for f in KERNEL_FIELDS if f not in kernel]
+    if missing:
+        raise ValueError(f"the checkpoint {path} is corrupt: its header has no field "
+                         f"{', '.join(repr(f) for f in missing)}; resume from an earlier "
+                         "checkpoint")
+
+
 def _rung_state(explorer, z):
     if isinstance(explorer, HMCRung):  # one slot of the process's batched engine
         part = capture(explorer.group, slot=(explorer.slot, explorer.group.engine.num_slots))
@@ -114,23 +136,14 @@ def _rung_state(explorer, z):
     return {"state": {n: v.detach().cpu() for n, v in z.items()}, "explorer": part}
 
 
-def _settings(kernel):
-    out = {key: getattr(kernel, key) for key in SETTINGS}
-    if not isinstance(kernel.explorer, str):
-        out["explorer"] = "callable"
-    out["explorer_kwargs"] = repr(sorted(kernel.explorer_kwargs.items()))  # JSON-safe
-    return out
-
-
 def _header(kernel):
-    cold = kernel._rungs.states[0]  # every rank holds a rung with the model's shapes
+    if kernel._fingerprint is None:  # once per set-up: it hashes the data
+        kernel._fingerprint = fingerprint(kernel._split)
     return {
-        "format_version": FORMAT_VERSION, "pyro_pt_version": _version(),
-        "latent_sites": [[n, list(cold[n].shape)] for n in kernel._split.latent_names],
-        "dtype": str(next(iter(cold.values())).dtype), "num_rungs": kernel.num_replicas,
-        "scans": kernel._t, "warmup_steps": kernel._warmup_steps,
-        "world_size": kernel._rungs.comm.world_size, **_settings(kernel),
-        "num_samples": _run_num_samples(kernel),
+        "format_version": FORMAT_VERSION, "pyro_pt_version": _version(), **kernel._fingerprint,
+        "num_rungs": kernel.num_replicas, "scans": kernel._t,
+        "warmup_steps": kernel._warmup_steps, "world_size": kernel._rungs.comm.world_size,
+        "kernel": kernel_settings(kernel), "num_samples": _run_num_samples(kernel),
         "temperatures": kernel.temperatures,
         "initial_ladder": temperatures_of(kernel._ladder.initial),
         "initial_betas": list(kernel._ladder.initial),  # exact: the ladder stores betas
@@ -200,31 +213,35 @@ class Checkpointing:
     @classmethod
     def resume(cls, path, model, **kwargs):
         """
-        A kernel that continues the run checkpointed at ``path``: pass the model and the
-        keyword arguments of the original kernel, then run it with ``MCMC(kernel,
-        warmup_steps=<warmup left>, num_samples=<draws wanted>)``. The ladder (and K) come from
-        the checkpoint.
+        A kernel that continues the run checkpointed at ``path``, with the checkpointed run's
+        settings, ladder (with its K) and state; run it with ``MCMC(kernel,
+        warmup_steps=<warmup left>, num_samples=<draws wanted>)`` (a wrong warmup is refused
+        with the numbers to pass). The model and data must be the checkpointed run's: at
+        set-up, before any rung is built, a model whose sites or observed data differ from the
+        checkpoint's fingerprint is refused, naming the site (:mod:`pyro_pt.fingerprint`).
+
+        Keyword arguments may change only how the run is carried out, not what it samples:
+        ``checkpoint_every`` and ``checkpoint_path`` (by default the checkpointed run's),
+        ``process_group`` (the rungs are dealt out to any number of processes) and
+        ``init_strategy`` (its starting points are replaced by the checkpoint's states). Any
+        other constructor argument, given, must equal the checkpoint's, else a ValueError names
+        it with both values. What the checkpoint cannot store (a callable ``explorer``,
+        ``transforms``, an ``explorer_kwargs`` value that is not a number, string, bool, None,
+        list, tuple or dict of them) must be passed again; the error names it
+        (:mod:`pyro_pt.checkpoint_settings`). A growing ladder (``num_replicas="auto"``)
+        resumes with the rungs it has and grows no more.
 
         :param str path: a file written by :meth:`checkpoint`.
         :param callable model: the model of the checkpointed run.
+        :param kwargs: overrides, as above.
+
+        Example::
+
+            kernel = ParallelTempering.resume("run.pt", model)
+            MCMC(kernel, num_samples=700, warmup_steps=0).run(x, y)
         """
         header, _ = read_checkpoint(path, payload=False)
-        given = {k: kwargs.pop(k) for k in ("num_replicas", "max_temperature", "temperatures")
-                 if k in kwargs}
-        # A ladder that grows (num_replicas="auto") is the checkpoint's from here on.
-        fixed = given and not isinstance(given.get("num_replicas"), str)
-        if fixed and inverse_temperatures(ladder_temperatures(
-                given.get("num_replicas"), given.get("max_temperature"),
-                given.get("temperatures"))) != header["initial_betas"]:
-            raise ValueError(
-                f"the checkpoint {path} was written with the ladder {header['initial_ladder']} "
-                f"(now {header['temperatures']}), but {given} give another; leave the ladder "
-                "arguments out (the checkpoint's ladder is used) or give the checkpointed run's")
-        kernel = cls(model, temperatures=header["temperatures"], **kwargs)  # until set-up
-        differ = {k: (v, header[k]) for k, v in _settings(kernel).items() if header[k] != v}
-        if differ:
-            raise ValueError(f"the checkpoint {path} was written with other kernel settings "
-                             f"(given, checkpoint): {differ}; pass the checkpointed run's")
+        kernel = cls(model, **resume_arguments(path, header, kwargs))
         kernel._resume_from = (path, header)
         return kernel
 
@@ -247,17 +264,7 @@ class Checkpointing:
 
     def _restore(self, comm):
         """Put the checkpoint's state into the freshly set-up rungs and records."""
-        (path, header), payload = self._resume_from, self._resume_payload
-        rungs, device = self._rungs, self._split.device
-        sites = [[n, list(rungs.states[0][n].shape)] for n in self._split.latent_names]
-        dtype = str(next(iter(rungs.states[0].values())).dtype)
-        if sites != header["latent_sites"]:
-            raise ValueError(f"the checkpoint {path} is of a model with latent sites "
-                             f"{header['latent_sites']}, this model has {sites}; resume with "
-                             "the checkpointed run's model and data")
-        if dtype != header["dtype"]:
-            raise ValueError(f"the checkpoint {path} holds {header['dtype']} latents, this "
-                             f"model makes {dtype}; use the checkpointed run's torch dtype")
+        payload, rungs, device = self._resume_payload, self._rungs, self._split.device
         groups = {}
         for i, (k, explorer) in enumerate(zip(rungs.rungs, rungs.explorers)):
             saved = payload["rungs"][k]

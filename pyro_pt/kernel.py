@@ -184,6 +184,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self.transforms = self._split.transforms
         self._swap_generator = torch.Generator().manual_seed(seeds[num])
         self._warmup_steps = warmup_steps
+        self._fingerprint = None  # of this set-up's model and data, at the first checkpoint
         self._ll = self._rungs.gather(local_ll)
         self._initial_params = self._rungs.cold_state()
         self._recorder = TemperingRecorder(num, warmup_steps)

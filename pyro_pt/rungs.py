@@ -5,6 +5,7 @@ import torch
 from .comm import agree_on_setup, rung_blocks
 from .explain import model_errors
 from .explorers import build_rungs, step_rungs
+from .fingerprint import check_same_model
 from .options import check_split, shared_settings
 from .potential import FlatLayout, ModelSplit
 from .potential.layout import same_values
@@ -178,6 +179,8 @@ def set_up_kernel(kernel, comm, warmup_steps, args, kwargs):
             split = ModelSplit(kernel.model, args, kwargs, kernel._user_transforms,
                                init_strategy=kernel.init_strategy)
         check_split(split, betas, kernel._save_params)
+        if kernel._resume_from:  # before any rung is built: the checkpoint's model and data
+            check_same_model(*kernel._resume_from, split)
         return split
 
     def build(split, rungs, seeds):

@@ -91,11 +91,18 @@ class ModelSplit:
         self.transforms = {}
         self._prior_fns = {}
         self._reweighted = []  # latent sites whose lp is not their distribution's log density
+        # Each counted site's value in this trace, and the observed sites under a subsampled
+        # plate (whose values change from trace to trace): a checkpoint's fingerprint.
+        self.values, self.subsampled = {}, set()
         for name, site in trace.nodes.items():
             if not _is_counted(site):
                 continue
+            self.values[name] = site["value"]
             if site["is_observed"]:
                 self.observed_names.append(name)
+                if any(getattr(f, "full_size", None) not in (None, f.size)
+                       for f in site["cond_indep_stack"]):
+                    self.subsampled.add(name)
                 continue
             fn = site["fn"]
             self.latent_names.append(name)

@@ -122,8 +122,8 @@ def write_on_ranks(folder):
 
 
 def resume_on_ranks(folder, names=tuple(DISTRIBUTED)):
-    return {name: resume(os.path.join(folder, f"{name}.pt"), SHORT_SCAN, DISTRIBUTED[name],
-                         **SHORT)
+    # From the path alone: every rank reads the kernel's settings from the checkpoint.
+    return {name: resume(os.path.join(folder, f"{name}.pt"), SHORT_SCAN, {}, **SHORT)
             for name in names}
 
 
@@ -227,9 +227,11 @@ def renamed_model(x, y):
 
 
 @pytest.mark.parametrize("model, data, match", [
-    (wider_model, None, r"latent sites \[\['w', \[2\]\]\].*\[\['w', \[3\]\]\]"),
-    (renamed_model, None, r"latent sites \[\['w', \[2\]\]\].*\[\['v', \[2\]\]\]"),
-    (linear_model, [t.float() for t in linear_data()], "torch.float64 latents.*torch.float32"),
+    (wider_model, None, r"latent site 'w' has shape \[3\] in this model but \[2\]"),
+    (renamed_model, None, r"latent site 'w' of the checkpoint is missing.*latent site 'v' of "
+                          r"this model is not in the checkpoint"),
+    (linear_model, [t.float() for t in linear_data()],
+     "latent site 'w' is torch.float32 in this model but torch.float64.*needs torch.float64"),
 ])
 def test_another_model_is_refused(good, model, data, match):
     kernel = ParallelTempering.resume(good, model, **BAD)

@@ -1,0 +1,169 @@
+"""The kernel settings a checkpoint stores, and the arguments of the kernel that resumes it.
+
+:meth:`~pyro_pt.ParallelTempering.resume` rebuilds the kernel from the checkpoint's header, so
+``ParallelTempering.resume(path, model)`` alone continues the run. The header's ``"kernel"``
+holds each constructor argument of :data:`STORED` and :data:`SAFE_STORED` in a JSON form that
+gives the value back exactly (:func:`encode`: a tuple stays a tuple, ``3`` an int, ``inf`` a
+float, a dict keeps its keys' types). What JSON cannot hold (a callable explorer, a user
+kernel class, a Transform, a tensor in ``explorer_kwargs``) is recorded by its name only, as
+``{"not_stored": name}``: the resumed kernel needs it passed again, and it is checked by that
+name.
+
+Which arguments may differ from the checkpointed run's:
+
+- :data:`STORED` (explorer, its keyword arguments, the swap scheme and interval, the ladder's
+  adaptation, the compiler, the transforms) decide the draws: given again, each must equal the
+  checkpoint's, else a ValueError names it with both values.
+- :data:`SAFE_STORED` (``checkpoint_every``, ``checkpoint_path``): where and how often the
+  resumed run writes its own checkpoints; the checkpoint's unless given.
+- :data:`SAFE` (``process_group``, ``init_strategy``): not stored and free to change. The
+  rungs are dealt out to any number of processes, each rung's state and streams coming from
+  the checkpoint; the starting points ``init_strategy`` draws are replaced by the checkpoint's
+  states (Pyro's ``init_to_uniform`` unless given).
+- :data:`LADDER` (``num_replicas``, ``max_temperature``, ``temperatures``, ``max_replicas``):
+  the ladder, with its K and its adaptation, is the checkpoint's; given, they must describe
+  the checkpointed run's starting ladder.
+"""
+
+import json
+
+from .ladder import inverse_temperatures
+from .options import ladder_temperatures
+
+STORED = ("explorer", "explorer_kwargs", "swap_scheme", "swap_interval", "adapt_temperatures",
+          "compile", "transforms")
+SAFE_STORED = ("checkpoint_every", "checkpoint_path")
+SAFE = ("process_group", "init_strategy")
+LADDER = ("num_replicas", "max_temperature", "temperatures", "max_replicas")
+KERNEL_FIELDS = STORED + SAFE_STORED  # the header's "kernel"
+NOT_STORED = "not_stored"
+
+
+def _name(value):
+    return getattr(value, "__qualname__", None) or type(value).__name__
+
+
+def encode(value):
+    """
+    A JSON form of ``value`` that :func:`decode` turns back into an equal value of the same
+    types (floats exactly, by their shortest repr; ``inf`` and ``nan`` as JSON's Infinity and
+    NaN); dict entries are sorted, so two equal values encode the same. A value JSON cannot
+    hold becomes ``{"not_stored": <its name>}``.
+    """
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):
+        return value
+    if kind is list:
+        return [encode(v) for v in value]
+    if kind is tuple:
+        return {"tuple": [encode(v) for v in value]}
+    if kind is dict:
+        items = [[encode(k), encode(v)] for k, v in value.items()]
+        return {"dict": sorted(items, key=lambda item: json.dumps(item[0]))}
+    return {NOT_STORED: _name(value)}
+
+
+class NotStored:
+    """What :func:`decode` gives for a value the checkpoint holds by name only."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"<{self.name}: not stored>"
+
+
+def decode(form):
+    """The value :func:`encode` made ``form`` from (:class:`NotStored` for what it could not)."""
+    if isinstance(form, list):
+        return [decode(v) for v in form]
+    if isinstance(form, dict):
+        (tag, body), = form.items()
+        if tag == "tuple":
+            return tuple(decode(v) for v in body)
+        if tag == "dict":
+            return {decode(k): decode(v) for k, v in body}
+        return NotStored(body)
+    return form
+
+
+def _normal(name, value):
+    # The kernel reads None and {} alike for these: a resume may give either.
+    if name == "explorer_kwargs":
+        return {} if value is None else value
+    if name == "transforms":
+        return value or None
+    return value
+
+
+def _incomplete(form):
+    """Whether ``form`` holds a value by name only."""
+    if isinstance(form, list):
+        return any(_incomplete(v) for v in form)
+    if isinstance(form, dict):
+        (tag, body), = form.items()
+        return tag == NOT_STORED or _incomplete(body)
+    return False
+
+
+def kernel_settings(kernel):
+    """The header's ``"kernel"``: each argument of :data:`STORED` and :data:`SAFE_STORED`."""
+    values = {name: getattr(kernel, name) for name in STORED + SAFE_STORED
+              if name != "transforms"}
+    values["transforms"] = kernel._user_transforms
+    return {name: encode(_normal(name, value)) for name, value in values.items()}
+
+
+def _check_ladder(path, header, given):
+    # A ladder that grows (num_replicas="auto") is the checkpoint's from here on.
+    if not given or isinstance(given.get("num_replicas"), str):
+        return
+    betas = inverse_temperatures(ladder_temperatures(
+        given.get("num_replicas"), given.get("max_temperature"), given.get("temperatures")))
+    if betas != header["initial_betas"]:
+        raise ValueError(
+            f"the checkpoint {path} was written with the ladder {header['initial_ladder']} "
+            f"(now {header['temperatures']}), but {given} give another; leave the ladder "
+            "arguments out (the checkpoint's ladder is used) or give the checkpointed run's")
+
+
+def resume_arguments(path, header, kwargs):
+    """
+    The constructor's keyword arguments (without the model) of the kernel that continues the
+    checkpoint ``path`` with header ``header``, from the checkpoint and the overrides
+    ``kwargs`` (see the module's docstring for which may differ).
+    """
+    unknown = sorted(set(kwargs) - set(STORED + SAFE_STORED + SAFE + LADDER))
+    if unknown:
+        raise TypeError(f"ParallelTempering.resume got unexpected keyword arguments {unknown}; "
+                        f"it takes those of ParallelTempering: {list(STORED + SAFE_STORED)}, "
+                        f"{list(SAFE)} and the ladder's {list(LADDER)}")
+    _check_ladder(path, header, {k: v for k, v in kwargs.items() if k in LADDER[:3]})
+    stored = header["kernel"]
+    out = {"temperatures": header["temperatures"]}
+    out.update({name: kwargs[name] for name in SAFE if name in kwargs})
+    for name in SAFE_STORED:
+        out[name] = kwargs[name] if name in kwargs else decode(stored[name])
+    differ, missing = [], []
+    for name in STORED:
+        if name in kwargs:
+            given = _normal(name, kwargs[name])
+            if json.dumps(encode(given)) != json.dumps(stored[name]):
+                differ.append(f"{name}={given!r} given, {decode(stored[name])!r} in the "
+                              "checkpoint")
+            out[name] = kwargs[name]
+        elif _incomplete(stored[name]):
+            missing.append(f"{name} (the checkpointed run's was {decode(stored[name])!r})")
+        else:
+            out[name] = decode(stored[name])
+    if differ:
+        raise ValueError(
+            f"the checkpoint {path} was written with other kernel settings: "
+            f"{'; '.join(differ)}. Leave them out to use the checkpoint's: only "
+            f"{', '.join(SAFE_STORED + SAFE)} may change when a run resumes")
+    if missing:
+        raise ValueError(
+            f"the checkpoint {path} cannot store {'; '.join(missing)}, which JSON does not "
+            f"hold: pass the checkpointed run's again, ParallelTempering.resume(path, model, "
+            f"{', '.join(m.split(' ')[0] + '=...' for m in missing)})")
+    return out
