@@ -10,8 +10,8 @@ graph (:func:`inductor_compile`). Two compilers can run it:
   into generated C++ (CPU) or Triton (CUDA) kernels. It costs a compilation per model, dtype,
   device and batch size: measured on the seed BNN (benchmarks/_bnn.py, 4929 weights) on a
   loaded 2-core CPU, about 100 s cold (nothing in Inductor's on-disk caches), beyond the
-  ~10-17 s of capture and checks both compilers pay (``benchmarks/README.md``, "Captured
-  potential vs NumPyro"). With the caches warm (the same model and shapes compiled before on
+  ~10-17 s of capture and checks both compilers pay (``benchmarks/README.md``,
+  ``vs_numpyro.py``). With the caches warm (the same model and shapes compiled before on
   this machine) the whole set-up of the graph takes ~5 s and the fused step ~1.4 s
   (TorchScript's set-up: 1.5 s), since :func:`inductor_compile` lets Inductor use its graph
   cache.
