@@ -17,7 +17,7 @@ graph (:func:`inductor_compile`). Two compilers can run it:
   cache.
 
 ``compile="auto"`` must never make a short run slower, and every rank must take the same path
-(a run's draws may not depend on the number of processes, DESIGN §2), so the choice is made
+(a run's draws may not depend on the number of processes, docs/design.md), so the choice is made
 from settings alone, never from timings: Inductor only where the gradient evaluations the run
 is known to make repay a cold compilation. Both the compile time and the saving per call grow
 with the number of operations in the graph (the saving is the per-operation overhead that
