@@ -1,4 +1,4 @@
-"""The seed tutorial's network as a Pyro BNN, shared by the benchmarks.
+"""The seed BNN: a tutorial-sized network as a Pyro BNN, shared by the benchmarks.
 
 An MLP 10 -> 64 -> 64 -> 1 with ReLU activations, Normal(0, 1) priors on every weight and bias
 (4929 latent coordinates), and a Gaussian likelihood with a fixed noise sigma = 0.1, on 500

@@ -1,7 +1,7 @@
 """Where the seed BNN's posterior mass lies, probed with long plain-torch HMC trajectories.
 
-Issue 6's third target (the cold chain's held-out predictions at >= 1 effective draw per
-second) presumes that a few hundred short-trajectory draws are in the posterior's typical set.
+A target of >= 1 effective draw per second for the cold chain's held-out predictions
+(``pt_speed.py`` section (c)) presumes that a few hundred short-trajectory draws are in the posterior's typical set.
 This probe checks that presumption independently of ``pyro_pt``: the BNN of ``_bnn.py``
 (4929 weights, Normal(0, 1) priors, 500 points, sigma = 0.1) written in plain torch, sampled by
 textbook HMC with an identity metric, long jittered trajectories (``--steps``, 1000 by default,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The checks that need a GPU, as one short script for a device machine (about 6 minutes):
 # the CUDA tests, then the seed BNN's potential, K = 8 vs K = 1 iteration and one ESS run on
-# the GPU (issue 6, sections (a)-(c) of benchmarks/pt_speed.py). Results go to
+# the GPU (sections (a)-(c) of benchmarks/pt_speed.py). Results go to
 # ${OUT:-.}/gpu_check.txt.
 #
 #     bash benchmarks/gpu_check.sh            # from the repository root, .venv built by make

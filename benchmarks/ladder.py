@@ -1,4 +1,4 @@
-"""Adapted against geometric temperature ladders on the seed tutorial's BNN (issue 4).
+"""Adapted against geometric temperature ladders on the seed BNN of benchmarks/_bnn.py.
 
 ``ParallelTempering(adapt_temperatures=False)`` (the geometric ladder) and
 ``adapt_temperatures=True`` (the same geometric ladder as starting point, re-placed at equal
@@ -7,7 +7,7 @@ in one process: same K, same explorer and settings, same seeds, same starting po
 warmup and sampling scans. With the same seed both runs draw the same random numbers until the
 first re-placement (scan 4), so the differences come from the ladders.
 
-Issue 4's targets, printed as ratios with PASS/MISS (benchmarks never assert):
+Three targets, printed as ratios with PASS/MISS (benchmarks never assert):
 
 1. the adapted ladder's minimum pair acceptance at least half its mean (near-equal);
 2. round trips per 1000 scans (sampling phase) at least 1.5x the geometric ladder's;

@@ -53,7 +53,7 @@ from tests.pt.test_trajectory import eight_schools_noncentered  # noqa: E402
 
 from pyro_pt.explorers import pyro_kernels  # noqa: E402
 
-# What a rung's leapfrog steps run under (absent before issue 15's cheaper NUTS rungs).
+# What a rung's leapfrog steps run under (absent in versions without the graph gradients).
 graph_gradients = getattr(pyro_kernels, "graph_gradients", contextlib.nullcontext)
 
 F64 = torch.float64
@@ -110,8 +110,8 @@ def plain_nuts(model, warmup, samples):
 
 
 def pt_nuts(model, warmup, samples, hook=True):
-    """(b); with ``hook=False`` the rung's leapfrogs take Pyro's autograd path, as before
-    issue 15's cheaper NUTS rungs: the same trees and draws, bitwise."""
+    """(b); with ``hook=False`` the rung's leapfrogs take Pyro's autograd path instead of the
+    graph gradients: the same trees and draws, bitwise."""
     saved = getattr(pyro_kernels, "GRAPH_GRADIENTS", None)
     if saved is not None:
         pyro_kernels.GRAPH_GRADIENTS = hook and saved

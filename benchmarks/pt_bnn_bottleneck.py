@@ -1,4 +1,4 @@
-"""Issue 13's bottleneck cases under ParallelTempering with explorer="hmc": a 1-20-1 tanh BNN
+"""Two bottleneck cases under ParallelTempering with explorer="hmc": a 1-20-1 tanh BNN
 (PyroSample priors, 40 points) and the constrained model of tests/pt/models.py with a prior
 rung (max_temperature=inf, 40 points). For a given number of rungs, or ``--replicas auto``
 (the ladder grows in warmup, pyro_pt.growth), prints the worst pair's swap acceptance, the

@@ -1,4 +1,4 @@
-"""Overhead of ParallelTempering on the seed tutorial's BNN (10 -> 64 -> 64 -> 1, 500 points).
+"""Overhead of ParallelTempering on the seed BNN (10 -> 64 -> 64 -> 1, 500 points).
 
 Two figures, measured side by side in one run, in interleaved rounds, reported as medians:
 

@@ -1,4 +1,4 @@
-"""Weak scaling of ParallelTempering over torch.distributed on the seed tutorial's BNN.
+"""Weak scaling of ParallelTempering over torch.distributed on the seed BNN (benchmarks/_bnn.py).
 
 The BNN of ``benchmarks/_bnn.py`` (10 -> 64 -> 64 -> 1, ReLU, 4929 latents, 500 points,
 sigma = 0.1). Every process holds one replica and does the same work per iteration: HMC with a

@@ -1,5 +1,5 @@
 """ESS per second of the cold chain: batched HMC with a fixed ``num_steps=10`` against the adapted
-(ChEES) trajectory length, on a 10-d anisotropic Gaussian (issue 15, item 2).
+(ChEES) trajectory length, on a 10-d anisotropic Gaussian.
 
 The model: ``z ~ N(0, I_10)``, ``y ~ N(z, s^2)`` observed at 0 with ``s`` log-spaced from 0.1
 to 10, so the cold posterior's scales run from ~0.1 to ~1 (a diagonal metric removes most of

@@ -1,6 +1,6 @@
 """Parallel tempering of a Bayesian MLP with its rungs spread over processes by ``torchrun``.
 
-The seed tutorial's ``BayesianMLP`` (10 -> 64 -> 64 -> 1, ReLU, Normal(0, 1) priors on every
+A ``BayesianMLP`` (10 -> 64 -> 64 -> 1, ReLU, Normal(0, 1) priors on every
 weight and bias: 4929 latents, Gaussian likelihood with sigma = 0.1) as a
 :class:`~pyro.nn.PyroModule`, on 500 synthetic points from a random teacher network. The
 script is the same for one process and many: when ``torchrun`` launches it (``RANK``,

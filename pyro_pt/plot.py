@@ -7,7 +7,7 @@ import numpy as np
 from .ladder import inverse_temperatures
 from .barrier import cumulative_barrier
 
-# Rule of thumb of the seed tutorial: a pair accepting under 10% of its swaps is a bottleneck,
+# A common rule of thumb: a pair accepting under 10% of its swaps is a bottleneck,
 # one accepting over 80% spends a replica that a sparser ladder would not need.
 BOTTLENECK, WASTE = 0.1, 0.8
 NOT_RUN = "plot_tempering needs a run: call MCMC(ParallelTempering(...), ...).run(...) first"

@@ -67,7 +67,7 @@ class SwapStatistics:
     Swap attempts, acceptances and mean acceptance probabilities per adjacent pair.
 
     The mean acceptance probability (not the 0/1 outcome) estimates the pair's acceptance rate
-    with less variance; ``1 -`` it is the rejection rate ``r_i`` of DESIGN §1.
+    with less variance; ``1 -`` it is the rejection rate ``r_i`` of docs/design.md.
     """
 
     def __init__(self, num_pairs):

@@ -2,7 +2,7 @@
 
 Pure torch: no Pyro inference machinery, no communication. Every caller (one process or many)
 takes its swap decisions through :func:`swap_log_ratio`, :func:`swap_pairs` and
-:func:`accept_swaps`, so the acceptance rule of DESIGN §1 is written exactly once.
+:func:`accept_swaps`, so the acceptance rule of docs/design.md is written exactly once.
 """
 
 import math

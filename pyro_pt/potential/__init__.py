@@ -1,6 +1,6 @@
 r"""The potential: a Pyro model split into ``lp(z)`` and ``ll(z)``, and its evaluation.
 
-The contract (DESIGN §1): with ``z`` the unconstrained latent values (sites in sorted name
+The contract (docs/design.md): with ``z`` the unconstrained latent values (sites in sorted name
 order, flattened by one :class:`~pyro_pt.potential.layout.FlatLayout`), ``lp(z)`` is the log
 prior of the latent sites plus the log-det-Jacobian of their transforms and ``ll(z)`` the
 scaled, masked log probability of the observed sites and factors; the rung at inverse

@@ -2,7 +2,7 @@
 
 Replicas are independent, so the batched graph is ``torch.func.vmap`` of the single-point graph
 of :class:`~pyro_pt.potential.compiled.CompiledSplit`, captured once per batch size. A run must
-give the same samples whatever the number of processes (DESIGN §2), so a replica's numbers may
+give the same samples whatever the number of processes (docs/design.md), so a replica's numbers may
 not depend on how many or which other replicas share its call: the vmapped graphs are used only
 if a point gives bitwise the same numbers at any position, in any company and in each batch size
 used (checked on first use of every size); otherwise replicas are evaluated one at a time.

@@ -1,7 +1,7 @@
 """A fast evaluator of a model's prior/likelihood split, with Pyro's traced path as fallback.
 
 :class:`FunctionalSplit` evaluates the same ``(lp(z), ll(z))`` as
-:meth:`~pyro_pt.potential.split.ModelSplit.log_densities` (DESIGN §1: ``lp`` the log prior of
+:meth:`~pyro_pt.potential.split.ModelSplit.log_densities` (docs/design.md: ``lp`` the log prior of
 the latent sites plus the log-det-Jacobian of their transforms, ``ll`` the observed sites and
 factors, scaled and masked as ``Trace.compute_log_prob`` does), but through a graph of tensor
 operations captured once (:class:`~pyro_pt.potential.compiled.CompiledSplit`) instead of a Pyro

@@ -10,14 +10,14 @@ graph (:func:`inductor_compile`). Two compilers can run it:
   into generated C++ (CPU) or Triton (CUDA) kernels. It costs a compilation per model, dtype,
   device and batch size: measured on the seed BNN (benchmarks/_bnn.py, 4929 weights) on a
   loaded 2-core CPU, about 100 s cold (nothing in Inductor's on-disk caches), beyond the
-  ~10-17 s of capture and checks both compilers pay (``benchmarks/README.md``, "Captured
-  potential vs NumPyro"). With the caches warm (the same model and shapes compiled before on
+  ~10-17 s of capture and checks both compilers pay (``benchmarks/README.md``,
+  ``vs_numpyro.py``). With the caches warm (the same model and shapes compiled before on
   this machine) the whole set-up of the graph takes ~5 s and the fused step ~1.4 s
   (TorchScript's set-up: 1.5 s), since :func:`inductor_compile` lets Inductor use its graph
   cache.
 
 ``compile="auto"`` must never make a short run slower, and every rank must take the same path
-(a run's draws may not depend on the number of processes, DESIGN §2), so the choice is made
+(a run's draws may not depend on the number of processes, docs/design.md), so the choice is made
 from settings alone, never from timings: Inductor only where the gradient evaluations the run
 is known to make repay a cold compilation. Both the compile time and the saving per call grow
 with the number of operations in the graph (the saving is the per-operation overhead that

@@ -4,7 +4,7 @@ With ``z`` the unconstrained latent values, ``lp(z)`` is the log prior of the la
 the log-det-Jacobian of the transforms to unconstrained space, and ``ll(z)`` the log probability
 of the observed sites (``obs=`` and ``pyro.factor``), with plate subsampling and
 ``poutine.scale`` factors applied. The replica at inverse temperature ``beta`` targets
-``lp(z) + beta * ll(z)`` (DESIGN §1): the prior is never tempered.
+``lp(z) + beta * ll(z)`` (docs/design.md): the prior is never tempered.
 """
 
 import math

@@ -150,7 +150,7 @@ def test_inductor_agrees_with_torchscript_and_traced(dtype):
 
 
 # A fresh process: torch.compile changes process state once, at its first call, which an
-# earlier test of the session may already have spent.
+# earlier test in the same pytest process may already have spent.
 AFTER_FIRST_INDUCTOR = """
 import math, torch, pyro, pyro.distributions as dist
 from pyro_pt.potential import FunctionalSplit, ModelSplit

@@ -1,4 +1,4 @@
-"""Groundwork of ladder adaptation and evidence (issue 4): pure functions against exact answers."""
+"""Groundwork of ladder adaptation and evidence: pure functions against exact answers."""
 
 import math
 

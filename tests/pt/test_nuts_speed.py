@@ -1,5 +1,5 @@
-"""NUTS rungs take each leapfrog step's potential and gradient from the captured graph (issue 15,
-item 2a): bitwise Pyro's autograd numbers, Pyro's path wherever the graph does not answer, and
+"""NUTS rungs take each leapfrog step's potential and gradient from the captured graph:
+bitwise Pyro's autograd numbers, Pyro's path wherever the graph does not answer, and
 Pyro's own path throughout where its integrator no longer takes the hook."""
 
 import functools

@@ -1,9 +1,9 @@
 """The prior rung (beta = 0) samples exactly the prior that lp scores, or is refused.
 
-Model (issue 13): theta ~ N(0, 1) with its log density scaled by 1/2 (poutine.scale), so the
+Model: theta ~ N(0, 1) with its log density scaled by 1/2 (poutine.scale), so the
 prior lp scores is N(0, 2); y ~ N(theta, 3^2) observed at y = 0. The exact posterior variance
 is 1 / (1/2 + 1/9) = 1.636. Drawing the prior rung from the unscaled N(0, 1) instead biases
-the cold chain to about 1.37 (seeds 0 and 1 of the issue).
+the cold chain to about 1.37 (seeds 0 and 1).
 """
 
 import math

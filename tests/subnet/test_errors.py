@@ -140,7 +140,7 @@ def test_untrained_guide_is_refused():
 
 @pytest.mark.parametrize("guide_class", [SubnetworkLaplace, pyro.infer.autoguide.AutoLaplaceApproximation])
 def test_stale_param_store_entry_never_freezes_training(guide_class):
-    """The issue's case: an earlier run leaves its MAP in the param store, a new guide's
+    """The case guarded here: an earlier run leaves its MAP in the param store, a new guide's
     laplace_approximation runs before its training. Training must then move the MAP, exactly as
     AutoLaplaceApproximation does (both adopt the stored value, as Pyro guides do)."""
     init = pyro.infer.autoguide.init_to_mean  # deterministic, for a step-by-step comparison
@@ -178,7 +178,7 @@ def test_param_store_restores_the_map(tmp_path):
     pyro.get_param_store().set_state(state)
     again = guide.laplace_approximation(x, y)
     assert torch.equal(again.loc, post.loc) and torch.equal(again.precision, post.precision)
-    # a new guide in a new session, from the saved file
+    # a new guide, as in a new process, from the saved file
     pyro.clear_param_store()
     pyro.get_param_store().load(tmp_path / "store.pt")
     fresh = SubnetworkLaplace(line_model, 1.0).laplace_approximation(x, y)

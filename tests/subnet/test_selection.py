@@ -76,7 +76,7 @@ _RELU_MAP = {}
 
 
 def _relu_map(selection, size):
-    """The MAP of relu_model on fixed data, fitted once per session (a fresh guide each call)."""
+    """The MAP of relu_model on fixed data, fitted once per test process (a fresh guide each call)."""
     g = torch.Generator().manual_seed(0)
     x = torch.rand(64, 1, generator=g) * 2 - 1
     y = torch.sin(3 * x) + 0.1 * torch.randn(64, 1, generator=g)
