@@ -63,6 +63,32 @@ def _is_improper(fn):
     return False
 
 
+def _check_log_probs(trace):
+    """
+    Evaluates each counted site's log density once, at setup, so that a shape bug (a value that
+    does not broadcast with its distribution) names its site. MCMC runs with validation off, so
+    torch raises a bare RuntimeError from inside the distribution, which Pyro's trace does not
+    annotate; here it becomes a ``ValueError`` naming the site and the shapes, as Pyro's does.
+    """
+    for name, site in trace.nodes.items():
+        if not _is_counted(site):
+            continue
+        try:
+            trace.compute_log_prob(site_filter=lambda n, s: n == name)
+        except (ValueError, RuntimeError) as error:
+            if _is_invalid_point_error(error):
+                continue  # a bad point, not a bad model: initial_point tries others
+            fn, value = site["fn"], site["value"]
+            kind = "observed" if site["is_observed"] else "latent"
+            raise ValueError(
+                f"the log density of {kind} site {name!r} fails: its {type(fn).__name__} has batch_shape "
+                f"{tuple(fn.batch_shape)} and event_shape {tuple(fn.event_shape)}, its value has shape "
+                f"{tuple(value.shape)} ({error}); make the distribution's parameters and the value "
+                "broadcast, e.g. with .expand, .to_event or a pyro.plate of the data's size\n"
+                + trace.format_shapes()
+            ) from error
+
+
 class ModelSplit:
     """
     The prior/likelihood split of one Pyro model for fixed model arguments.
@@ -113,6 +139,7 @@ class ModelSplit:
             )
         if not self.latent_names:
             raise ValueError("the model has no latent sample site to sample")
+        _check_log_probs(trace)
         self.latent_names.sort()
         # Where the model keeps its latents: the device whose random stream the explorers use.
         self.device = trace.nodes[self.latent_names[0]]["value"].device
