@@ -87,7 +87,8 @@ def assert_same_export(a, b):
 def test_each_export_has_the_models_variables_and_shapes(runs, name):
     x, y = data()
     idata = export(runs, name)
-    assert {"posterior", "log_likelihood", "posterior_predictive", "observed_data"} <= set(pyro_arviz.groups_of(idata))
+    groups = set(pyro_arviz.groups_of(idata))
+    assert {"posterior", "log_likelihood", "posterior_predictive", "observed_data"} <= groups
     w = torch.as_tensor(idata["posterior"]["w"].values)
     assert w.shape == (1, DRAWS, 2)
     assert list(idata["log_likelihood"].data_vars) == ["y"]
@@ -109,7 +110,8 @@ def test_subnet_export_is_pyro_subnets(runs):
     pyro.set_rng_seed(3)
     expected = pyro_subnet.to_inference_data(runs["subnet"], *data(), num_samples=20, predictive="network")
     pyro.set_rng_seed(3)
-    assert_same_export(pyro_arviz.from_pyro(runs["subnet"], *data(), num_samples=20, predictive="network"), expected)
+    exported = pyro_arviz.from_pyro(runs["subnet"], *data(), num_samples=20, predictive="network")
+    assert_same_export(exported, expected)
 
 
 def test_compare_ranks_the_three_by_their_loo(runs):
@@ -160,7 +162,8 @@ def test_dims_and_coords_name_the_axes(runs):
 
 def test_what_is_not_a_result_is_named(runs):
     accepted = (r"from_pyro expects a pyro.infer.MCMC after mcmc.run\(...\) \(any kernel: NUTS, HMC, "
-                r"ParallelTempering\) or the SubnetworkLaplacePosterior that guide.laplace_approximation\(...\) returns")
+                r"ParallelTempering\) or the SubnetworkLaplacePosterior that "
+                r"guide.laplace_approximation\(...\) returns")
     with pytest.raises(TypeError, match=accepted + "; got int$"):
         pyro_arviz.from_pyro(42)
     with pytest.raises(TypeError, match=accepted + "; got dict$"):
