@@ -27,8 +27,8 @@ def from_pyro(obj, *args, log_likelihood=True, dims=None, coords=None, **kwargs)
     An MCMC run is evaluated with the arguments of its ``mcmc.run(...)``, so it takes none here.
     With ``log_likelihood`` (the default) the export holds the pointwise log-likelihood of every
     observed site, which ``az.loo`` and ``az.compare`` need, and a posterior predictive draw per
-    posterior draw; for an MCMC run that costs one model call per draw, which
-    ``log_likelihood=False`` skips (the export then has neither group).
+    posterior draw. ``log_likelihood=False`` leaves both groups out; for an MCMC run it also
+    skips their cost, one model call per draw.
 
     ``dims`` names the axes after ``(chain, draw)`` of a variable wherever it appears (an
     observed site's ``log_likelihood`` takes the leading names, its batch axes); ``coords``

@@ -14,6 +14,7 @@ from torch.distributions import biject_to
 
 import pyro.poutine as poutine
 from pyro.distributions import ImproperUniform
+from pyro.distributions.util import scale_and_mask
 from pyro.infer.autoguide.initialization import InitMessenger, init_to_uniform
 from pyro.poutine.subsample_messenger import _Subsample
 
@@ -74,7 +75,8 @@ def _check_log_probs(trace):
         if not _is_counted(site):
             continue
         try:
-            trace.compute_log_prob(site_filter=lambda n, s: n == name)
+            log_p = site["fn"].log_prob(site["value"], *site["args"], **site["kwargs"])
+            scale_and_mask(log_p, site["scale"], site["mask"])
         except (ValueError, RuntimeError) as error:
             if _is_invalid_point_error(error):
                 continue  # a bad point, not a bad model: initial_point tries others
