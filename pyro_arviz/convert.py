@@ -12,7 +12,7 @@ ACCEPTED = ("a pyro.infer.MCMC after mcmc.run(...) (any kernel: NUTS, HMC, Paral
             "the SubnetworkLaplacePosterior that guide.laplace_approximation(...) returns")
 
 
-def from_pyro(obj, *args, log_likelihood=True, dims=None, coords=None, **kwargs):
+def from_pyro(obj=None, *args, log_likelihood=True, dims=None, coords=None, **kwargs):
     r"""
     The ArviZ export of a Pyro result: an ``arviz.InferenceData`` under ArviZ < 1, an
     ``xarray.DataTree`` with the same groups and numbers under ArviZ >= 1.
@@ -39,7 +39,8 @@ def from_pyro(obj, *args, log_likelihood=True, dims=None, coords=None, **kwargs)
         az.compare({"pt": from_pyro(pt_mcmc), "nuts": from_pyro(nuts_mcmc),
                     "subnet": from_pyro(posterior, x, y, num_samples=500)})
 
-    :param obj: an MCMC that has run, or a subnetwork Laplace posterior.
+    :param obj: an MCMC that has run, or a subnetwork Laplace posterior (also accepted as
+        ``posterior=``, ArviZ's keyword).
     :param bool log_likelihood: whether to compute ``log_likelihood`` and ``posterior_predictive``.
     :param dict dims: ``{variable: [dim, ...]}``.
     :param dict coords: ``{dim: values}``.
@@ -50,6 +51,8 @@ def from_pyro(obj, *args, log_likelihood=True, dims=None, coords=None, **kwargs)
     import pyro_subnet
     from pyro_subnet import SubnetworkLaplace, SubnetworkLaplacePosterior
 
+    if obj is None and "posterior" in kwargs:  # az.from_pyro(posterior=mcmc), as ArviZ < 1 spelled it
+        obj = kwargs.pop("posterior")
     if not isinstance(log_likelihood, bool):
         raise TypeError(f"log_likelihood must be True or False, got {log_likelihood!r}")
     if isinstance(obj, SubnetworkLaplacePosterior):
@@ -64,8 +67,9 @@ def from_pyro(obj, *args, log_likelihood=True, dims=None, coords=None, **kwargs)
     if isinstance(obj, MCMC):
         if args or kwargs:
             raise TypeError(
-                "from_pyro(mcmc) evaluates the model with the arguments of mcmc.run(...) and takes no "
-                f"others; got {len(args)} positional and {sorted(kwargs)} keyword arguments"
+                "from_pyro(mcmc) takes only log_likelihood=, dims= and coords=: it evaluates the model "
+                f"with the arguments of mcmc.run(...); got {len(args)} positional and keyword arguments "
+                f"{sorted(kwargs)}"
             )
         if isinstance(obj.kernel, pyro_pt.ParallelTempering):
             data = pyro_pt.to_inference_data(obj, log_likelihood=log_likelihood)

@@ -104,6 +104,7 @@ def test_each_export_has_the_models_variables_and_shapes(runs, name):
 
 def test_parallel_tempering_export_is_pyro_pts(runs):
     assert_same_export(pyro_arviz.from_pyro(runs["pt"]), pyro_pt.to_inference_data(runs["pt"]))
+    assert_same_export(pyro_arviz.from_pyro(posterior=runs["pt"]), pyro_pt.to_inference_data(runs["pt"]))
 
 
 def test_subnet_export_is_pyro_subnets(runs):
@@ -173,9 +174,11 @@ def test_what_is_not_a_result_is_named(runs):
     with pytest.raises(TypeError, match=accepted + r"; got SubnetworkLaplace; call posterior = "
                        r"guide.laplace_approximation\(x, y\)"):
         pyro_arviz.from_pyro(SubnetworkLaplace(model, subnetwork_size=1))
-    with pytest.raises(TypeError, match=r"from_pyro\(mcmc\) evaluates the model with the arguments of "
-                       r"mcmc.run\(...\) and takes no others"):
+    with pytest.raises(TypeError, match=r"from_pyro\(mcmc\) takes only log_likelihood=, dims= and coords=: "
+                       r"it evaluates the model with the arguments of mcmc.run\(...\); got 2 positional"):
         pyro_arviz.from_pyro(runs["nuts"], *data())
+    with pytest.raises(TypeError, match=r"takes only .*keyword arguments \[.posterior_predictive.\]"):
+        pyro_arviz.from_pyro(runs["nuts"], posterior_predictive={})
     with pytest.raises(TypeError, match="log_likelihood must be True or False"):
         pyro_arviz.from_pyro(runs["nuts"], log_likelihood="yes")
     with pytest.raises(ValueError, match=r"it has not run: call mcmc.run\(\*data\) first"):
