@@ -8,9 +8,11 @@ of :class:`xarray.Dataset` with ``(chain, draw, ...)`` variables, so the exports
 last step (:func:`build`) depends on the ArviZ that is installed: the two generations get the
 same numbers.
 
-Nothing here calls :func:`arviz.from_pyro`: the pointwise log-likelihood comes from tracing the
-model at each draw (:func:`pointwise_log_likelihood`), which works for any model that runs, with
-``PyroModule`` networks and ``X @ w`` regressions included (ArviZ's vectorized trace does not).
+:func:`from_pyro` is the one call for any result (an MCMC run of any kernel, a subnetwork
+Laplace posterior), in place of ArviZ's ``az.from_pyro``, which ArviZ >= 1 no longer has. Nothing
+here calls ArviZ's: the pointwise log-likelihood comes from tracing the model at each draw
+(:func:`pointwise_log_likelihood`), which works for any model that runs, with ``PyroModule``
+networks and ``X @ w`` regressions included (ArviZ's vectorized trace does not).
 """
 
 import datetime
@@ -22,7 +24,10 @@ import torch
 import xarray as xr
 from pyro.distributions import Unit
 from pyro.distributions.util import scale_and_mask
+from pyro.infer import MCMC
 from pyro.poutine.util import site_is_subsample
+
+from .convert import from_pyro  # noqa: F401 (a public name; it calls this module's functions)
 
 GROUP_ORDER = ("posterior", "posterior_predictive", "log_likelihood", "sample_stats",
                "observed_data", "constant_data")
@@ -163,19 +168,35 @@ def pointwise_log_likelihood(model, samples, args=(), kwargs=None, seed=0, predi
     return stack(loglik), stack(pred), {k: v.detach().cpu().numpy() for k, v in observed.items()}
 
 
-def mcmc_groups(mcmc):
+def check_has_run(mcmc, caller):
+    """A ``TypeError`` unless ``mcmc`` is a :class:`~pyro.infer.MCMC`, a ``ValueError`` unless it has run."""
+    if not isinstance(mcmc, MCMC):
+        raise TypeError(f"{caller} expects a pyro.infer.MCMC after mcmc.run(...), got {type(mcmc).__name__}")
+    if getattr(mcmc, "_samples", None) is None:
+        raise ValueError(f"{caller} needs the MCMC's samples, but it has not run: call mcmc.run(*data) first")
+
+
+def mcmc_groups(mcmc, log_likelihood=True):
     r"""
     The groups ArviZ keeps for a :class:`~pyro.infer.MCMC` run, computed from its samples and
     model: ``posterior`` (constrained, grouped by chain), ``log_likelihood``,
     ``posterior_predictive``, ``observed_data`` and, in ``sample_stats``, ``diverging`` where the
     kernel reports divergences.
 
+    :param bool log_likelihood: compute ``log_likelihood`` and ``posterior_predictive`` (one model
+        call per draw); without, the model runs once, for ``observed_data``.
     :returns: ``{group name: xarray.Dataset}`` for :func:`build`.
     """
+    check_has_run(mcmc, "mcmc_groups")
     samples = mcmc.get_samples(group_by_chain=True)
     model = mcmc.kernel.model
     args, kwargs = getattr(mcmc, "_args", ()), getattr(mcmc, "_kwargs", {})
-    loglik, pred, observed = pointwise_log_likelihood(model, samples, args, kwargs)
+    if log_likelihood:
+        loglik, pred, observed = pointwise_log_likelihood(model, samples, args, kwargs)
+    else:
+        first = {k: v[:1, :1] for k, v in samples.items()}
+        loglik, pred = {}, {}
+        observed = pointwise_log_likelihood(model, first, args, kwargs, predictive=False)[2]
     num_chains, num_draws = next(iter(samples.values())).shape[:2]
     stats = {}
     divergences = mcmc.diagnostics().get("divergences")

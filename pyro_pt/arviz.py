@@ -4,10 +4,11 @@ import numpy as np
 
 import pyro_arviz
 
+from .kernel import ParallelTempering
 from .ladder import inverse_temperatures
 
 
-def to_inference_data(mcmc):
+def to_inference_data(mcmc, *, log_likelihood=True):
     r"""
     ArviZ export of a :class:`~pyro.infer.MCMC` run of :class:`~pyro_pt.ParallelTempering`: an
     ``arviz.InferenceData`` under ArviZ < 1, an ``xarray.DataTree`` with the same groups and
@@ -36,17 +37,26 @@ def to_inference_data(mcmc):
     replicas and stepping-stone ``log_Z`` (with ``log_Z_meaning``) as attributes. It
     round-trips through netCDF.
 
+    :func:`pyro_arviz.from_pyro` gives the same export, and exports runs of other kernels too.
+
     :param mcmc: a :class:`~pyro.infer.MCMC` that has run a ``ParallelTempering`` kernel.
+    :param bool log_likelihood: compute ``log_likelihood`` and ``posterior_predictive`` (one model
+        call per cold-chain draw); the tempering record needs neither.
     :returns: ``arviz.InferenceData`` or ``xarray.DataTree``.
     """
-    diagnostics = mcmc.diagnostics()
-    if "tempering_record" not in diagnostics:
+    if isinstance(mcmc, ParallelTempering):
         raise TypeError(
-            "to_inference_data expects an MCMC run with a ParallelTempering kernel; "
-            "use arviz.from_pyro (ArviZ < 1) or pyro_arviz.build(pyro_arviz.mcmc_groups(mcmc)) "
-            "for other kernels"
+            "to_inference_data takes the MCMC object that ran the kernel, not the kernel: "
+            "mcmc = MCMC(kernel, ...); mcmc.run(*data); to_inference_data(mcmc)"
         )
-    groups = pyro_arviz.mcmc_groups(mcmc)
+    pyro_arviz.check_has_run(mcmc, "to_inference_data")
+    if not isinstance(mcmc.kernel, ParallelTempering):
+        raise TypeError(
+            f"to_inference_data expects an MCMC run with a ParallelTempering kernel, this one ran "
+            f"{type(mcmc.kernel).__name__}; pyro_arviz.from_pyro(mcmc) exports runs of any kernel"
+        )
+    diagnostics = mcmc.diagnostics()
+    groups = pyro_arviz.mcmc_groups(mcmc, log_likelihood=log_likelihood)
     chains = sorted(diagnostics["tempering_record"], key=lambda c: int(c.split()[-1]))
     records = [diagnostics["tempering_record"][c] for c in chains]
     temperatures = np.asarray(diagnostics["temperatures"][chains[0]], dtype=np.float64)

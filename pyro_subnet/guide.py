@@ -57,7 +57,8 @@ class SubnetworkLaplace(AutoContinuous):
     :param subnetwork_size: the number S of coordinates (int) or a fraction (float in (0, 1])
         of the candidates (the D coordinates, or those of ``selection_sites``); omitted when
         ``selection`` lists the coordinates or is ``"last_layer"``. A fraction of 1 is the full
-        posterior over the candidates, whatever the ranking.
+        posterior over the candidates, whatever the ranking. Anything else is refused here; a
+        count above the candidates at the guide's first call (the first ``svi.step``).
     :param selection: ``"predictive"`` (the default: largest marginal variance times Jacobian
         energy on the data, never a coordinate the data do not move), ``"wasserstein"`` (the
         paper's largest marginal variances), ``"random"``, ``"magnitude"`` (largest
@@ -114,6 +115,7 @@ class SubnetworkLaplace(AutoContinuous):
                                                  and all(isinstance(s, str) for s in selection_sites)):
             raise TypeError(f"selection_sites must be a non-empty list of latent site names or None, "
                             f"got {selection_sites!r}")
+        subnetwork_size = choose.check_size(subnetwork_size)
         if isinstance(selection, str) and selection != "last_layer" and subnetwork_size is None:
             raise ValueError(f'selection="{selection}" needs a subnetwork_size (a count or a fraction of D)')
         if variance not in choose.VARIANCES:
@@ -158,6 +160,7 @@ class SubnetworkLaplace(AutoContinuous):
                 "needs a likelihood: call the guide with the data, e.g. guide(x, y)"
             )
         super()._setup_prototype(*args, **kwargs)
+        self._check_size_fits()
         init = self._init_loc()
         name, store = self._pyro_get_fullname("loc"), pyro.get_param_store()
         if name in store and store[name].shape != init.shape:
@@ -169,6 +172,16 @@ class SubnetworkLaplace(AutoContinuous):
         self.loc = PyroParam(init, constraints.real, event_dim=1)
         param = self.loc.unconstrained()
         self._initial = (init.detach().clone(), param, param._version)
+
+    def _check_size_fits(self):
+        # a count can exceed the candidates only once the model is traced: here, at the first
+        # guide call (the first svi.step), before the MAP phase rather than after it
+        sites = self.selection_sites
+        shapes = self._unconstrained_shapes
+        if (isinstance(self.subnetwork_size, int) and isinstance(self.selection, str)
+                and self.selection != "last_layer" and (sites is None or set(sites) <= set(shapes))):
+            D = sum(shapes[name].numel() for name in (shapes if sites is None else set(sites)))
+            choose.resolve_size(self.subnetwork_size, D, sites)
 
     def get_posterior(self, *args, **kwargs):
         """A Delta posterior at the MAP (the guide used during SVI)."""

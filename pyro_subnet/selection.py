@@ -46,6 +46,7 @@ Wasserstein rule to coordinates the data see does not rescue it at small sizes. 
 [2] D. J. C. MacKay, "Bayesian Interpolation", Neural Computation 4(3), 1992.
 """
 
+import numbers
 import warnings
 
 import torch
@@ -61,23 +62,41 @@ STRATEGIES = ("predictive", "wasserstein", "random", "magnitude", "last_layer")
 VARIANCES = ("diag_laplace", "swag", "exact")
 
 
-def resolve_size(subnetwork_size, D):
-    """A count in ``[1, D]`` from a count or a fraction of D."""
-    if isinstance(subnetwork_size, bool) or not isinstance(subnetwork_size, (int, float)):
+def check_size(subnetwork_size):
+    """``subnetwork_size`` as given: ``None``, a count (an int >= 1) or a fraction (a float in
+    (0, 1]); a ``TypeError`` or ``ValueError`` saying so for anything else."""
+    if subnetwork_size is None:
+        return None
+    # a bool is an int to Python, but subnetwork_size=True is no count anyone means
+    if isinstance(subnetwork_size, bool) or not isinstance(subnetwork_size, (numbers.Integral, float)):
         raise TypeError(
-            f"subnetwork_size must be an int (a count) or a float in (0, 1] (a fraction of the "
-            f"{D} latent coordinates), got {subnetwork_size!r}"
+            "subnetwork_size must be a count (an int >= 1) or a fraction of the candidate coordinates "
+            f"(a float in (0, 1]), got {subnetwork_size!r}"
         )
     if isinstance(subnetwork_size, float):
         if not 0 < subnetwork_size <= 1:
-            raise ValueError(f"subnetwork_size as a fraction must lie in (0, 1], got {subnetwork_size}")
-        return max(1, int(round(subnetwork_size * D)))
-    if not 1 <= subnetwork_size <= D:
+            raise ValueError(f"subnetwork_size as a fraction (a float) must lie in (0, 1], got {subnetwork_size}; "
+                             "pass a count as an int, e.g. subnetwork_size=10")
+        return subnetwork_size
+    if subnetwork_size < 1:
+        raise ValueError(f"subnetwork_size as a count (an int) must be at least 1, got {subnetwork_size}; "
+                         "pass a count >= 1 or a fraction in (0, 1]")
+    return int(subnetwork_size)
+
+
+def resolve_size(subnetwork_size, D, sites=None):
+    """A count in ``[1, D]`` from a count or a fraction of the D candidates (the coordinates of
+    ``sites``, else every latent coordinate)."""
+    size = check_size(subnetwork_size)
+    if isinstance(size, float):
+        return max(1, int(round(size * D)))
+    if size > D:
+        among = "latent coordinates" if sites is None else f"coordinates of selection_sites={list(sites)}"
         raise ValueError(
-            f"subnetwork_size must be between 1 and the number of latent coordinates D={D}, "
-            f"got {subnetwork_size}; pass a smaller count or a fraction"
+            f"subnetwork_size={size} is more than the model's {D} {among}; pass a count of at most {D}, "
+            "or a fraction (subnetwork_size=1.0 is all of them)"
         )
-    return subnetwork_size
+    return size
 
 
 def explicit(selection, D, blocks):
@@ -156,7 +175,7 @@ def select(guide, latent, u_hat, chunks, batches):
             raise ValueError(f'selection="last_layer" is the sites {names}, not all in selection_sites={sites}; '
                              "drop selection_sites or add them")
         return candidates(latent, names, u_hat.device)
-    size = resolve_size(guide.subnetwork_size, len(pool))
+    size = resolve_size(guide.subnetwork_size, len(pool), sites)
     if size == len(pool):  # the full posterior over the candidates: nothing to rank
         return pool
     if guide.selection == "random":

@@ -14,6 +14,7 @@ from torch.distributions import biject_to
 
 import pyro.poutine as poutine
 from pyro.distributions import ImproperUniform
+from pyro.distributions.util import scale_and_mask
 from pyro.infer.autoguide.initialization import InitMessenger, init_to_uniform
 from pyro.poutine.subsample_messenger import _Subsample
 
@@ -61,6 +62,33 @@ def _is_improper(fn):
             return True
         fn = getattr(fn, "base_dist", None)
     return False
+
+
+def _check_log_probs(trace):
+    """
+    Evaluates each counted site's log density once, at setup, so that a shape bug (a value that
+    does not broadcast with its distribution) names its site. MCMC runs with validation off, so
+    torch raises a bare RuntimeError from inside the distribution, which Pyro's trace does not
+    annotate; here it becomes a ``ValueError`` naming the site and the shapes, as Pyro's does.
+    """
+    for name, site in trace.nodes.items():
+        if not _is_counted(site):
+            continue
+        try:
+            log_p = site["fn"].log_prob(site["value"], *site["args"], **site["kwargs"])
+            scale_and_mask(log_p, site["scale"], site["mask"])
+        except (ValueError, RuntimeError) as error:
+            if _is_invalid_point_error(error):
+                continue  # a bad point, not a bad model: initial_point tries others
+            fn, value = site["fn"], site["value"]
+            kind = "observed" if site["is_observed"] else "latent"
+            raise ValueError(
+                f"the log density of {kind} site {name!r} fails: its {type(fn).__name__} has batch_shape "
+                f"{tuple(fn.batch_shape)} and event_shape {tuple(fn.event_shape)}, its value has shape "
+                f"{tuple(value.shape)} ({error}); make the distribution's parameters and the value "
+                "broadcast, e.g. with .expand, .to_event or a pyro.plate of the data's size\n"
+                + trace.format_shapes()
+            ) from error
 
 
 class ModelSplit:
@@ -120,6 +148,7 @@ class ModelSplit:
             )
         if not self.latent_names:
             raise ValueError("the model has no latent sample site to sample")
+        _check_log_probs(trace)
         self.latent_names.sort()
         # Where the model keeps its latents: the device whose random stream the explorers use.
         self.device = trace.nodes[self.latent_names[0]]["value"].device

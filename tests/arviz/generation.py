@@ -13,3 +13,10 @@ def compare_columns():
     if pyro_arviz.arviz_generation() == 0:
         return ["elpd_loo", "p_loo", "elpd_diff", "weight", "se", "dse"]
     return ["elpd", "p", "elpd_diff", "weight", "se", "dse"]
+
+
+def compare(exports):
+    """``az.compare`` with its numbers unrounded (ArviZ >= 1 rounds its table by default)."""
+    import arviz as az
+
+    return az.compare(exports) if pyro_arviz.arviz_generation() == 0 else az.compare(exports, round_to="none")

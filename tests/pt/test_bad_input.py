@@ -224,3 +224,35 @@ def test_fallback_reason_in_plain_words_keeps_the_capture_message():
         "graph cannot be captured; every evaluation traces the model with Pyro (slower, still "
         "exact)")
     assert "make_fx" in info["potential_detail"]
+
+
+def test_a_shape_bug_names_the_site_at_setup():
+    def model():
+        theta = pyro.sample("theta", dist.Normal(0.0, 1.0).expand([3]))
+        pyro.sample("y", dist.Normal(theta, 1.0), obs=torch.zeros(8))
+
+    kernel = ParallelTempering(model, num_replicas=2, explorer="rwmh")
+    # MCMC turns validation off, where torch's broadcast error names no site
+    with pyro.validation_enabled(False), pytest.raises(
+            ValueError, match=r"observed site 'y' fails: its Normal has batch_shape \(3,\) and event_shape "
+            r"\(\), its value has shape \(8,\)") as caught:
+        setup(kernel)
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert kernel._rungs is None  # refused before any rung was built
+
+
+def test_to_inference_data_wants_the_mcmc_that_ran():
+    from pyro_pt import to_inference_data
+
+    kernel = ParallelTempering(linear_model, num_replicas=2, explorer="rwmh")
+    with pytest.raises(TypeError, match=r"takes the MCMC object that ran the kernel, not the kernel: "
+                       r"mcmc = MCMC\(kernel, ...\); mcmc.run\(\*data\)"):
+        to_inference_data(kernel)
+    mcmc = MCMC(kernel, 5, 2, disable_progbar=True)
+    with pytest.raises(ValueError, match=r"it has not run: call mcmc.run\(\*data\) first"):
+        to_inference_data(mcmc)
+    pyro.set_rng_seed(0)
+    mcmc.run(*linear_data())
+    with pytest.raises(TypeError, match="not the kernel"):
+        to_inference_data(kernel)  # after the run, too
+    assert to_inference_data(mcmc)["posterior"]["w"].shape == (1, 5, 2)

@@ -166,7 +166,8 @@ def test_to_inference_data_rejects_other_kernels(data):
     pyro.set_rng_seed(0)
     mcmc = MCMC(HMC(linear_model, num_steps=2), 5, 2, disable_progbar=True)
     mcmc.run(x, y)
-    with pytest.raises(TypeError, match="ParallelTempering"):
+    with pytest.raises(TypeError, match=r"ParallelTempering kernel, this one ran HMC; "
+                       r"pyro_arviz.from_pyro\(mcmc\) exports runs of any kernel"):
         to_inference_data(mcmc)
 
 

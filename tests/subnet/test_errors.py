@@ -1,5 +1,6 @@
 """Bad input gets a clear error that names the argument or site and says what to do."""
 
+import numpy as np
 import pyro
 import pyro.distributions as dist
 import pytest
@@ -46,12 +47,31 @@ def test_model_errors():
         SubnetworkLaplace(discrete_model, subnetwork_size=1)(x, torch.tensor(0.3))
 
 
-@pytest.mark.parametrize("size", [0, -1, 1000, 0.0, 1.5])
-def test_subnetwork_size_out_of_range(size):
+@pytest.mark.parametrize("size, error, match", [
+    (0, ValueError, r"subnetwork_size as a count \(an int\) must be at least 1, got 0"),
+    (-3, ValueError, r"subnetwork_size as a count \(an int\) must be at least 1, got -3"),
+    (0.0, ValueError, r"subnetwork_size as a fraction \(a float\) must lie in \(0, 1\], got 0.0"),
+    (1.5, ValueError, r"subnetwork_size as a fraction \(a float\) must lie in \(0, 1\], got 1.5; pass a count"),
+    ("big", TypeError, r"subnetwork_size must be a count \(an int >= 1\) or a fraction .* got 'big'"),
+    (True, TypeError, r"subnetwork_size must be a count \(an int >= 1\) or a fraction .* got True"),
+])
+def test_subnetwork_size_is_checked_at_construction(size, error, match):
+    with pytest.raises(error, match=match):
+        SubnetworkLaplace(mlp_model, subnetwork_size=size)
+
+
+def test_subnetwork_size_above_the_coordinates_is_refused_before_the_map_phase():
     x, y = mlp_data()
-    guide = trained(SubnetworkLaplace(mlp_model, subnetwork_size=size), x, y)
-    with pytest.raises(ValueError, match="subnetwork_size"):
-        guide.laplace_approximation(x, y)
+    guide = SubnetworkLaplace(mlp_model, subnetwork_size=1000)
+    svi = pyro.infer.SVI(mlp_model, guide, pyro.optim.Adam({"lr": 1e-2}), pyro.infer.Trace_ELBO())
+    with pytest.raises(ValueError, match=r"subnetwork_size=1000 is more than the model's 28 latent coordinates; "
+                       r"pass a count of at most 28"):
+        svi.step(x, y)  # the guide's first call traces the model: no optimizer step has run
+    assert "SubnetworkLaplace.loc" not in pyro.get_param_store()
+    sites = SubnetworkLaplace(line_model, subnetwork_size=4, selection_sites=["w"])
+    with pytest.raises(ValueError, match=r"more than the model's 3 coordinates of selection_sites=\['w'\]"):
+        sites(*line_data(0))
+    assert SubnetworkLaplace(mlp_model, subnetwork_size=np.int64(28)).subnetwork_size == 28
 
 
 def test_argument_errors():
@@ -65,8 +85,6 @@ def test_argument_errors():
         SubnetworkLaplace(mlp_model, 3, variance="kfac")
     with pytest.raises(ValueError, match="prior_scale"):
         SubnetworkLaplace(mlp_model, 3, prior_scale=-1.0)
-    with pytest.raises(TypeError, match="subnetwork_size must be an int"):
-        trained(SubnetworkLaplace(mlp_model, "3"), *mlp_data()).laplace_approximation(*mlp_data())
     x, y = mlp_data()
     guide = trained(SubnetworkLaplace(mlp_model, 3), x, y)
     with pytest.raises(ValueError, match="call posterior = guide.laplace_approximation"):

@@ -1,0 +1,151 @@
+r"""
+:func:`from_pyro`: one call that exports any result of this project's plugins, or of Pyro's own
+MCMC, to the ArviZ that is installed (what ``az.from_pyro`` did before ArviZ 1 dropped it).
+"""
+
+import xarray as xr
+from pyro.infer import MCMC
+
+import pyro_arviz
+
+ACCEPTED = ("a pyro.infer.MCMC after mcmc.run(...) (any kernel: NUTS, HMC, ParallelTempering) or "
+            "the SubnetworkLaplacePosterior that guide.laplace_approximation(...) returns")
+
+
+def from_pyro(obj=None, *args, log_likelihood=True, dims=None, coords=None, **kwargs):
+    r"""
+    The ArviZ export of a Pyro result: an ``arviz.InferenceData`` under ArviZ < 1, an
+    ``xarray.DataTree`` with the same groups and numbers under ArviZ >= 1.
+
+    - A :class:`~pyro.infer.MCMC` run of :class:`~pyro_pt.ParallelTempering` gives
+      :func:`pyro_pt.to_inference_data`'s export (the tempering record in ``sample_stats``).
+    - A run of any other kernel (NUTS, HMC, ...) gives :func:`mcmc_groups`' groups.
+    - A :class:`~pyro_subnet.SubnetworkLaplacePosterior` gives
+      :func:`pyro_subnet.to_inference_data`'s export; ``*args`` and ``**kwargs`` go there: the
+      model's arguments with the observed data, ``num_samples``, ``predictive``...
+
+    An MCMC run is evaluated with the arguments of its ``mcmc.run(...)``, so it takes none here.
+    With ``log_likelihood`` (the default) the export holds the pointwise log-likelihood of every
+    observed site, which ``az.loo`` and ``az.compare`` need, and a posterior predictive draw per
+    posterior draw. ``log_likelihood=False`` leaves both groups out; for an MCMC run it also
+    skips their cost, one model call per draw.
+
+    ``dims`` names the axes after ``(chain, draw)`` of a variable wherever it appears (an
+    observed site's ``log_likelihood`` takes the leading names, its batch axes); ``coords``
+    gives a dimension its values. Axes left unnamed are ``<variable>_dim_<i>``, as in ArviZ.
+
+    Example::
+
+        az.compare({"pt": from_pyro(pt_mcmc), "nuts": from_pyro(nuts_mcmc),
+                    "subnet": from_pyro(posterior, x, y, num_samples=500)})
+
+    :param obj: an MCMC that has run, or a subnetwork Laplace posterior (also accepted as
+        ``posterior=``, ArviZ's keyword).
+    :param bool log_likelihood: whether to compute ``log_likelihood`` and ``posterior_predictive``.
+    :param dict dims: ``{variable: [dim, ...]}``.
+    :param dict coords: ``{dim: values}``.
+    :returns: ``arviz.InferenceData`` or ``xarray.DataTree``.
+    """
+    # imported here: both plugins import this package
+    import pyro_pt
+    import pyro_subnet
+    from pyro_subnet import SubnetworkLaplace, SubnetworkLaplacePosterior
+
+    if obj is None and "posterior" in kwargs:  # az.from_pyro(posterior=mcmc), as ArviZ < 1 spelled it
+        obj = kwargs.pop("posterior")
+    if not isinstance(log_likelihood, bool):
+        raise TypeError(f"log_likelihood must be True or False, got {log_likelihood!r}")
+    if isinstance(obj, SubnetworkLaplacePosterior):
+        data = pyro_subnet.to_inference_data(obj, *args, **kwargs)
+        if log_likelihood and not (dims or coords):
+            return data
+        groups = datasets(data)
+        if not log_likelihood:
+            groups.pop("log_likelihood", None)
+            groups.pop("posterior_predictive", None)
+        return pyro_arviz.build(label(groups, dims, coords), library="pyro_subnet")
+    if isinstance(obj, MCMC):
+        if args or kwargs:
+            raise TypeError(
+                "from_pyro(mcmc) takes only log_likelihood=, dims= and coords=: it evaluates the model "
+                f"with the arguments of mcmc.run(...); got {len(args)} positional and keyword arguments "
+                f"{sorted(kwargs)}"
+            )
+        if isinstance(obj.kernel, pyro_pt.ParallelTempering):
+            data = pyro_pt.to_inference_data(obj, log_likelihood=log_likelihood)
+        else:
+            data = pyro_arviz.build(pyro_arviz.mcmc_groups(obj, log_likelihood=log_likelihood))
+        if not (dims or coords):
+            return data
+        return pyro_arviz.build(label(datasets(data), dims, coords))
+    if isinstance(obj, SubnetworkLaplace):
+        hint = "; call posterior = guide.laplace_approximation(x, y) after the MAP phase and pass that"
+    elif isinstance(obj, pyro_pt.ParallelTempering):
+        hint = "; pass the MCMC object that ran the kernel: mcmc = MCMC(kernel, ...); mcmc.run(...)"
+    else:
+        hint = ""
+    raise TypeError(f"from_pyro expects {ACCEPTED}; got {type(obj).__name__}{hint}")
+
+
+def datasets(data):
+    """``{group: xarray.Dataset}`` of an ``InferenceData`` or a ``DataTree`` (what :func:`build` takes)."""
+    if isinstance(data, xr.DataTree):
+        return {name: data[name].to_dataset() for name in data.children}
+    return {name: data[name] for name in data.groups()}
+
+
+def label(groups, dims=None, coords=None):
+    r"""
+    ``groups`` with the axes of each variable in ``dims`` renamed and the dimensions in
+    ``coords`` given their values (see :func:`from_pyro`).
+
+    :param dict groups: ``{group name: xarray.Dataset}``.
+    :raises ValueError: for a variable or dimension that no group has, a variable given more
+        names than it has axes, or coordinates of the wrong length.
+    """
+    dims, coords = dict(dims or {}), dict(coords or {})
+    for arg, value in (("dims", dims), ("coords", coords)):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError(f"{arg} must map names (str) to lists, got keys {list(value)}")
+    names = {v for ds in groups.values() for v in ds.data_vars}
+    unknown = sorted(set(dims) - names)
+    if unknown:
+        raise ValueError(f"dims names {unknown}, which are no variables of the export; its variables "
+                         f"are {sorted(names)}")
+    out = {group: _label(group, ds, dims) for group, ds in groups.items()}
+    used = {d for ds in out.values() for d in ds.dims}
+    unknown = sorted(set(coords) - used)
+    if unknown:
+        raise ValueError(f"coords names dimensions {unknown} that no variable has; name them in dims, "
+                         f"e.g. dims={{'obs': ['{unknown[0]}']}}")
+    for group, ds in out.items():
+        for dim, values in coords.items():
+            if dim in ds.dims:
+                if len(values) != ds.sizes[dim]:
+                    raise ValueError(f"coords['{dim}'] has {len(values)} values, but dimension '{dim}' "
+                                     f"has size {ds.sizes[dim]} (in group '{group}')")
+                ds = ds.assign_coords({dim: list(values)})
+        out[group] = ds
+    return out
+
+
+def _label(group, ds, dims):
+    variables = {}
+    for name, var in ds.data_vars.items():
+        variable = var.variable
+        if name in dims:
+            new = list(dims[name])
+            lead = [d for d in variable.dims if d in ("chain", "draw")]
+            own = variable.dims[len(lead):]
+            if len(new) > len(own):
+                if group != "log_likelihood":  # the log-likelihood drops an observed site's event axes
+                    raise ValueError(f"dims['{name}'] names {len(new)} axes, but '{name}' has {len(own)} "
+                                     f"besides {tuple(lead)} (in group '{group}')")
+                new = new[:len(own)]
+            new_dims = tuple(lead) + tuple(new) + tuple(own[len(new):])
+            variable = xr.Variable(new_dims, variable.data, variable.attrs)
+        variables[name] = variable
+    out = xr.Dataset(variables, attrs=ds.attrs)
+    # coordinates whose dimensions survived the renaming (the sample indices, the ladder's)
+    kept = {k: c.variable for k, c in ds.coords.items() if set(c.dims) <= set(out.dims)}
+    return out.assign_coords(kept)
