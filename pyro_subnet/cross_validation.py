@@ -97,6 +97,7 @@ def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, c
     elif "log_likelihood" not in pyro_arviz.groups_of(data):
         raise ValueError("data has no log_likelihood group: pass a SubnetworkLaplacePosterior with the "
                          "model's arguments, or its export pyro_subnet.to_inference_data(posterior, x, y)")
+    _log_likelihood(data, var_name)  # a missing or ambiguous site is named here, for both generations
     densities = _densities(data)
     approximate = _approximate_loo()
     if densities is None or approximate is None:
