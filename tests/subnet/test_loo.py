@@ -13,6 +13,7 @@ import torch
 
 import pyro_arviz
 from pyro_subnet import SubnetLOOWarning, SubnetworkLaplace, loo, to_inference_data
+from pyro_subnet.cross_validation import approximation_pareto_k
 
 az = pytest.importorskip("arviz")
 
@@ -168,15 +169,19 @@ def test_warnings_and_arguments():
     assert bool(result["approx_posterior"] if pyro_arviz.arviz_generation() == 0 else result.approx_posterior)
 
     # q four times narrower than the posterior: the ratios p / q have heavy tails everywhere
-    narrow = _laplace(x, y, widen=0.25)
+    narrow = to_inference_data(_laplace(x, y, widen=0.25), x, y, num_samples=1000)
     with pytest.warns(SubnetLOOWarning, match="Pareto k above .* after the correction") as record:
-        loo(narrow, x, y, num_samples=1000)
+        loo(narrow)
     mine = [r for r in record if issubclass(r.category, SubnetLOOWarning)]
     assert len(mine) == 1 and "smaller subnetwork_size" in str(mine[0].message)
+    assert "q is too far from the posterior" in str(mine[0].message)
+    # the diagnostic of q itself: heavy-tailed p / q when q is narrower, bounded when it is wider
+    assert approximation_pareto_k(narrow) > 0.7
+    assert approximation_pareto_k(to_inference_data(_laplace(x, y, widen=1.5), x, y, num_samples=1000)) < 0.5
 
     # an export without the densities: says it cannot correct, and gives ArviZ's plain LOO
     bare = to_inference_data(exact, x, y, num_samples=500, log_densities=False)
-    assert "sample_stats" not in pyro_arviz.groups_of(bare)
+    assert "sample_stats" not in pyro_arviz.groups_of(bare) and approximation_pareto_k(bare) is None
     with pytest.warns(SubnetLOOWarning, match="uncorrected"):
         uncorrected = loo(bare)
     with warnings.catch_warnings():
