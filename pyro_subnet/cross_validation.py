@@ -49,11 +49,11 @@ from scipy.special import logsumexp
 import pyro_arviz
 
 MAX_BAD_SHARE = 0.1  # above this share of points with a high Pareto k, the elpd is not trusted
-# what lowered the share on two moons (benchmarks/subnet_loo.py): a prior scale other than 1 after
-# a MAP under the model's own prior, or the network predictive, raised it
-_ADVICE = ("try a smaller subnetwork_size (q must match the posterior in all S directions), a MAP "
-           "fitted to convergence under the prior in use (prior_scale 1, else the model's prior rescaled "
-           "and refitted), or more draws")
+# measured on two moons (benchmarks/subnet_loo.py): a smaller S lowered the share; a prior scale
+# other than 1 on a MAP fitted under the model's own prior, and the network predictive, raised it
+_ADVICE = ("try a smaller subnetwork_size (q must match the posterior in all S directions); with a "
+           "prior_scale other than 1, rescale the model's prior itself and refit the MAP (q is centred at "
+           "the MAP of the prior the MAP phase used, not at the mode of the rescaled posterior)")
 
 
 class SubnetLOOWarning(UserWarning):
