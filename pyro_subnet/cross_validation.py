@@ -111,9 +111,9 @@ def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, c
         why = ("has no finite lp and log_q in sample_stats (export it with pyro_subnet.to_inference_data "
                "and log_densities=True)" if densities is None else
                "is not corrected: the installed arviz-stats has no loo_approximate_posterior")
-        warnings.warn(f"this leave-one-out estimate {why}; its draws come from the Laplace Gaussian, not "
-                      "from the posterior that PSIS-LOO assumes, so the elpd and its Pareto k are "
-                      "uncorrected.", SubnetLOOWarning, stacklevel=2)
+        warnings.warn(f"this leave-one-out estimate {why}; the draws of a subnetwork Laplace posterior come "
+                      "from its Gaussian, not from the posterior that PSIS-LOO assumes, so the elpd and its "
+                      "Pareto k are uncorrected.", SubnetLOOWarning, stacklevel=2)
         result = _plain_loo(data, var_name)
     else:
         result = approximate(data, *densities, var_name=var_name)
