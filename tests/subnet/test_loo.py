@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import pyro_arviz
+from tests.arviz.generation import compare_columns
 from pyro_subnet import SubnetLOOWarning, SubnetworkLaplace, loo, to_inference_data
 from pyro_subnet.cross_validation import approximation_pareto_k
 
@@ -187,6 +188,12 @@ def test_warnings_and_arguments():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert _pointwise(uncorrected)[2] == pytest.approx(_pointwise(az.loo(bare, pointwise=True))[2], abs=1e-12)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ranked = az.compare({"corrected": result, "uncorrected": uncorrected})
+    assert set(ranked.index) == {"corrected", "uncorrected"}
+    assert not ranked[compare_columns()].isna().any().any()
 
     with pytest.raises(TypeError, match="model arguments only with a SubnetworkLaplacePosterior"):
         loo(bare, x, y)
