@@ -70,7 +70,7 @@ def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, c
     ``arviz.psislw`` and summarised as ``arviz.loo`` does (the same definitions of elpd, se and
     p_loo as arviz-stats). The draws are independent, so the relative efficiency is 1.
 
-    Warns (:class:`SubnetLOOWarning`, once per call) when more than 10 % of the points have a
+    Warns (:class:`SubnetLOOWarning`, each at most once per call) when more than 10 % of the points have a
     Pareto k above ArviZ's threshold after the correction, and when the data hold no ``lp`` and
     ``log_q`` to correct with (the result is then ``arviz.loo``'s, uncorrected).
 
