@@ -1,9 +1,10 @@
 """Subnetwork linearized Laplace inference for Pyro models (Daxberger et al., ICML 2021)."""
 
 from .arviz import to_inference_data
+from .cross_validation import SubnetLOOWarning, loo
 from .diagonal import DiagonalLaplace, DiagonalLaplacePosterior
 from .guide import SubnetworkLaplace
 from .posterior import SubnetworkLaplacePosterior
 
-__all__ = ["DiagonalLaplace", "DiagonalLaplacePosterior", "SubnetworkLaplace", "SubnetworkLaplacePosterior",
-           "to_inference_data"]
+__all__ = ["DiagonalLaplace", "DiagonalLaplacePosterior", "SubnetLOOWarning", "SubnetworkLaplace",
+           "SubnetworkLaplacePosterior", "loo", "to_inference_data"]

@@ -19,6 +19,19 @@ the Laplace approximation fitted, and on a small BNN its draws can be far worse 
 (with Pareto k above 1 for most points in ``az.loo``); it remains available as
 ``predictive="network"``.
 
+For leave-one-out cross-validation the export also keeps, in ``sample_stats``, two densities at
+each draw :math:`u^{(m)}` (unconstrained, the S coordinates moved and the rest at the MAP):
+
+- ``lp``: :math:`\log p(u^{(m)}, y)` of the model the draws went through, the sum of the
+  export's own pointwise log-likelihood plus the prior the Laplace approximation used,
+  :math:`c\,[\log p(T(u)) + \log|\det \partial T/\partial u|]` with :math:`c` the prior scale
+  in use (for a Gaussian prior: the Gaussian with :math:`c` times its precision), plus the
+  ``pyro.factor`` terms at the network itself (they are not linearized);
+- ``log_q``: :math:`\log q(u_S^{(m)})`, the Laplace Gaussian's density of the S coordinates.
+
+Their difference is what :func:`pyro_subnet.loo` needs to correct the importance ratios of
+PSIS-LOO for draws that come from :math:`q` rather than from the posterior.
+
 **References**
 
 [1] A. Immer, M. Korzepa, M. Bauer, "Improving predictions of Bayesian neural nets via local
@@ -26,13 +39,16 @@ the Laplace approximation fitted, and on a small BNN its draws can be far worse 
 """
 
 import torch
+from pyro.distributions.util import scale_and_mask
+from torch.distributions import biject_to
 
 import pyro_arviz
 
 PREDICTIVES = ("linearized", "network")
 
 
-def to_inference_data(posterior, *args, num_samples=500, predictive="linearized", chunk_size=None, **kwargs):
+def to_inference_data(posterior, *args, num_samples=500, predictive="linearized", chunk_size=None,
+                      log_densities=True, **kwargs):
     r"""
     Draws ``num_samples`` latent vectors from a subnetwork Laplace posterior and returns an
     :class:`arviz.InferenceData` (an ``xarray.DataTree`` under ArviZ >= 1) with groups
@@ -42,6 +58,9 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
       the linearized model (default) or the network itself (``predictive="network"``);
     - ``posterior_predictive``: one draw of each observed site per posterior draw, from the same;
     - ``observed_data``: the observed values;
+    - ``sample_stats`` (with ``log_densities=True``): ``lp``, the log joint of the model the
+      draws went through, and ``log_q``, the density of the draws under the Laplace Gaussian
+      (module docstring), for :func:`pyro_subnet.loo`;
 
     and, on the first three, the attribute ``predictive`` saying which model the draws went
     through (with ``subnetwork_size``).
@@ -56,6 +75,8 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
     :param int num_samples: number of posterior draws.
     :param str predictive: ``"linearized"`` (the model the posterior describes) or ``"network"``.
     :param int chunk_size: inputs per chunk of the linearization (see :mod:`pyro_subnet.predictive`).
+    :param bool log_densities: whether to keep ``lp`` and ``log_q`` in ``sample_stats`` (one
+        model trace per draw for the prior; the ``"network"`` export traces each draw anyway).
     :returns: ``arviz.InferenceData`` under ArviZ < 1, ``xarray.DataTree`` under ArviZ >= 1
         (:mod:`pyro_arviz`).
     """
@@ -110,6 +131,14 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
                     loglik[name] = spec.log_prob(etas, y)
                     pred[name] = spec.wrap(spec.build(etas)).sample()
 
+    stats = {}
+    if log_densities:
+        with torch.no_grad():
+            lp = log_prior(posterior, draws, args, kwargs)
+            for value in loglik.values():
+                lp = lp + value.reshape(num_samples, -1).sum(-1)
+            stats = {"lp": lp, "log_q": posterior.get_posterior().log_prob(draws)}
+
     def numpy(d):
         return {k: v[None].cpu().numpy() for k, v in d.items()}
 
@@ -118,5 +147,29 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
         "posterior": pyro_arviz.dataset(numpy(post), attrs=attrs),
         "posterior_predictive": pyro_arviz.dataset(numpy(pred), attrs=attrs),
         "log_likelihood": pyro_arviz.dataset(numpy(loglik), attrs=attrs),
+        "sample_stats": pyro_arviz.dataset(numpy(stats), attrs=attrs),
         "observed_data": pyro_arviz.dataset({k: v.cpu().numpy() for k, v in observed.items()}, sample_dims=()),
     }, library="pyro_subnet")
+
+
+def log_prior(posterior, draws, args, kwargs):
+    r"""
+    :math:`c_k [\log p_k(T(u)) + \log|\det \partial T_k/\partial u_k|]` summed over the latent
+    sites :math:`k` (:math:`c_k` the prior scale of the posterior, 1 for a site it does not scale),
+    plus the ``pyro.factor`` terms, at each draw ``u`` of ``draws`` (``[M, D]``): the prior whose
+    Hessian at the MAP is the prior part of the subnetwork precision. One model trace per draw.
+    """
+    latent, scale = posterior._latent, posterior.prior_scale
+    out = []
+    for u in draws:
+        tr, _ = latent.trace(u, args, kwargs)
+        total = latent.log_prior(tr, 0.0, prior=False, factors=True)
+        for site, uv in latent.guide._unpack_latent(u):
+            name = site["name"]
+            t = biject_to(site["fn"].support)
+            node = tr.nodes[name]
+            term = scale_and_mask(node["fn"].log_prob(node["value"]), node["scale"], node["mask"]).sum()
+            term = term + t.log_abs_det_jacobian(uv, t(uv)).sum()
+            total = total + (scale.get(name, 1.0) if isinstance(scale, dict) else scale) * term
+        out.append(torch.as_tensor(total, dtype=draws.dtype))
+    return torch.stack(out)

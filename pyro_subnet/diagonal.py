@@ -98,7 +98,8 @@ class DiagonalLaplace(SubnetworkLaplace):
                              "and no data information); give them a proper prior or leave them out of selection_sites")
         args, kwargs = batches[0]
         return DiagonalLaplacePosterior(self._raw_model, u_hat, idx, prec, self._observed, self._factors,
-                                        self._spec_options, args, kwargs, init_loc_fn=self._init_loc_fn)
+                                        self._spec_options, args, kwargs, init_loc_fn=self._init_loc_fn,
+                                        prior_scale=c)
 
 
 def _names(latent, idx):
@@ -115,12 +116,15 @@ class DiagonalLaplacePosterior(SubnetworkLaplacePosterior):
     densities and the linearized predictive work on the diagonal.
 
     :param torch.Tensor precision_diagonal: :math:`\Lambda_{dd}` for each selected coordinate.
+    :param float prior_scale: the multiplier of the prior precision in use (kept in
+        :attr:`prior_scale`, for the log joint of the ArviZ export).
     Other parameters as for :class:`SubnetworkLaplacePosterior`.
     """
 
     def __init__(self, model, loc, subnetwork_indices, precision_diagonal, observed, factors, spec_options,
-                 args=(), kwargs=None, init_loc_fn=init_to_median):
+                 args=(), kwargs=None, init_loc_fn=init_to_median, prior_scale=1.0):
         AutoContinuous.__init__(self, model, init_loc_fn=init_loc_fn)
+        self.prior_scale = prior_scale
         self._setup_prototype(*args, **(kwargs or {}))
         self.register_buffer("loc", loc.detach())
         self.register_buffer("subnetwork_indices", subnetwork_indices)

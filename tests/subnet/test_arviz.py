@@ -49,7 +49,8 @@ def test_inference_data_groups_and_loo():
     lin = to_inference_data(post, x, y, num_samples=200)
     assert lin.posterior.attrs["predictive"] == "linearized"
     for group, name, shape in [("posterior", "W1", (1, 200, 5, 2)), ("log_likelihood", "obs", (1, 200, 25)),
-                               ("posterior_predictive", "obs", (1, 200, 25, 2))]:
+                               ("posterior_predictive", "obs", (1, 200, 25, 2)),
+                               ("sample_stats", "lp", (1, 200)), ("sample_stats", "log_q", (1, 200))]:
         assert getattr(lin, group)[name].shape == shape
     # its log-likelihood at a draw is that of f(x, u_hat) + J_S (u_S - u_hat_S), J_S by jacrev
     idx, u_hat = post.subnetwork_indices, post.loc

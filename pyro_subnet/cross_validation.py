@@ -1,0 +1,246 @@
+r"""
+Leave-one-out cross-validation of a subnetwork Laplace posterior, corrected for its Gaussian.
+
+PSIS-LOO (Vehtari et al. 2017, 2024) estimates :math:`p(y_i \mid y_{-i})` from posterior draws
+with the importance ratios :math:`1 / p(y_i \mid \theta)`. The draws of a
+:class:`~pyro_subnet.SubnetworkLaplacePosterior` come from its Gaussian :math:`q`, not from the
+posterior :math:`p(\theta \mid y) \propto p(\theta, y)` of the model the export describes, so
+the ratio for leaving out point :math:`i` is (Magnusson et al. 2019)
+
+.. math::
+
+    r_i(\theta) \;\propto\; \frac{p(\theta, y)}{q(\theta)\; p(y_i \mid \theta)},
+    \qquad
+    \widehat{\mathrm{elpd}}_i = \log \frac{\sum_m \tilde r_i(\theta_m)\, p(y_i \mid \theta_m)}
+                                          {\sum_m \tilde r_i(\theta_m)},
+
+with :math:`\tilde r_i` the Pareto-smoothed ratios and :math:`\theta_m \sim q`. Where the
+Laplace approximation is the posterior (a linear-Gaussian model), :math:`p(\theta, y) / q(\theta)`
+is constant and this is the usual PSIS-LOO. The export keeps :math:`\log p(\theta_m, y)` and
+:math:`\log q(\theta_m)` in ``sample_stats`` (``lp``, ``log_q``; see :mod:`pyro_subnet.arviz`).
+
+The Pareto :math:`\hat k` of each point says whether its smoothed ratios can be trusted: above
+ArviZ's threshold (0.7 for 2200 draws or more, lower for fewer) the estimate of that point is
+unreliable, and when that holds for more than 10 % of the points the elpd is not a number to
+rank models by. :func:`loo` then warns with a :class:`SubnetLOOWarning`, as it does when the
+correction cannot be made. The warning gives the Pareto k of :math:`p / q` over all draws
+(:func:`approximation_pareto_k`): when that is high too, it is the Gaussian that fails, not the
+leaving out, and no reweighting of these draws can be trusted.
+
+**References**
+
+[1] A. Vehtari, A. Gelman, J. Gabry, "Practical Bayesian model evaluation using leave-one-out
+    cross-validation and WAIC", Statistics and Computing 27(5), 2017.
+[2] A. Vehtari, D. Simpson, A. Gelman, Y. Yao, J. Gabry, "Pareto smoothed importance
+    sampling", JMLR 25(72), 2024.
+[3] M. Magnusson, M. R. Andersen, J. Jonasson, A. Vehtari, "Bayesian leave-one-out
+    cross-validation for large data", ICML 2019.
+[4] Y. Yao, A. Vehtari, D. Simpson, A. Gelman, "Yes, but did it work?: Evaluating variational
+    inference", ICML 2018.
+"""
+
+import math
+import warnings
+
+import numpy as np
+import xarray as xr
+from scipy.special import logsumexp
+
+import pyro_arviz
+
+MAX_BAD_SHARE = 0.1  # above this share of points with a high Pareto k, the elpd is not trusted
+# measured on two moons (benchmarks/subnet_loo.py): a smaller S lowered the share; a prior scale
+# other than 1 on a MAP fitted under the model's own prior, and the network predictive, raised it
+_ADVICE = ("try a smaller subnetwork_size (q must match the posterior in all S directions); with a "
+           "prior_scale other than 1, rescale the model's prior itself and refit the MAP (q is centred at "
+           "the MAP of the prior the MAP phase used, not at the mode of the rescaled posterior)")
+
+
+class SubnetLOOWarning(UserWarning):
+    """A leave-one-out estimate of a subnetwork Laplace posterior that is not to be trusted."""
+
+
+def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, chunk_size=None, **kwargs):
+    r"""
+    PSIS-LOO of a subnetwork Laplace posterior with the importance ratios corrected for drawing
+    from the Laplace Gaussian :math:`q` instead of the posterior (module docstring).
+
+    Under ArviZ >= 1 the estimate is arviz-stats' ``loo_approximate_posterior``; ArviZ < 1 has
+    no approximate-posterior LOO, so the corrected log ratios are smoothed here with
+    ``arviz.psislw`` and summarised as ``arviz.loo`` does (the same definitions of elpd, se and
+    p_loo as arviz-stats). The draws are independent, so the relative efficiency is 1.
+
+    Warns (:class:`SubnetLOOWarning`, each at most once per call) when more than 10 % of the points have a
+    Pareto k above ArviZ's threshold after the correction, and when the data hold no ``lp`` and
+    ``log_q`` to correct with (the result is then ``arviz.loo``'s, uncorrected).
+
+    Example::
+
+        elpd = pyro_subnet.loo(posterior, x, y, num_samples=2000)
+        # or, from an export: pyro_subnet.loo(to_inference_data(posterior, x, y))
+        az.compare({"subnet": elpd, "mcmc": az.loo(idata_mcmc, pointwise=True)})
+
+    :param data: a :class:`~pyro_subnet.SubnetworkLaplacePosterior` (exported first with
+        :func:`~pyro_subnet.to_inference_data` and the model arguments ``args``/``kwargs``), or
+        such an export (an ``InferenceData`` or ``DataTree``).
+    :param int num_samples: draws of the export, for a posterior.
+    :param str predictive: the export's ``predictive``, for a posterior.
+    :param str var_name: the observed site to leave points of out (needed with several).
+    :param int chunk_size: the export's ``chunk_size``, for a posterior.
+    :returns: ArviZ's ELPD data, pointwise (``pareto_k`` and the pointwise elpd included):
+        an ``ELPDData`` under ArviZ < 1 (``elpd_loo``, ``p_loo``, ``loo_i``...) with the entry
+        ``approx_posterior``, arviz-stats' ``ELPDData`` (``elpd``, ``p``, ``elpd_i``...) under
+        ArviZ >= 1.
+    """
+    from .arviz import to_inference_data
+    from .posterior import SubnetworkLaplacePosterior
+
+    if isinstance(data, SubnetworkLaplacePosterior):
+        data = to_inference_data(data, *args, num_samples=num_samples, predictive=predictive,
+                                 chunk_size=chunk_size, **kwargs)
+    elif args or kwargs:
+        raise TypeError("loo takes model arguments only with a SubnetworkLaplacePosterior; "
+                        f"got them with a {type(data).__name__}: pass loo(posterior, x, y) or loo(idata)")
+    elif "log_likelihood" not in pyro_arviz.groups_of(data):
+        raise ValueError("data has no log_likelihood group: pass a SubnetworkLaplacePosterior with the "
+                         "model's arguments, or its export pyro_subnet.to_inference_data(posterior, x, y)")
+    _log_likelihood(data, var_name)  # a missing or ambiguous site is named here, for both generations
+    densities = _densities(data)
+    approximate = _approximate_loo()
+    if densities is None or approximate is None:
+        why = ("has no finite lp and log_q in sample_stats (export it with pyro_subnet.to_inference_data "
+               "and log_densities=True)" if densities is None else
+               "is not corrected: the installed arviz-stats has no loo_approximate_posterior")
+        warnings.warn(f"this leave-one-out estimate {why}; the draws of a subnetwork Laplace posterior come "
+                      "from its Gaussian, not from the posterior that PSIS-LOO assumes, so the elpd and its "
+                      "Pareto k are uncorrected.", SubnetLOOWarning, stacklevel=2)
+        result = _plain_loo(data, var_name)
+    else:
+        result = approximate(data, *densities, var_name=var_name)
+    _check_pareto_k(result, data, stacklevel=3)
+    return result
+
+
+def _densities(data):
+    """``(lp, log_q)`` DataArrays ``(chain, draw)`` of the export, or ``None`` where absent or NaN."""
+    if "sample_stats" not in pyro_arviz.groups_of(data):
+        return None
+    stats = data["sample_stats"]
+    names = set(stats.data_vars) if hasattr(stats, "data_vars") else set(stats)
+    if not {"lp", "log_q"} <= names:
+        return None
+    lp, log_q = stats["lp"], stats["log_q"]
+    if np.isnan(lp.values).any() or np.isnan(log_q.values).any() or np.isinf(log_q.values).any():
+        return None
+    return lp, log_q
+
+
+def _approximate_loo():
+    """ArviZ's approximate-posterior LOO where it has one, else this module's (ArviZ < 1)."""
+    if pyro_arviz.arviz_generation() == 0:
+        return _loo_psislw
+    try:
+        from arviz_stats import loo_approximate_posterior
+    except ImportError:
+        return None
+
+    def run(data, lp, log_q, var_name=None):
+        return loo_approximate_posterior(data, log_p=lp, log_q=log_q, pointwise=True, var_name=var_name)
+
+    return run
+
+
+def _plain_loo(data, var_name):
+    import arviz as az
+
+    return az.loo(data, pointwise=True, var_name=var_name)
+
+
+def _log_likelihood(data, var_name):
+    ds = data["log_likelihood"]
+    names = list(ds.data_vars)
+    if var_name is None:
+        if len(names) != 1:
+            raise ValueError(f"the log_likelihood group has the sites {names}: say which with var_name=")
+        var_name = names[0]
+    elif var_name not in names:
+        raise ValueError(f"var_name={var_name!r} is not in the log_likelihood group (it has {names})")
+    return ds[var_name]
+
+
+def _loo_psislw(data, lp, log_q, var_name=None):
+    """The corrected PSIS-LOO under ArviZ < 1, in ``arviz.loo``'s pointwise ``ELPDData``."""
+    import arviz as az
+
+    ll = _log_likelihood(data, var_name).stack(__sample__=("chain", "draw"))
+    correction = (lp - log_q).stack(__sample__=("chain", "draw"))
+    log_ratios = -ll + correction
+    # a constant per point changes nothing once normalized; keeping the largest at 0 keeps exp finite
+    log_ratios = log_ratios - log_ratios.max("__sample__")
+    log_weights, pareto_k = az.psislw(log_ratios, reff=1.0)
+
+    def lse(x):
+        return xr.apply_ufunc(logsumexp, x, input_core_dims=[["__sample__"]], kwargs={"axis": -1})
+
+    loo_i = lse(log_weights + ll)
+    n_samples = ll.sizes["__sample__"]
+    n_points = int(np.prod([s for d, s in ll.sizes.items() if d != "__sample__"]))
+    elpd = float(loo_i.sum())
+    se = math.sqrt(n_points * float(np.var(loo_i.values)))
+    p_loo = float((lse(ll) - math.log(n_samples)).sum()) - elpd
+    good_k = min(1 - 1 / math.log10(n_samples), 0.7)
+    return az.ELPDData(
+        data=[elpd, se, p_loo, n_samples, n_points, bool((pareto_k > good_k).any()), loo_i.rename("loo_i"),
+              pareto_k, "log", good_k, True],
+        index=["elpd_loo", "se", "p_loo", "n_samples", "n_data_points", "warning", "loo_i", "pareto_k",
+               "scale", "good_k", "approx_posterior"],
+    )
+
+
+def pareto_k_share(result):
+    """The share of points whose Pareto k exceeds the result's ``good_k`` threshold, and that threshold."""
+    k = np.asarray(result["pareto_k"] if pyro_arviz.arviz_generation() == 0 else result.pareto_k)
+    good_k = float(result["good_k"] if pyro_arviz.arviz_generation() == 0 else result.good_k)
+    return float((k > good_k).mean()), good_k
+
+
+def approximation_pareto_k(data):
+    r"""
+    The Pareto :math:`\hat k` of the importance weights :math:`p(\theta, y) / q(\theta)` over all
+    draws of an export (Yao et al. 2018): above about 0.7 the Laplace Gaussian is too far from the
+    posterior for importance sampling at all, and then every point's leave-one-out ratios inherit
+    it. ``None`` where the export holds no ``lp`` and ``log_q``.
+    """
+    densities = _densities(data)
+    if densities is None:
+        return None
+    log_weights = (densities[0] - densities[1]).stack(__sample__=("chain", "draw"))
+    log_weights = log_weights - log_weights.max()
+    if pyro_arviz.arviz_generation() == 0:
+        import arviz as az
+
+        return float(az.psislw(log_weights, reff=1.0)[1])
+    import arviz_stats  # noqa: F401  (registers the azstats accessor)
+
+    return float((-log_weights).azstats.psislw(dim="__sample__")[1])  # arviz-stats smooths minus its input
+
+
+def _check_pareto_k(result, data, stacklevel):
+    share, good_k = pareto_k_share(result)
+    if share <= MAX_BAD_SHARE:
+        return
+    if _is_corrected(result):
+        k_q = approximation_pareto_k(data)
+        why = (f"after the correction for the Laplace Gaussian q, whose own importance weights p/q have "
+               f"Pareto k {k_q:.2f}: " + ("q is too far from the posterior for importance sampling" if k_q > good_k
+                                         else "leaving these points out moves the posterior too far from q"))
+    else:
+        why = "without the correction for the Laplace Gaussian"
+    warnings.warn(f"{share:.0%} of the points have a Pareto k above {good_k:.2f} {why}, and this elpd is "
+                  f"not to be trusted; {_ADVICE}.", SubnetLOOWarning, stacklevel=stacklevel)
+
+
+def _is_corrected(result):
+    if pyro_arviz.arviz_generation() == 0:
+        return "approx_posterior" in result.index and bool(result["approx_posterior"])
+    return bool(getattr(result, "approx_posterior", False))
