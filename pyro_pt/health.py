@@ -10,6 +10,10 @@ A run is flagged when
   the hot rungs explored down to the cold chain, which is then a single-temperature chain;
 - the cold rung's explorer accepts under :data:`LOW_COLD_ACCEPTANCE` (1 %) of its moves:
   the cold chain changes only through swaps, and its draws are nearly all repeats;
+- the cold chain has a divergent transition in its sampling phase: its draws miss a region
+  where the step was too long for the curvature (a funnel's neck), so its averages are biased
+  (Stan warns after any divergence too); the message counts them per temperature and says
+  which rungs warmup already gave a higher target acceptance;
 - the stepping-stone log Z is unreliable: a pair is a bottleneck (the importance weights of
   its log-mean-exp are then dominated by a few draws), or the forward and reverse estimates
   differ by more than :data:`LOG_Z_TOLERANCE` (3) times their Monte Carlo error.
@@ -47,7 +51,7 @@ REVIEW_KEYS = ("warnings", "log_Z_error")
 
 class TemperingWarning(UserWarning):
     """A tempered run whose sampling phase is untrustworthy (bottleneck, no round trip, a cold
-    rung that does not move, an unreliable log Z); one per run, with what to do."""
+    rung that does not move or diverges, an unreliable log Z); one per run, with what to do."""
 
 
 def log_mean_exp_error(values):
@@ -93,7 +97,27 @@ def _ladder_advice(diagnostics):
             "(warmup_steps) with adapt_temperatures=True")
 
 
-def review(diagnostics, betas, num_rounds):
+def _divergence_problem(diagnostics, num_scans):
+    cold = len(diagnostics.get("divergences") or ())
+    if cold == 0:
+        return None
+    temps = diagnostics["temperatures"]
+    share = f" ({cold / num_scans:.1%} of its {num_scans} transitions)" if num_scans else ""
+    per_rung = ", ".join(f"T = {_temperature(t)}: {n}" for t, n in
+                         zip(temps, diagnostics.get("divergences_per_temperature", ())) if n)
+    raised = [(t, p) for t, p in zip(temps, diagnostics.get("raised_target_accept_probs", ()))
+              if p is not None]
+    done = ("warmup already raised the target acceptance of the rungs that diverged ("
+            + ", ".join(f"T = {_temperature(t)}: {p:.3g}" for t, p in raised) + "), "
+            if raised else "")
+    return (f"the cold chain diverged {cold} times{share} in the sampling phase (per "
+            f"temperature: {per_rung}): its draws miss a region of high curvature and are "
+            f"biased there; {done}raise explorer_kwargs={{'target_accept_prob': 0.95}} or "
+            "more, reparametrize the model (e.g. a non-centered hierarchy, "
+            "pyro.infer.reparam.LocScaleReparam), or try explorer='nuts'")
+
+
+def review(diagnostics, betas, num_rounds, num_scans=None):
     """
     The problems of a run's sampling phase, from its diagnostics (the kernel's
     :meth:`~pyro_pt.ParallelTempering.diagnostics`, before review).
@@ -102,6 +126,8 @@ def review(diagnostics, betas, num_rounds):
         barrier, recommended replicas, log Z (forward and reverse) and the tempering record.
     :param list betas: the sampling phase's inverse temperatures, cold first.
     :param int num_rounds: swap rounds in the sampling phase.
+    :param int num_scans: the sampling phase's explorer transitions per rung (to say what
+        share of them diverged).
     :returns: ``(problems, log_z_error, log_z_problem)``: a list of messages, one per
         problem; the Monte Carlo error of log Z; why log Z is unreliable (None if it is not).
     """
@@ -124,6 +150,9 @@ def review(diagnostics, betas, num_rounds):
                         f"{LOW_COLD_ACCEPTANCE}): its draws are nearly all repeats; warm up "
                         "longer or tune the explorer (explorer_kwargs, e.g. a smaller step "
                         "size or scale, or explorer='nuts')")
+    divergence = _divergence_problem(diagnostics, num_scans)
+    if divergence is not None:
+        problems.append(divergence)
     ll = diagnostics["tempering_record"]["log_likelihood"]
     log_z_error, log_z_problem = math.nan, None
     if len(betas) > 1 and ll.shape[0] > 0:
@@ -147,10 +176,10 @@ def review(diagnostics, betas, num_rounds):
     return problems, log_z_error, log_z_problem
 
 
-def annotate(diagnostics, betas, num_rounds):
+def annotate(diagnostics, betas, num_rounds, num_scans=None):
     """Add the review to ``diagnostics`` (in place): ``warnings`` (a list of messages),
     ``log_Z_error``, and in ``log_Z_meaning`` why log Z is unreliable where it is."""
-    problems, log_z_error, log_z_problem = review(diagnostics, betas, num_rounds)
+    problems, log_z_error, log_z_problem = review(diagnostics, betas, num_rounds, num_scans)
     diagnostics["warnings"] = problems
     diagnostics["log_Z_error"] = log_z_error
     if log_z_problem is not None:

@@ -121,6 +121,8 @@ class RungBlock:
             "temperatures": temperatures,
             "local_acceptance": [d["acceptance rate"] for d in per_rung],
             "divergences_per_temperature": [len(d["divergences"]) for d in per_rung],
+            # Where warmup raised a rung's target acceptance after divergences (batched HMC).
+            "raised_target_accept_probs": [d.get("target accept prob") for d in per_rung],
         }
 
 

@@ -109,6 +109,13 @@ class HMCSlots:
         return self._step_size.clone()
 
     @property
+    def target_accept_probs(self):
+        """Each slot's target acceptance: the one given, raised in warmup where the slot
+        diverged (:class:`~pyro_pt.explorers.hmc_warmup.HMCWarmup`)."""
+        dual = self._warmup.dual
+        return list(dual.targets) if dual is not None else [self.target_accept_prob] * self.num_slots
+
+    @property
     def trajectory_lengths(self):
         """The trajectory length :math:`T` of every slot (floats): adapted, or ``num_steps``
         step sizes."""
@@ -125,9 +132,13 @@ class HMCSlots:
         r"""
         One dict per slot (:meth:`~pyro_pt.explorers.hmc_record.HMCRecord.diagnostics`); with
         an adapted trajectory also its ``trajectory length`` :math:`T` and ``num steps``, the
-        leapfrog steps of an unjittered trajectory (:math:`\lceil T / \epsilon \rceil`, capped).
+        leapfrog steps of an unjittered trajectory (:math:`\lceil T / \epsilon \rceil`, capped);
+        and, where warmup raised it, its ``target accept prob`` (:attr:`target_accept_probs`).
         """
         out = self._record.diagnostics(self._t, self._step_size, self._inv_mass)
+        for d, target in zip(out, self.target_accept_probs):
+            if target != self.target_accept_prob:
+                d["target accept prob"] = target
         if self.num_steps is None:
             for d, length, eps in zip(out, self._lengths, self._step_size.tolist()):
                 d["trajectory length"] = length

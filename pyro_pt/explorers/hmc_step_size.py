@@ -42,13 +42,14 @@ class DualAveraging:
     \kappa = 0.75`.
 
     :param list log_step_size: initial :math:`\log\epsilon` of each slot.
-    :param float target_accept_prob: :math:`\delta`.
+    :param float target_accept_prob: :math:`\delta`, the same for every slot at the start;
+        :attr:`targets` holds each slot's own (a slot that diverges may raise its own).
     """
 
     def __init__(self, log_step_size, target_accept_prob=0.8, gamma=0.05, t0=10.0, kappa=0.75):
-        self.target = target_accept_prob
         self.gamma, self.t0, self.kappa = gamma, t0, kappa
         self.log_step_size = [float(x) for x in log_step_size]
+        self.targets = [float(target_accept_prob)] * len(self.log_step_size)
         self.t = [0] * len(self.log_step_size)
         self._schemes = [self._scheme(x) for x in self.log_step_size]
 
@@ -68,7 +69,7 @@ class DualAveraging:
         r"""One iteration of every slot (``accept_prob``: one float per slot); returns the new
         warmup :math:`\log\epsilon` of each slot."""
         for r, alpha in enumerate(accept_prob):
-            self._schemes[r].step(self.target - alpha)
+            self._schemes[r].step(self.targets[r] - alpha)
             self.t[r] += 1
             self.log_step_size[r] = self._schemes[r].get_state()[0]
         return list(self.log_step_size)

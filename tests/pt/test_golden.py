@@ -98,6 +98,9 @@ def run_config(name):
         diagnostics.pop(key)
     # Added after the record too, for several chains; it is the record's adaptation_history.
     assert diagnostics.pop("adaptation_history") == kernel.adaptation_history
+    # Added after the record: the rungs' raised targets, which local_diagnostics hold.
+    assert diagnostics.pop("raised_target_accept_probs") == [
+        e.diagnostics().get("target accept prob") for e in kernel._rungs.explorers]
     diagnostics["log_Z_meaning"] = diagnostics["log_Z_meaning"].split(UNRELIABLE)[0]
     report = kernel.report.drop(columns=["seconds", "warnings"]).to_dict(orient="list")
     return _plain({
