@@ -107,14 +107,16 @@ def _divergence_problem(diagnostics, num_scans):
                          zip(temps, diagnostics.get("divergences_per_temperature", ())) if n)
     raised = [(t, p) for t, p in zip(temps, diagnostics.get("raised_target_accept_probs", ()))
               if p is not None]
-    done = ("warmup already raised the target acceptance of the rungs that diverged ("
-            + ", ".join(f"T = {_temperature(t)}: {p:.3g}" for t, p in raised) + "), "
+    done = ("warmup raised the target acceptance of the rungs that diverged ("
+            + ", ".join(f"T = {_temperature(t)}: {p:.3g}" for t, p in raised) + "); "
             if raised else "")
+    highest = max([p for _, p in raised], default=0.9)
+    target = ("" if highest >= 0.99 else
+              f"pass explorer_kwargs={{'target_accept_prob': {1 - (1 - highest) / 2:.3g}}}, ")
     return (f"the cold chain diverged {cold} times{share} in the sampling phase (per "
             f"temperature: {per_rung}): its draws miss a region of high curvature and are "
-            f"biased there; {done}raise explorer_kwargs={{'target_accept_prob': 0.95}} or "
-            "more, reparametrize the model (e.g. a non-centered hierarchy, "
-            "pyro.infer.reparam.LocScaleReparam), or try explorer='nuts'")
+            f"biased there; {done}reparametrize the model (e.g. a non-centered hierarchy, "
+            f"pyro.infer.reparam.LocScaleReparam), {target}or try explorer='nuts'")
 
 
 def review(diagnostics, betas, num_rounds, num_scans=None):

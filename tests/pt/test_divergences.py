@@ -97,7 +97,7 @@ def test_the_review_warns_once_with_counts_temperatures_and_what_to_do(funnel_ru
     assert len(caught) == 1 and len(messages) == 1
     message = messages[0]
     assert f"diverged {cold} times ({cold / 300:.1%} of its 300 transitions)" in message
-    assert "target_accept_prob" in message and "explorer='nuts'" in message
+    assert "explorer='nuts'" in message
     assert "LocScaleReparam" in message
 
 
@@ -117,6 +117,13 @@ def test_the_message_names_each_diverging_temperature_and_each_raised_target():
     assert "diverged 2 times (1.0% of its 200 transitions)" in message
     assert "T = 1: 2, T = inf: 5" in message and "T = 3: 0" not in message
     assert "(T = 1: 0.9, T = inf: 0.95)" in message
+    assert "{'target_accept_prob': 0.975}" in message  # above the highest target reached
+    d = _diagnostics([3], [1, 0, 0], [0.99, None, None])
+    (message,), _, _ = review(d, [1.0, 1 / 3, 0.0], num_rounds=10, num_scans=200)
+    assert "target_accept_prob'" not in message and "LocScaleReparam" in message
+    d = _diagnostics([3], [1, 0, 0], [None, None, None])
+    (message,), _, _ = review(d, [1.0, 1 / 3, 0.0], num_rounds=10, num_scans=200)
+    assert "{'target_accept_prob': 0.95}" in message and "warmup raised" not in message
 
 
 def test_no_divergence_no_message():
