@@ -129,13 +129,20 @@ TABLE = {
 _recorders = []  # the reason lists of the open recording() blocks
 
 
+_owners = {}  # (module, attribute) -> (owner, name): a lookup can sit on a hot path (a
+# graph's validation key is read at every evaluation)
+
+
 def _owner(entry):
     """The object holding ``entry``'s value, and the value's name in it."""
-    *path, name = entry.attribute.split(".")
-    owner = importlib.import_module(entry.module)
-    for part in path:
-        owner = getattr(owner, part)
-    return owner, name
+    key = entry.module, entry.attribute
+    if key not in _owners:
+        *path, name = entry.attribute.split(".")
+        owner = importlib.import_module(entry.module)
+        for part in path:
+            owner = getattr(owner, part)
+        _owners[key] = owner, name
+    return _owners[key]
 
 
 def _resolve(entry):
