@@ -127,10 +127,9 @@ TABLE = {
 }
 
 _recorders = []  # the reason lists of the open recording() blocks
-
-
-_owners = {}  # (module, attribute) -> (owner, name): a lookup can sit on a hot path (a
-# graph's validation key is read at every evaluation)
+# (module, attribute) -> (owner, name): a lookup can sit on a hot path (a graph's validation
+# key is read at every evaluation)
+_owners = {}
 
 
 def _owner(entry):
@@ -163,16 +162,17 @@ def lookup(name):
     what the run does instead. The reason is also noted in every open :func:`recording`.
     """
     entry = TABLE[name]
-    path = f"{entry.module}.{entry.attribute}"
     try:
         value = _resolve(entry)
     except (ImportError, AttributeError):
-        reason = f"{path} (private API) not found in {_version(entry.module)}: {entry.fallback}"
+        what = "not found"
     else:
         if entry.check is None or entry.check[0](value):
             return value, None
-        reason = (f"{path} (private API) changed in {_version(entry.module)} "
-                  f"({entry.check[1]}): {entry.fallback}")
+        what = "changed"
+    path, version = f"{entry.module}.{entry.attribute}", _version(entry.module)
+    how = f" ({entry.check[1]})" if what == "changed" else ""
+    reason = f"{path} (private API) {what} in {version}{how}: {entry.fallback}"
     for reasons in _recorders:
         if reason not in reasons:
             reasons.append(reason)
