@@ -21,6 +21,8 @@ def fallback_reason(raw):
     ``""`` stays ``""`` (no fallback)."""
     if not raw:
         return ""
+    if "(private API)" in raw:  # pyro_pt.potential.torch_compat's reason says it all
+        return raw
     if "_local_scalar_dense" in raw or "data-dependent" in raw or "latent-dependent value" in raw:
         why = ("the model branches on a latent value (Python control flow such as `if z > 0`), "
                "so its graph cannot be captured")

@@ -40,7 +40,7 @@ from torch.distributions import biject_to
 from torch.distributions.transforms import ComposeTransform, IndependentTransform, identity_transform
 
 from .likelihoods import OutputSpec, unwrap
-from .subnet_tensor import SubnetMatrix
+from .subnet_tensor import SubnetMatrix, unavailable as subnet_unavailable
 
 _FLOAT_BUDGET = 2**25  # transient floats per batched backward pass
 
@@ -65,7 +65,9 @@ class LatentModel:
         self.factors = list(factors)
         self.spec_options = spec_options
         self.latent_names = [n for n, _ in guide.prototype_trace.iter_stochastic_nodes()]
-        self.use_subnet_matrix = True
+        # dense rows where the SubnetMatrix's private torch API is missing (the reason kept)
+        self.subnet_matrix_reason = subnet_unavailable()
+        self.use_subnet_matrix = self.subnet_matrix_reason is None
         self.blocks, pos = {}, 0
         for name, shape in guide._unconstrained_shapes.items():
             size = shape.numel()

@@ -13,11 +13,26 @@ so reverse mode never forms the dense gradient of :math:`W` (``rows x D`` number
 rows): the gradient w.r.t. :math:`\delta` is a gather, and the dense work is one GEMM with the
 constant :math:`W_0`. :class:`SubnetMatrix` applies this to ``matmul``, ``@``, ``mm``,
 ``F.linear`` and transposes; every other operation sees the equivalent dense tensor, so the
-values (and their derivatives) are always exactly those of :math:`W`.
+values (and their derivatives) are always exactly those of :math:`W`. It needs a private torch
+API (``torch._C.DisableTorchFunctionSubclass``, looked up in
+:mod:`pyro_pt.potential.torch_compat`); where that is missing :func:`unavailable` gives the
+reason, and :class:`~pyro_subnet.curvature.LatentModel` takes dense rows instead.
 """
 
 import torch
 import torch.nn.functional as F
+
+from pyro_pt.potential import torch_compat
+
+# torch's context in which a SubnetMatrix's operations run as on the plain tensor (looked up
+# once: __torch_function__ runs for every operation)
+_plain_operations = torch_compat.lookup("DisableTorchFunctionSubclass")[0]
+
+
+def unavailable():
+    """None, or why no :class:`SubnetMatrix` can be made (a private torch API is missing)."""
+    return torch_compat.lookup("DisableTorchFunctionSubclass")[1]
+
 
 _MATMUL = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm, torch.Tensor.mm}
 _RMATMUL = {torch.Tensor.__rmatmul__}
@@ -40,7 +55,7 @@ class SubnetMatrix(torch.Tensor):
     @staticmethod
     def __new__(cls, base, rows, cols, delta):
         zeroed = base.detach().index_put((rows, cols), torch.zeros((), dtype=base.dtype, device=base.device))
-        t = torch.Tensor._make_subclass(cls, zeroed)
+        t = zeroed.as_subclass(cls)
         t._zeroed, t._rows, t._cols, t._delta = zeroed, rows, cols, delta
         return t
 
@@ -58,7 +73,7 @@ class SubnetMatrix(torch.Tensor):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in _META:
-            with torch._C.DisableTorchFunctionSubclass():
+            with _plain_operations():
                 return func(*args, **kwargs)
         if func in _TRANSPOSE and isinstance(args[0], SubnetMatrix) and not kwargs:
             return args[0].transposed()
@@ -80,7 +95,7 @@ class SubnetMatrix(torch.Tensor):
             out = _right(args[0], args[1].transposed())
             return out if bias is None else out + bias
         args, kwargs = _densify(args), _densify(kwargs)
-        with torch._C.DisableTorchFunctionSubclass():
+        with _plain_operations():
             return func(*args, **kwargs)
 
 
@@ -95,7 +110,7 @@ def _densify(obj):
 
 
 def _plain(t):
-    with torch._C.DisableTorchFunctionSubclass():
+    with _plain_operations():
         return t.as_subclass(torch.Tensor) if isinstance(t, SubnetMatrix) else t
 
 

@@ -18,7 +18,7 @@ the rung runs. The prior rung (beta = 0) draws exactly from the prior.
 """
 
 from ..explain import fallback_reason
-from ..potential import FunctionalSplit, TemperedPotential
+from ..potential import FunctionalSplit, TemperedPotential, torch_compat
 from ..random import RandomStream
 from .contract import ExplorerGroup, RungExplorer, SingleRungExplorer
 from .hmc_group import DEFAULT_NUM_STEPS_JITTER, HMCGroup, check_hmc_options
@@ -77,52 +77,58 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
     :mod:`pyro_pt.growth`).
 
     :returns: ``(explorers, states, log_likelihoods, info)``; ``info`` says which explorer and
-        which potential path (fast functional graph or Pyro's trace) the rungs use, and why.
+        which potential path (fast functional graph or Pyro's trace) the rungs use, and why;
+        ``info["private_api"]`` the reasons of private APIs not found (where any).
     """
-    explorers, states, lls = [], [], []
-    group = None
-    info = {"explorer": explorer if isinstance(explorer, str) else "callable"}
-    if any(betas[k] > 0.0 for k in rungs):
-        # Every explorer evaluates the model through its captured graph where that is exact.
-        split = FunctionalSplit(split, compile=compile, evaluations=_fewest_gradient_evaluations(
-            explorer, explorer_kwargs, warmup_steps))
-        info.update(potential=split.path, potential_reason=fallback_reason(split.reason),
-                    potential_engine=split.compiled.engine, potential_engine_reason=split.compiled.engine_reason)
-        matmul = split.compiled.matmul_path()
-        if matmul:  # under Inductor only
-            info["potential_matmul"] = matmul
-        if split.reason:
-            info["potential_detail"] = split.reason  # the capture's own message
-        if explorer == "hmc":
-            group = HMCGroup(split, explorer_kwargs)
-            info.update(explorer="hmc (batched)", batched=split.batched.path,
-                        batched_reason=split.batched.reason)
-    for k in rungs:
-        stream = RandomStream(seeds[k], device=device)
-        if betas[k] == 0.0:
-            rung = PriorExplorer(stream, split)
-            z, ll = rung.move(None)
-        elif group is not None:
-            z = _start(split, stream, (starts or {}).get(k, initial_params))
-            rung, ll = group.add(betas[k], seeds[k], z), None
-        else:
-            potential = TemperedPotential(split, betas[k])
-            kernel = make_kernel(explorer, potential, explorer_kwargs)
-            rung = PyroKernelExplorer(kernel, stream, potential)
-            z = _start(split, stream, (starts or {}).get(k, initial_params))
-            rung.setup(z, warmup_steps)
-            ll = split.log_likelihood(z)
-        explorers.append(rung)
-        states.append(z)
-        lls.append(ll)
-    if group is not None:
-        started = iter(group.setup(warmup_steps))
-        lls = [next(started) if ll is None else ll for ll in lls]
-        # Compiles the fused step now, in the set-up, rather than at the first leapfrog.
-        leapfrog = group.engine.leapfrog
-        # why not the faster path: lockstep, then fused
-        info.update(leapfrog=leapfrog, leapfrog_reason="" if leapfrog == "lockstep" else (
-            f"not lockstep: {split.lockstep.reason}" if leapfrog == "fused" else (
-                split.batched.step_reason
-                or f"potential {split.path!r}, replicas evaluated by {split.batched.path!r}")))
+    # the private APIs (pyro_pt.potential.torch_compat) the set-up found missing, and why
+    with torch_compat.recording() as missing:
+        explorers, states, lls = [], [], []
+        group = None
+        info = {"explorer": explorer if isinstance(explorer, str) else "callable"}
+        if any(betas[k] > 0.0 for k in rungs):
+            # Every explorer evaluates the model through its captured graph where that is exact.
+            evaluations = _fewest_gradient_evaluations(explorer, explorer_kwargs, warmup_steps)
+            split = FunctionalSplit(split, compile=compile, evaluations=evaluations)
+            info.update(potential=split.path, potential_reason=fallback_reason(split.reason),
+                        potential_engine=split.compiled.engine,
+                        potential_engine_reason=split.compiled.engine_reason)
+            matmul = split.compiled.matmul_path()
+            if matmul:  # under Inductor only
+                info["potential_matmul"] = matmul
+            if split.reason:
+                info["potential_detail"] = split.reason  # the capture's own message
+            if explorer == "hmc":
+                group = HMCGroup(split, explorer_kwargs)
+                info.update(explorer="hmc (batched)", batched=split.batched.path,
+                            batched_reason=split.batched.reason)
+        for k in rungs:
+            stream = RandomStream(seeds[k], device=device)
+            if betas[k] == 0.0:
+                rung = PriorExplorer(stream, split)
+                z, ll = rung.move(None)
+            elif group is not None:
+                z = _start(split, stream, (starts or {}).get(k, initial_params))
+                rung, ll = group.add(betas[k], seeds[k], z), None
+            else:
+                potential = TemperedPotential(split, betas[k])
+                kernel = make_kernel(explorer, potential, explorer_kwargs)
+                rung = PyroKernelExplorer(kernel, stream, potential)
+                z = _start(split, stream, (starts or {}).get(k, initial_params))
+                rung.setup(z, warmup_steps)
+                ll = split.log_likelihood(z)
+            explorers.append(rung)
+            states.append(z)
+            lls.append(ll)
+        if group is not None:
+            started = iter(group.setup(warmup_steps))
+            lls = [next(started) if ll is None else ll for ll in lls]
+            # Compiles the fused step now, in the set-up, rather than at the first leapfrog.
+            leapfrog = group.engine.leapfrog
+            # why not the faster path: lockstep, then fused
+            info.update(leapfrog=leapfrog, leapfrog_reason="" if leapfrog == "lockstep" else (
+                f"not lockstep: {split.lockstep.reason}" if leapfrog == "fused" else (
+                    split.batched.step_reason
+                    or f"potential {split.path!r}, replicas evaluated by {split.batched.path!r}")))
+    if missing:
+        info["private_api"] = missing
     return explorers, states, lls, info

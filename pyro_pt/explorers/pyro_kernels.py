@@ -24,6 +24,7 @@ import pyro.ops.integrator as integrator
 from pyro.infer.mcmc import NUTS
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
+from ..potential import torch_compat
 from .contract import SingleRungExplorer
 from .rwmh import RandomWalkMetropolis
 
@@ -32,13 +33,14 @@ EXPLORERS = ("nuts", "hmc", "rwmh")
 
 def _leapfrog_takes_the_hook():
     """Whether Pyro's leapfrog step (a private function) still looks ``potential_grad`` up in
-    its module at each call, so that replacing the module's name reaches it."""
-    step = getattr(integrator, "_single_step_verlet", None)
-    names = getattr(getattr(step, "__code__", None), "co_names", ())
-    return callable(getattr(integrator, "potential_grad", None)) and "potential_grad" in names
+    its module at each call, so that replacing the module's name reaches it (the lookup notes
+    the reason where it does not)."""
+    missing = torch_compat.lookup("_single_step_verlet")[1]
+    return not missing and callable(getattr(integrator, "potential_grad", None))
 
 
-GRAPH_GRADIENTS = _leapfrog_takes_the_hook()
+# The hook where Pyro takes it; False turns it off (a test's or a benchmark's baseline).
+GRAPH_GRADIENTS = True
 # Where Pyro calls potential_grad by its module's name: the leapfrog step, and HMC's and NUTS's
 # first evaluation after a cleared cache (a swap).
 _CALLERS = (integrator, pyro.infer.mcmc.hmc, pyro.infer.mcmc.nuts)
@@ -56,9 +58,10 @@ def graph_gradients():
     Within the block, Pyro's leapfrog steps (and HMC's and NUTS's evaluation of a new state)
     take ``(grads, potential)`` from ``potential_fn.potential_and_grad(z)`` where the potential
     has it and it answers, else from Pyro's own ``potential_grad``. Outside it (and where Pyro's
-    integrator no longer takes the hook, :data:`GRAPH_GRADIENTS` False) Pyro is untouched.
+    integrator no longer takes the hook, or :data:`GRAPH_GRADIENTS` is False) Pyro is
+    untouched.
     """
-    if not GRAPH_GRADIENTS:
+    if not (GRAPH_GRADIENTS and _leapfrog_takes_the_hook()):
         yield
         return
     pyro_potential_grad = integrator.potential_grad

@@ -17,7 +17,10 @@ evaluating it gives the traced path's numbers: NaN where distribution validation
 - :mod:`~pyro_pt.potential.densities` and :mod:`~pyro_pt.potential.capture`: what a captured
   graph computes, and how it is captured, refused or compiled.
 - :mod:`~pyro_pt.potential.inductor`: compiling a captured graph with ``torch.compile``
-  (Inductor), and the choice between it and TorchScript (``compile="auto"``).
+  (Inductor), and the choice between it and TorchScript (``compile="auto"``);
+  :mod:`~pyro_pt.potential.direct_call`: calling the compiled code past its wrappers.
+- :mod:`~pyro_pt.potential.torch_compat`: the private torch APIs the fast paths use, each
+  looked up in one table, with the public path taken where one is missing.
 - :mod:`~pyro_pt.potential.compiled`: :class:`CompiledSplit`, the captured graphs, checked
   against the traced path.
 - :mod:`~pyro_pt.potential.batched`: the tempered potentials of many replicas in one call,

@@ -23,6 +23,9 @@ import warnings
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from pyro.distributions.util import is_validation_enabled
+
+from . import torch_compat
 from .inductor import inductor_compile
 
 _REFUSED_TAGS = {
@@ -66,11 +69,18 @@ def keeping_validation():
     ``Distribution.set_default_validate_args(False)``); compiling a graph must not change what
     the traced path, and every graph captured afterwards, does at an invalid point.
     """
-    setting = torch.distributions.Distribution._validate_args
+    setting = validation_setting()
     try:
         yield
     finally:
         torch.distributions.Distribution.set_default_validate_args(setting)
+
+
+def validation_setting():
+    """Whether torch distributions validate by default: torch's own setting (a private class
+    attribute), else Pyro's, which ``pyro.enable_validation`` keeps equal to it."""
+    setting, missing = torch_compat.lookup("Distribution._validate_args")
+    return bool(is_validation_enabled() if missing else setting)
 
 
 class Uncapturable(Exception):
@@ -135,8 +145,12 @@ def _fold_constants(gm):
 
 
 def _checked_tolist(tolist):
+    wrapped, missing = torch_compat.lookup("is_functorch_wrapped_tensor")
+
     def checked(tensor):
-        if torch._C._functorch.is_functorch_wrapped_tensor(tensor):
+        if missing:  # which tensors depend on the latent values cannot be told: refuse all
+            raise Uncapturable(f"the model calls tolist(), and {missing}")
+        if wrapped(tensor):
             tensor.item()  # refused under grad: the values would be read outside the graph
         return tolist(tensor)
 
@@ -153,9 +167,7 @@ def _reads_through_dispatch(refusals):
     text is replaced and noted in ``refusals`` (raising there would leave functorch disabled
     while the exception's traceback lives).
     """
-    import torch._tensor_str as tensor_str
-
-    tolist, wrapper_str = torch.Tensor.tolist, tensor_str._functorch_wrapper_str_intern
+    tolist = torch.Tensor.tolist
 
     def refuse_text(tensor, *, tensor_contents=None):
         refusals.append("the model formats a latent-dependent tensor as text (repr, print), "
@@ -163,12 +175,12 @@ def _reads_through_dispatch(refusals):
         return "<tensor being captured>"
 
     torch.Tensor.tolist = _checked_tolist(tolist)
-    tensor_str._functorch_wrapper_str_intern = refuse_text
     try:
-        yield
+        # where the text's function is gone, the checks against the traced model remain
+        with torch_compat.replaced("_functorch_wrapper_str_intern", refuse_text):
+            yield
     finally:
         torch.Tensor.tolist = tolist
-        tensor_str._functorch_wrapper_str_intern = wrapper_str
 
 
 @contextlib.contextmanager
@@ -180,13 +192,15 @@ def _one_fake_mode():
     capture (eight schools, 207 nodes: ~0.3 of ~0.6 s). A tracing context that holds one mode
     is where ``make_fx`` looks for it first; the graph is the same.
     """
-    from torch._guards import TracingContext, tracing
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    if TracingContext.try_get() is not None:  # inside someone else's compilation: theirs
+    context = torch_compat.lookup("TracingContext")[0]
+    tracing = torch_compat.lookup("tracing")[0]
+    fake_mode = torch_compat.lookup("FakeTensorMode")[0]
+    if None in (context, tracing, fake_mode) or context.try_get() is not None:
+        # a private API missing: a fake mode per node (slower, the same graph); or inside
+        # someone else's compilation, whose context is kept
         yield
         return
-    with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
+    with tracing(context(fake_mode(allow_fallback_kernels=True))):
         yield
 
 

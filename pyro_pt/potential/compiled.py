@@ -18,9 +18,9 @@ import math
 import torch
 
 from .capture import (Uncapturable, capture, compile_graph, forked_rng, keeping_validation,
-                      mismatch)
+                      mismatch, validation_setting)
 from .densities import counted_validation, densities, densities_and_grads
-from .inductor import check_compiler, choose_compiler, inductor_compile
+from .inductor import check_compiler, choose_compiler, inductor_compile, missing_apis
 from .matmul import choice
 from .recent import derived
 from .layout import FlatLayout
@@ -141,7 +141,7 @@ class CompiledSplit:
     def graph_key(dtype, device):
         """What a captured graph is specific to: dtype, device and whether distributions
         validate (a graph captured with validation has its checks as flags)."""
-        return dtype, device, bool(torch.distributions.Distribution._validate_args)
+        return dtype, device, validation_setting()
 
     def _graph(self, kind, dtype, device):
         """
@@ -200,7 +200,10 @@ class CompiledSplit:
         with forked_rng(device):
             gm = capture(fn, points[0])
             self._check_validation(min(fn.flag_counts, default=0), points[0])
-        if kind == "grads" and self.compiler == "inductor":
+        missing = missing_apis() if kind == "grads" and self.compiler == "inductor" else None
+        if missing:  # decided before compiling: a private API Inductor's path needs is gone
+            self.engine_reason = missing
+        elif kind == "grads" and self.compiler == "inductor":
             choice()  # a bad PYRO_PT_MATMUL is the user's to fix, not a compiler failure
             try:
                 with keeping_validation():

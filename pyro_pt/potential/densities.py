@@ -21,7 +21,8 @@ from torch.func import grad_and_value
 from pyro.distributions.util import scale_and_mask
 from pyro.poutine.messenger import Messenger
 
-from .capture import Uncapturable
+from . import torch_compat
+from .capture import Uncapturable, validation_setting
 from .split import _is_counted
 
 
@@ -50,28 +51,22 @@ class _Substitute(Messenger):
 
 
 @contextlib.contextmanager
-def _checks_answered_by(check):
-    """The checks of torch distribution validation (``torch._is_all_true(valid)``, raising where
-    it is false) answered by ``check`` instead."""
-    original = torch._is_all_true
-    torch._is_all_true = check
-    try:
-        yield
-    finally:
-        torch._is_all_true = original
-
-
 def _validation_as_flags(flags):
     """
-    Turn the raising checks of torch distribution validation into recorded flags (only while a
-    graph is captured: a raise needs the value in Python, which a graph cannot have).
+    Turn the raising checks of torch distribution validation (``torch._is_all_true(valid)``,
+    raising where it is false) into recorded flags (only while a graph is captured: a raise
+    needs the value in Python, which a graph cannot have). Where that private function is
+    missing or no longer called, a model that validates cannot be captured: Uncapturable.
     """
 
     def record(valid):
         flags.append(torch.as_tensor(valid).all())
         return True
 
-    return _checks_answered_by(record)
+    with torch_compat.replaced("_is_all_true", record) as missing:
+        if missing and validation_setting():
+            raise Uncapturable(missing)
+        yield
 
 
 def counted_validation(counts):
@@ -82,13 +77,14 @@ def counted_validation(counts):
 
     :param list counts: a one-element list, the count so far.
     """
-    original = torch._is_all_true
+    original = torch_compat.lookup("_is_all_true")[0]
 
     def count(valid):
         counts[0] += 1
         return original(valid)
 
-    return _checks_answered_by(count)
+    # where it is missing no graph is captured with validation on, so nothing is to count
+    return torch_compat.replaced("_is_all_true", count)
 
 
 def split_terms(split, layout, flat):

@@ -36,6 +36,8 @@ import copy
 
 import torch
 
+from . import torch_compat
+from .direct_call import direct_call
 from .matmul import shims, substitute
 
 
@@ -74,15 +76,19 @@ def choose_compiler(compile, evaluations=None):
     return "torchscript"
 
 
+def missing_apis():
+    """The reason :func:`inductor_compile` cannot run (a private API it needs is missing, see
+    :mod:`~pyro_pt.potential.torch_compat`), else None."""
+    return torch_compat.first_missing("inductor.compile", "FakeTensorMode", "ShapeEnv")
+
+
 class _InductorGraph:
     """
     An Inductor-compiled graph called as ``gm`` is: its outputs as a tuple.
 
-    ``fn`` is what ``torch._inductor.compile`` returns: AOTAutograd's runtime wrappers (grad
-    mode, output aliasing, the graph's constants prepended to the inputs) around Inductor's
-    generated code. Where :func:`_direct_call` finds the generated code and the constants,
-    the graph is called through them alone: on the 25-weight BNN's lockstep step (one CPU
-    thread) the wrappers cost about as much as the generated code itself.
+    ``fn`` is what ``torch._inductor.compile`` returns: AOTAutograd's runtime wrappers around
+    Inductor's generated code. Where :func:`~pyro_pt.potential.direct_call.direct_call` finds
+    the generated code and the constants, the graph is called through them alone.
     """
 
     def __init__(self, fn, direct=None):
@@ -107,101 +113,12 @@ class _InductorGraph:
         return (lambda args: self.fn(*args)), ()
 
 
-def _filled(cell):
-    try:
-        cell.cell_contents
-    except ValueError:  # an empty cell
-        return False
-    return True
-
-
-def _direct_call(fn, example):
-    """
-    ``(generated callable, constants)`` of ``fn`` (``torch._inductor.compile``'s result):
-    the innermost Inductor output code, found through the ``__wrapped__`` chain of the
-    wrappers, and the tensors the wrappers pass it before the inputs (the graph's constants,
-    lifted), recorded on one call at ``example``. None wherever anything is not as expected
-    (another torch version's wrappers, an input passed other than as given, outputs that
-    differ from the wrapped call's by a bit), so the wrapped call is kept.
-    """
-    from torch._inductor.output_code import OutputCode
-
-    code, layer = None, fn
-    for _ in range(16):
-        cells = [c.cell_contents for c in getattr(layer, "__closure__", None) or ()
-                 if _filled(c)]
-        found = [layer] + cells
-        code = next((c for c in found if isinstance(c, OutputCode)), None)
-        if code is not None:
-            break
-        layer = getattr(layer, "__wrapped__", None)
-    run = getattr(code, "current_callable", None)
-    if run is None:
-        return None
-    seen = []
-
-    def spy(args):
-        seen.append(list(args))
-        return run(args)
-
-    code.current_callable = spy
-    try:
-        with torch.no_grad():
-            reference = tuple(fn(*example))
-    finally:
-        code.current_callable = run
-    if len(seen) != 1:
-        return None
-    args = seen[0]
-    lead = len(args) - len(example)
-    if lead < 0 or not all(a is b for a, b in zip(args[lead:], example)):
-        return None
-    constants = tuple(args[:lead])
-    if not all(isinstance(c, torch.Tensor) for c in constants):
-        return None
-    if not _same(run, constants, example, reference):
-        return None
-    entry = _entry(run)
-    if entry is not None and _same(entry, constants, example, reference):
-        return entry, constants
-    return run, constants
-
-
-def _same(run, constants, example, reference):
-    """Whether ``run`` of the constants and ``example`` gives bitwise ``reference``."""
-    with torch.no_grad():
-        out = tuple(run([*constants, *example]))
-    return len(out) == len(reference) and all(
-        isinstance(a, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
-        and torch.equal(a, b) for a, b in zip(out, reference))
-
-
-def _entry(run):
-    """
-    The C++ entry point under the generated code's Python shim ``run``, called with the
-    tensors' handles as the shim calls it; None where ``run`` is not such a shim. With
-    ``cpp_wrapper`` the shim turns every argument that is not a tensor into one (a Python
-    loop over the 30-odd inputs of a lockstep step, ~10 % of its call on the 25-weight BNN);
-    every input here is a tensor, so that loop is skipped.
-    """
-    names = getattr(getattr(run, "__code__", None), "co_freevars", ())
-    cells = dict(zip(names, getattr(run, "__closure__", None) or ()))
-    cell = cells.get("f")
-    aoti = getattr(torch._C, "_aoti", None)
-    handles = getattr(aoti, "unsafe_alloc_void_ptrs_from_tensors", None)
-    tensors = getattr(aoti, "alloc_tensors_by_stealing_from_void_ptrs", None)
-    if cell is None or not _filled(cell) or not callable(cell.cell_contents) or \
-            handles is None or tensors is None:
-        return None
-    entry = cell.cell_contents
-    return lambda args: tensors(entry(handles(args)))
-
-
 def inductor_compile(gm, *example, asserts=True, pooled=False):
     """
     ``gm`` compiled by Inductor for the exact shapes of ``example``, compiled now, inside the
     set-up, rather than at the first leapfrog step. Raises whatever Inductor raises (no C++
-    compiler, an unsupported operation).
+    compiler, an unsupported operation), and RuntimeError with :func:`missing_apis`'s reason
+    where a private API it needs is missing.
 
     ``asserts=False`` drops the generated code's checks of each input's size, stride and
     alignment, for a graph whose one caller builds inputs of exactly the example's layout (the
@@ -232,11 +149,14 @@ def inductor_compile(gm, *example, asserts=True, pooled=False):
     where :func:`pyro_pt.potential.matmul.choice` allows it (AMD CPUs with AVX-512, on which
     MKL runs its AVX2 path); the result's ``matmuls`` says how many of how many.
     """
-    # Imported here, not at load: importing Inductor costs ~2.4 s, which every process (each
+    # Looked up here, not at load: importing Inductor costs ~2.4 s, which every process (each
     # rank of a distributed run) would pay even under TorchScript.
-    import torch._inductor
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    missing = missing_apis()
+    if missing:
+        raise RuntimeError(missing)
+    compile_aten = torch_compat.lookup("inductor.compile")[0]
+    FakeTensorMode = torch_compat.lookup("FakeTensorMode")[0]
+    ShapeEnv = torch_compat.lookup("ShapeEnv")[0]
 
     # Inductor may rewrite the graph it is given; gm stays the uncompiled reference (vmap,
     # the TorchScript fallback).
@@ -256,10 +176,11 @@ def inductor_compile(gm, *example, asserts=True, pooled=False):
         options.update(size_asserts=False, scalar_asserts=False, alignment_asserts=False)
     if pooled:
         options.update(memory_planning=True, memory_pool="combined")
-    if matmuls[0]:
-        options["aot_inductor.custom_ops_to_c_shims"] = shims()
-    fn = torch._inductor.compile(gm, fake, options=options)
-    graph = _InductorGraph(fn, _direct_call(fn, list(example)))
+    c_shims = shims() if matmuls[0] else {}
+    if c_shims:
+        options["aot_inductor.custom_ops_to_c_shims"] = c_shims
+    fn = compile_aten(gm, fake, options=options)
+    graph = _InductorGraph(fn, direct_call(fn, list(example)))
     graph.matmuls = matmuls
     return graph
 

@@ -36,6 +36,8 @@ import os
 
 import torch
 
+from . import torch_compat
+
 # the operators' C++, beside this file (package data)
 _SOURCE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matmul.cpp")
 
@@ -67,6 +69,9 @@ def choice():
     if setting == "auto" and _cpu_vendor() not in MKL_AVX2_VENDORS:
         return False, (f"a {_cpu_vendor() or 'CPU of unknown vendor'} CPU, where MKL is not "
                        f"known to skip AVX-512 (PYRO_PT_MATMUL=native to try the native one)")
+    missing = torch_compat.lookup("CppCodeCache")[1]
+    if missing:
+        return False, missing
     if operator() is None:
         return False, "the native product could not be built (no C++ compiler?)"
     return True, ""
@@ -93,16 +98,15 @@ def operator():
                 # a second library registering the namespace would abort the process (a
                 # static initializer's exception): another copy of this module may have
                 # loaded it already, and then its C shims stay unused
-                from torch._inductor.codecache import CppCodeCache
-
+                cache = torch_compat.lookup("CppCodeCache")[0]
                 with open(_SOURCE_FILE) as source:
-                    library = CppCodeCache.load(source.read())  # registers the operators
+                    library = cache.load(source.read())  # registers the operators
                 # the C shims' symbols made global, for the generated code to link to
                 ctypes.CDLL(library._name, mode=os.RTLD_GLOBAL | os.RTLD_NOLOAD)
                 _shims.append(True)
             _register_python_parts()
             _operator.append(torch.ops.pyro_pt)
-        except Exception:  # no compiler, another torch's headers
+        except Exception:  # no compiler, another torch's headers, no CppCodeCache (None)
             _operator.append(None)
     return _operator[0]
 
@@ -111,8 +115,8 @@ def shims():
     """Inductor's ``aot_inductor.custom_ops_to_c_shims`` for the native products: the
     generated C++ then calls their C functions directly, not through the dispatcher
     (``aoti_torch_call_dispatcher``: ~4 us a call, five calls a leapfrog step on the seed
-    BNN); ``{}`` where they are not loaded here."""
-    if operator() is None or not _shims:
+    BNN); ``{}`` where they are not loaded here or Inductor lacks the option."""
+    if torch_compat.lookup("custom_ops_to_c_shims")[1] or operator() is None or not _shims:
         return {}
     return _Shims({getattr(torch.ops.pyro_pt, name).default: [
         f"AOTITorchError aoti_torch_cpu_{name}(AtenTensorHandle a, AtenTensorHandle b, "

@@ -14,7 +14,7 @@ gives bitwise the Python loop's results at set-up (:meth:`Lockstep._compile
 
 import ctypes
 
-import torch
+from . import torch_compat
 
 _SOURCE = r"""
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -61,14 +61,13 @@ _helper = []  # [the loaded C function, or None where it cannot be built]
 
 def _load_helper():
     if not _helper:
+        cache = torch_compat.lookup("CppCodeCache")[0]
         try:
-            from torch._inductor.codecache import CppCodeCache
-
             # PyDLL: called with the GIL held, which the entry point releases itself
-            function = ctypes.PyDLL(CppCodeCache.load(_SOURCE)._name).pyro_pt_lockstep_loop
+            function = ctypes.PyDLL(cache.load(_SOURCE)._name).pyro_pt_lockstep_loop
             function.restype = ctypes.c_int
             _helper.append(function)
-        except Exception:  # no compiler, another torch's headers
+        except Exception:  # no compiler, another torch's headers, no CppCodeCache (None)
             _helper.append(None)
     return _helper[0]
 
@@ -86,19 +85,20 @@ def _capsule_functions():
 def native_loop(run):
     """
     ``loop(head, ticks, count, carried, given) -> carried``: ``len(ticks)`` calls of the
-    generated code behind ``run`` (:func:`pyro_pt.potential.inductor._entry`'s call) with
+    generated code behind ``run`` (:func:`pyro_pt.potential.direct_call.entry_point`'s call) with
     inputs ``[*head, tick, count, *carried, *given]``, each call's outputs carried into the
     next; None where the C++ entry point or the loop cannot be had.
     """
     cells = dict(zip(getattr(getattr(run, "__code__", None), "co_freevars", ()),
                      getattr(run, "__closure__", None) or ()))
-    aoti = getattr(torch._C, "_aoti", None)
+    handles = torch_compat.lookup("unsafe_alloc_void_ptrs_from_tensors")[0]
+    tensors = torch_compat.lookup("alloc_tensors_by_stealing_from_void_ptrs")[0]
+    if handles is None or tensors is None:
+        return None
     try:
         binding = cells["entry"].cell_contents
         entry = ctypes.cast(ctypes.CDLL(binding.__self__.__file__)[_ENTRY_SYMBOL],
                             ctypes.c_void_p).value
-        handles = aoti.unsafe_alloc_void_ptrs_from_tensors
-        tensors = aoti.alloc_tensors_by_stealing_from_void_ptrs
     except Exception:  # not a cpp_wrapper entry as expected
         return None
     helper = _load_helper()

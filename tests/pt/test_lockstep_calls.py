@@ -2,7 +2,7 @@
 lockstep evaluation of swapped states.
 
 :func:`~pyro_pt.potential.inductor.inductor_compile` calls Inductor's generated code directly,
-with the graph's lifted constants it recorded (:func:`~pyro_pt.potential.inductor._direct_call`);
+with the graph's lifted constants it recorded (:func:`~pyro_pt.potential.direct_call.direct_call`);
 :func:`~pyro_pt.explorers.hmc_dynamics.evaluate_lockstep` re-evaluates states a swap put in
 place through the lockstep step (zero momentum, zero step). Under Inductor only (slow).
 """

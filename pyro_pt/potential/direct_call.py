@@ -1,0 +1,105 @@
+"""Calling an Inductor-compiled graph past AOTAutograd's wrappers and the shim's conversion.
+
+``torch._inductor.compile`` returns AOTAutograd's runtime wrappers (grad mode, output
+aliasing, the graph's constants prepended to the inputs) around Inductor's generated code, and
+with ``cpp_wrapper`` that code is a Python shim around a C++ entry point. On the 25-weight
+BNN's lockstep step (one CPU thread) the wrappers cost about as much as the generated code
+itself, and the shim's conversion of its arguments ~10 % of a call. :func:`direct_call` finds
+the generated code (and the C++ entry point) and the constants, and keeps them only where they
+give bitwise the wrapped call's outputs. Both rest on private torch APIs, looked up through
+:mod:`~pyro_pt.potential.torch_compat`; without them the wrapped call is kept.
+"""
+
+import torch
+
+from . import torch_compat
+
+
+def _filled(cell):
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell
+        return False
+    return True
+
+
+def direct_call(fn, example):
+    """
+    ``(generated callable, constants)`` of ``fn`` (``torch._inductor.compile``'s result):
+    the innermost Inductor output code, found through the ``__wrapped__`` chain of the
+    wrappers, and the tensors the wrappers pass it before the inputs (the graph's constants,
+    lifted), recorded on one call at ``example``. None wherever anything is not as expected
+    (another torch version's wrappers, an input passed other than as given, outputs that
+    differ from the wrapped call's by a bit), so the wrapped call is kept.
+    """
+    OutputCode, _ = torch_compat.lookup("OutputCode")
+    if OutputCode is None:
+        return None
+    code, layer = None, fn
+    for _ in range(16):
+        cells = [c.cell_contents for c in getattr(layer, "__closure__", None) or ()
+                 if _filled(c)]
+        found = [layer] + cells
+        code = next((c for c in found if isinstance(c, OutputCode)), None)
+        if code is not None:
+            break
+        layer = getattr(layer, "__wrapped__", None)
+    run = getattr(code, "current_callable", None)
+    if run is None:
+        return None
+    seen = []
+
+    def spy(args):
+        seen.append(list(args))
+        return run(args)
+
+    code.current_callable = spy
+    try:
+        with torch.no_grad():
+            reference = tuple(fn(*example))
+    finally:
+        code.current_callable = run
+    if len(seen) != 1:
+        return None
+    args = seen[0]
+    lead = len(args) - len(example)
+    if lead < 0 or not all(a is b for a, b in zip(args[lead:], example)):
+        return None
+    constants = tuple(args[:lead])
+    if not all(isinstance(c, torch.Tensor) for c in constants):
+        return None
+    if not _same(run, constants, example, reference):
+        return None
+    entry = entry_point(run)
+    if entry is not None and _same(entry, constants, example, reference):
+        return entry, constants
+    return run, constants
+
+
+def _same(run, constants, example, reference):
+    """Whether ``run`` of the constants and ``example`` gives bitwise ``reference``."""
+    with torch.no_grad():
+        out = tuple(run([*constants, *example]))
+    return len(out) == len(reference) and all(
+        isinstance(a, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+        and torch.equal(a, b) for a, b in zip(out, reference))
+
+
+def entry_point(run):
+    """
+    The C++ entry point under the generated code's Python shim ``run``, called with the
+    tensors' handles as the shim calls it; None where ``run`` is not such a shim. With
+    ``cpp_wrapper`` the shim turns every argument that is not a tensor into one (a Python
+    loop over the 30-odd inputs of a lockstep step, ~10 % of its call on the 25-weight BNN);
+    every input here is a tensor, so that loop is skipped.
+    """
+    names = getattr(getattr(run, "__code__", None), "co_freevars", ())
+    cells = dict(zip(names, getattr(run, "__closure__", None) or ()))
+    cell = cells.get("f")
+    handles = torch_compat.lookup("unsafe_alloc_void_ptrs_from_tensors")[0]
+    tensors = torch_compat.lookup("alloc_tensors_by_stealing_from_void_ptrs")[0]
+    if cell is None or not _filled(cell) or not callable(cell.cell_contents) or \
+            handles is None or tensors is None:
+        return None
+    entry = cell.cell_contents
+    return lambda args: tensors(entry(handles(args)))

@@ -1,0 +1,212 @@
+"""The private torch (and Pyro) APIs the fast paths use, looked up in one place.
+
+Every fast path of the potential rests on public torch where it can; a few gains need names
+that torch does not promise to keep. Each is looked up here, through :func:`lookup`, which
+returns ``(value, None)`` or, where the name is missing or no longer behaves as relied on,
+``(None, reason)``: the reason names the API and says what the run does instead, and the
+caller takes that public path. The set-up of a kernel collects the reasons of its lookups
+(:func:`recording`) into ``explorer_info["private_api"]``; ``tests/pt/test_torch_compat.py``
+stubs each entry away and checks its fallback, and that every entry resolves on the installed
+torch.
+
+- ``torch._inductor.compile``: Inductor on the captured aten graph, without Dynamo's guards
+  per call. Without it, TorchScript runs the graph.
+- ``torch._subclasses.fake_tensor.FakeTensorMode``: fake inputs for Inductor, and one fake
+  mode for a whole capture. Without it, TorchScript instead of Inductor, and ``make_fx`` makes
+  a fake mode per node (a slower capture, the same graph).
+- ``torch.fx.experimental.symbolic_shapes.ShapeEnv``: Inductor's on-disk graph cache needs
+  one. Without it, TorchScript.
+- ``torch._guards.TracingContext`` and ``tracing``: where ``make_fx`` finds the capture's fake
+  mode. Without them, a fake mode per node.
+- ``torch._inductor.output_code.OutputCode``: the generated code under AOTAutograd's wrappers,
+  called past them. Without it, through the wrappers.
+- ``torch._C._aoti``'s handle functions: the generated C++ entry point called without its
+  Python shim. Without them, the shim, and the lockstep loop in Python.
+- ``torch._inductor.codecache.CppCodeCache``: builds ``matmul.cpp`` and the C++ lockstep loop.
+  Without it, MKL's products and the Python loop.
+- Inductor's option ``aot_inductor.custom_ops_to_c_shims``: the native products called without
+  the dispatcher. Without it, through the dispatcher.
+- ``torch._C._functorch.is_functorch_wrapped_tensor``: refuses ``tolist`` of a
+  latent-dependent tensor at capture. Without it, any ``tolist()`` in a model stops its
+  capture (the model is traced).
+- ``torch._tensor_str._functorch_wrapper_str_intern``: refuses the text of a latent-dependent
+  tensor. Without it, the text is not refused; the checks against the traced model remain.
+- ``torch._is_all_true``: distribution validation's checks become flags of a graph. Without it
+  (or where ``Distribution`` stops calling it), a model with validation on is traced.
+- ``torch.distributions.Distribution._validate_args``: the setting restored after Inductor
+  turned validation off. Without it, Pyro's validation setting is restored.
+- ``torch._C.DisableTorchFunctionSubclass``: ``pyro_subnet``'s ``SubnetMatrix``. Without it,
+  dense Jacobian rows (the same numbers, more memory).
+- ``pyro.ops.integrator._single_step_verlet`` (Pyro's): must look ``potential_grad`` up by
+  name for the graph's hook. Without that, Pyro's own autograd gradients.
+"""
+
+import collections
+import contextlib
+import importlib
+
+import torch
+
+# module: imported; attribute: a dotted path inside it; fallback: what the run does without it;
+# check: None, or (test of the value, what it tests) for an API that must also behave as relied on
+Entry = collections.namedtuple("Entry", "module attribute fallback check", defaults=(None,))
+
+
+def _looks_up(name, owner=None):
+    """A check that a function (the value, or ``owner()``) still looks ``name`` up by name."""
+    def check(value):
+        function = value if owner is None else owner()
+        return name in getattr(getattr(function, "__code__", None), "co_names", ())
+    return check
+
+
+_INDUCTOR = "TorchScript runs the graph instead of Inductor"
+_FAKE = ("TorchScript runs the graph instead of Inductor, and make_fx makes a fake mode per node "
+         "(a slower capture, the same graph)")
+_ALLOC = ("the compiled graph is called through its Python shim, and the lockstep loop runs in "
+          "Python")
+
+TABLE = {
+    # Inductor on the captured aten graph directly: torch.compile would add Dynamo's frame
+    # evaluation and guard checks to every call.
+    "inductor.compile": Entry("torch._inductor", "compile", _INDUCTOR),
+    # Fake inputs for Inductor, and one fake mode for a whole capture (make_fx otherwise makes
+    # one per node, each recording a Python stack: half of a small model's capture).
+    "FakeTensorMode": Entry("torch._subclasses.fake_tensor", "FakeTensorMode", _FAKE),
+    # Without a shape environment Inductor bypasses its on-disk graph cache.
+    "ShapeEnv": Entry("torch.fx.experimental.symbolic_shapes", "ShapeEnv", _INDUCTOR),
+    # Where make_fx looks for the capture's one fake mode.
+    "TracingContext": Entry("torch._guards", "TracingContext",
+                            "make_fx makes a fake mode per node (a slower capture)"),
+    "tracing": Entry("torch._guards", "tracing",
+                     "make_fx makes a fake mode per node (a slower capture)"),
+    # The generated code under AOTAutograd's runtime wrappers, called past them.
+    "OutputCode": Entry("torch._inductor.output_code", "OutputCode",
+                        "the compiled graph is called through AOTAutograd's wrappers"),
+    # Tensors to the generated C++ entry point's handles and back, as its Python shim does.
+    "unsafe_alloc_void_ptrs_from_tensors": Entry(
+        "torch._C._aoti", "unsafe_alloc_void_ptrs_from_tensors", _ALLOC),
+    "alloc_tensors_by_stealing_from_void_ptrs": Entry(
+        "torch._C._aoti", "alloc_tensors_by_stealing_from_void_ptrs", _ALLOC),
+    # Builds and caches matmul.cpp and the C++ lockstep loop with Inductor's compiler setup.
+    "CppCodeCache": Entry("torch._inductor.codecache", "CppCodeCache",
+                          "MKL runs the matrix products, and the lockstep loop runs in Python"),
+    # The generated code calls the native products' C shims, not the dispatcher (~4 us a call).
+    "custom_ops_to_c_shims": Entry(
+        "torch._inductor.config", "aot_inductor.custom_ops_to_c_shims",
+        "the generated code calls the native products through the dispatcher"),
+    # tolist of a tensor under torch.func.grad reads its values past the dispatcher.
+    "is_functorch_wrapped_tensor": Entry(
+        "torch._C._functorch", "is_functorch_wrapped_tensor",
+        "any tolist() in the model stops its capture (the model is traced)"),
+    # The text (repr, print) of a tensor under torch.func.grad, likewise.
+    "_functorch_wrapper_str_intern": Entry(
+        "torch._tensor_str", "_functorch_wrapper_str_intern",
+        "the text of a latent-dependent tensor is not refused at capture (the checks against "
+        "the traced model still run)"),
+    # Distribution validation's raising check, answered by a flag while a graph is captured.
+    "_is_all_true": Entry(
+        "torch", "_is_all_true",
+        "with distribution validation on, the model is traced instead of captured",
+        (_looks_up("_is_all_true", lambda: torch.distributions.Distribution.__init__),
+         "torch.distributions.Distribution no longer calls it")),
+    # torch's validation setting: the first Inductor compilation of a process turns it off.
+    "Distribution._validate_args": Entry(
+        "torch.distributions", "Distribution._validate_args",
+        "Pyro's validation setting is the one restored after compiling"),
+    # The ordinary tensor operation inside SubnetMatrix.__torch_function__.
+    "DisableTorchFunctionSubclass": Entry(
+        "torch._C", "DisableTorchFunctionSubclass",
+        "pyro_subnet takes dense Jacobian rows of a matrix with selected entries (the same "
+        "numbers, more memory)"),
+    # Pyro's leapfrog step must look potential_grad up in its module for the graph's hook.
+    "_single_step_verlet": Entry(
+        "pyro.ops.integrator", "_single_step_verlet",
+        "Pyro's leapfrog takes its gradients from autograd (slower, the same numbers)",
+        (_looks_up("potential_grad"), "it no longer looks up potential_grad by name")),
+}
+
+_recorders = []  # the reason lists of the open recording() blocks
+# (module, attribute) -> (owner, name): a lookup can sit on a hot path (a graph's validation
+# key is read at every evaluation)
+_owners = {}
+
+
+def _owner(entry):
+    """The object holding ``entry``'s value, and the value's name in it."""
+    key = entry.module, entry.attribute
+    if key not in _owners:
+        *path, name = entry.attribute.split(".")
+        owner = importlib.import_module(entry.module)
+        for part in path:
+            owner = getattr(owner, part)
+        _owners[key] = owner, name
+    return _owners[key]
+
+
+def _resolve(entry):
+    """The value ``entry`` names; raises ImportError or AttributeError where it is missing."""
+    owner, name = _owner(entry)
+    return getattr(owner, name)
+
+
+def _version(module):
+    library = "pyro" if module.startswith("pyro") else "torch"
+    return f"{library} {importlib.import_module(library).__version__}"
+
+
+def lookup(name):
+    """
+    ``(value, None)`` for the private API ``name`` (a key of :data:`TABLE`), or ``(None,
+    reason)`` where it is missing or changed: the reason says which API, in which torch, and
+    what the run does instead. The reason is also noted in every open :func:`recording`.
+    """
+    entry = TABLE[name]
+    try:
+        value = _resolve(entry)
+    except (ImportError, AttributeError):
+        what = "not found"
+    else:
+        if entry.check is None or entry.check[0](value):
+            return value, None
+        what = "changed"
+    path, version = f"{entry.module}.{entry.attribute}", _version(entry.module)
+    how = f" ({entry.check[1]})" if what == "changed" else ""
+    reason = f"{path} (private API) {what} in {version}{how}: {entry.fallback}"
+    for reasons in _recorders:
+        if reason not in reasons:
+            reasons.append(reason)
+    return None, reason
+
+
+def first_missing(*names):
+    """The reason of the first of ``names`` that :func:`lookup` does not find, else None."""
+    return next((why for why in (lookup(name)[1] for name in names) if why), None)
+
+
+@contextlib.contextmanager
+def replaced(name, new):
+    """Within the block, the private API ``name`` replaced by ``new`` where :func:`lookup`
+    finds it; gives None, or the reason where it is left alone (missing or changed)."""
+    old, missing = lookup(name)
+    if missing:
+        yield missing
+        return
+    owner, attribute = _owner(TABLE[name])
+    setattr(owner, attribute, new)
+    try:
+        yield None
+    finally:
+        setattr(owner, attribute, old)
+
+
+@contextlib.contextmanager
+def recording():
+    """Within the block, the reasons of the lookups that fail, collected in the list it gives
+    (each once, in order)."""
+    reasons = []
+    _recorders.append(reasons)
+    try:
+        yield reasons
+    finally:
+        _recorders.remove(reasons)
