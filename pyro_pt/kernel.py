@@ -179,8 +179,11 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         num = self.num_replicas
         self._growth = self._max_replicas and Growth(self._max_replicas, comm, warmup_steps, num,
                                                      self.swap_interval)
+        start = time.perf_counter()
         self._rungs, self._split, local_ll, self.explorer_info, seeds = set_up_kernel(
             self, comm, warmup_steps, args, kwargs)
+        # capture, checks and compilations (a cold Inductor compile: tens of seconds)
+        self.explorer_info["setup_seconds"] = time.perf_counter() - start
         self.transforms = self._split.transforms
         self._swap_generator = torch.Generator().manual_seed(seeds[num])
         self._warmup_steps = warmup_steps

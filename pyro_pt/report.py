@@ -62,6 +62,9 @@ def _print_line(line):
     tqdm.write(line, file=sys.stderr)
 
 
+# A set-up at least this long (seconds) is shown on the progress bar: a cold compile.
+SHOWN_SETUP_SECONDS = 5.0
+
 class Report:
     """
     The rows of one run's report, and the schedule of its rounds.
@@ -231,6 +234,9 @@ class Reporting:
         out = dict(cold.logging() or {}) if cold is not None else {}
         out["swap acc."] = f"{self._recorder.phase.mean_acceptance():.3f}"
         out["round trips"] = self._recorder.index.round_trips
+        seconds = self.explorer_info.get("setup_seconds", 0.0)
+        if seconds >= SHOWN_SETUP_SECONDS:  # a long compile, said where the run's progress is
+            out["set-up"] = f"{seconds:.0f} s"
         return out
 
     def diagnostics(self):

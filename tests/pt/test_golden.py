@@ -102,6 +102,11 @@ def run_config(name):
     assert diagnostics.pop("raised_target_accept_probs") == [
         e.diagnostics().get("target accept prob") for e in kernel._rungs.explorers]
     diagnostics["log_Z_meaning"] = diagnostics["log_Z_meaning"].split(UNRELIABLE)[0]
+    # Wall-clock seconds, added after the record (and shown on the progress bar when long).
+    explorer_info = dict(kernel.explorer_info)
+    assert explorer_info.pop("setup_seconds") > 0.0
+    logging = kernel.logging()
+    logging.pop("set-up", None)
     report = kernel.report.drop(columns=["seconds", "warnings"]).to_dict(orient="list")
     return _plain({
         "samples": mcmc.get_samples(),
@@ -109,8 +114,8 @@ def run_config(name):
         "report": report,
         "adaptation_history": kernel.adaptation_history,
         "temperatures": kernel.temperatures,
-        "explorer_info": kernel.explorer_info,
-        "logging": kernel.logging(),
+        "explorer_info": explorer_info,
+        "logging": logging,
         "local_diagnostics": [e.diagnostics() for e in kernel._rungs.explorers],
     })
 

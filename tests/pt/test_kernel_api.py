@@ -231,3 +231,14 @@ def test_hmc_refuses_options_of_pyros_hmc():
     with pytest.raises(TypeError, match="trajectory_length.*pyro.infer.HMC"):
         ParallelTempering(linear_model, explorer="hmc",
                           explorer_kwargs={"trajectory_length": 1.0})
+
+
+def test_the_set_up_time_is_in_explorer_info_and_a_long_one_on_the_progress_bar():
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(linear_model, num_replicas=2, explorer="rwmh")
+    MCMC(kernel, num_samples=5, warmup_steps=5, disable_progbar=True).run(*linear_data())
+    seconds = kernel.explorer_info["setup_seconds"]
+    assert 0.0 < seconds < 60.0
+    assert "set-up" not in kernel.logging()  # a short set-up is not news
+    kernel.explorer_info["setup_seconds"] = 42.4  # as after a cold Inductor compile
+    assert kernel.logging()["set-up"] == "42 s"
