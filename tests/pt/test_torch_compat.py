@@ -255,6 +255,7 @@ def matrix_model(x, y=None):
 
 
 def test_without_disable_subclass_pyro_subnet_takes_dense_rows(stub):
+    pyro.clear_param_store()  # the guide would adopt another test's MAP
     x, y = torch.randn(5, 3), torch.randn(5, 4)
     guide = SubnetworkLaplace(matrix_model, 1.0)
     guide(x, y)
