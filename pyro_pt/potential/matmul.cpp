@@ -1,8 +1,8 @@
 // The native float32 matrix products of pyro_pt.potential.matmul (see its docstring): built at
 // run time by Inductor's C++ cache, which loads the library and so registers the operators.
 // No ATen or torch C++ headers: only the C shims (aoti_torch_*, torch_*) and the stable ABI's
-// header-only library registration, which build in about a second; <ATen/ATen.h>,
-// <torch/library.h> and aoti_torch/utils.h took 28.5 s.
+// header-only library registration: Inductor's C++ cache builds this in ~3 s, against
+// 11.5-15.6 s with <ATen/ATen.h>, <torch/library.h> and aoti_torch/utils.h.
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>

@@ -108,7 +108,8 @@ def test_unsupported_shapes_raise_atens_errors():
 @avx512
 def test_threads_split_the_rows_not_the_numbers():
     generator = torch.Generator().manual_seed(2)
-    a, b = torch.randn(4, 300, 64, generator=generator), torch.randn(4, 64, 80, generator=generator)
+    a = torch.randn(4, 300, 64, generator=generator)
+    b = torch.randn(4, 64, 80, generator=generator)
     previous = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
