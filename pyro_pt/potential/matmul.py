@@ -28,6 +28,20 @@ one row of B (unit stride; B is copied contiguous first otherwise), the last 16-
 masked. Each entry of C is one sequential fused multiply-add chain over k, so it differs from
 MKL's by rounding only (relative 1e-7 to 1e-6 in float32); every compiled graph is still
 checked against the traced model at set-up (:mod:`pyro_pt.potential.compiled`).
+
+The build: ``matmul.cpp`` includes no ATen or torch C++ headers, only ``<immintrin.h>``, the
+standard library, the C shim API (``aoti_torch_*``: sizes, strides, data pointers,
+``aoti_torch_empty_strided``; ``torch_call_dispatcher`` for the fall-back to ``aten::mm`` /
+``aten::bmm``; ``torch_parallel_for``, which is ``at::parallel_for``, so the threads and the
+grain rule are ATen's as before) and the stable ABI's header-only operator registration
+(``STABLE_TORCH_LIBRARY``), which keeps the operators in C++ (no Python on an eager call).
+With ``<ATen/ATen.h>``, ``<torch/library.h>`` and ``aoti_torch/utils.h`` Inductor's C++ cache
+took 11.5-15.6 s to build and load it cold on the machine above; without them 2.8-3.4 s. The
+first :func:`operator` call on a machine (``benchmarks/compile_cost.py``'s "native matmul"
+line: 24.1 s before and 17.7 s after in one pair of runs; 28.5 s in an earlier run before)
+also holds ~3 s of importing Inductor and 8-11 s of Inductor's one-time probe of the CPU's
+vector instructions (``pick_vec_isa``), which every Inductor C++ build needs: without the
+native product the first graph compilation pays it instead.
 """
 
 import ctypes
