@@ -6,7 +6,7 @@ mean 3.602 and sd 3.198 (posteriordb's reference draws). Small tau is a narrow n
 step size tuned for the wide part diverges.
 
 Per seed, ``ParallelTempering(model, num_replicas=4, max_temperature=10, explorer="hmc")`` with
-500 warmup and 3000 draws, in three settings run side by side:
+500 warmup and 3000 draws, in four settings run side by side:
 
 - ``default``: warmup raises the target acceptance of each rung that diverges
   (``pyro_pt.explorers.hmc_warmup``);
