@@ -37,9 +37,8 @@ grain rule are ATen's as before) and the stable ABI's header-only operator regis
 (``STABLE_TORCH_LIBRARY``), which keeps the operators in C++ (no Python on an eager call).
 With ``<ATen/ATen.h>``, ``<torch/library.h>`` and ``aoti_torch/utils.h`` Inductor's C++ cache
 took 11.5-15.6 s to build and load it cold on the machine above; without them 2.8-3.4 s. The
-first :func:`operator` call on a machine (``benchmarks/compile_cost.py``'s "native matmul"
-line: 24.1 s before and 17.7 s after in one pair of runs; 28.5 s in an earlier run before)
-also holds ~3 s of importing Inductor and 8-11 s of Inductor's one-time probe of the CPU's
+first :func:`operator` call on a machine (13.5 s idle, ``benchmarks/compile_cost.py``'s
+"native matmul" line) also holds ~3 s of importing Inductor and 8-11 s of Inductor's one-time probe of the CPU's
 vector instructions (``pick_vec_isa``), which every Inductor C++ build needs: without the
 native product the first graph compilation pays it instead.
 """
