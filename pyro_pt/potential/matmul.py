@@ -37,10 +37,10 @@ grain rule are ATen's as before) and the stable ABI's header-only operator regis
 (``STABLE_TORCH_LIBRARY``), which keeps the operators in C++ (no Python on an eager call).
 With ``<ATen/ATen.h>``, ``<torch/library.h>`` and ``aoti_torch/utils.h`` Inductor's C++ cache
 took 11.5-15.6 s to build and load it cold on the machine above; without them 2.8-3.4 s. The
-first :func:`operator` call on a machine (13.5 s idle, ``benchmarks/compile_cost.py``'s
-"native matmul" line) also holds ~3 s of importing Inductor and 8-11 s of Inductor's one-time probe of the CPU's
-vector instructions (``pick_vec_isa``), which every Inductor C++ build needs: without the
-native product the first graph compilation pays it instead.
+first :func:`operator` call on a machine (5.1 s idle, ``benchmarks/compile_cost.py``'s
+"native matmul" line) also holds ~2 s of importing Inductor. It builds trusting the CPU's
+report of its vector instructions (:func:`~pyro_pt.potential.torch_compat.trusting_the_cpu`),
+as the graphs' compilations do: Inductor's own check of them adds 8-11 s to a cold build.
 """
 
 import ctypes
@@ -112,7 +112,7 @@ def operator():
                 # static initializer's exception): another copy of this module may have
                 # loaded it already, and then its C shims stay unused
                 cache = torch_compat.lookup("CppCodeCache")[0]
-                with open(_SOURCE_FILE) as source:
+                with open(_SOURCE_FILE) as source, torch_compat.trusting_the_cpu():
                     library = cache.load(source.read())  # registers the operators
                 # the C shims' symbols made global, for the generated code to link to
                 ctypes.CDLL(library._name, mode=os.RTLD_GLOBAL | os.RTLD_NOLOAD)

@@ -64,7 +64,9 @@ def _load_helper():
         cache = torch_compat.lookup("CppCodeCache")[0]
         try:
             # PyDLL: called with the GIL held, which the entry point releases itself
-            function = ctypes.PyDLL(cache.load(_SOURCE)._name).pyro_pt_lockstep_loop
+            with torch_compat.trusting_the_cpu():
+                library = cache.load(_SOURCE)
+            function = ctypes.PyDLL(library._name).pyro_pt_lockstep_loop
             function.restype = ctypes.c_int
             _helper.append(function)
         except Exception:  # no compiler, another torch's headers, no CppCodeCache (None)

@@ -25,7 +25,8 @@ TESTED = {"inductor.compile", "FakeTensorMode", "ShapeEnv", "TracingContext", "t
           "OutputCode", "unsafe_alloc_void_ptrs_from_tensors",
           "alloc_tensors_by_stealing_from_void_ptrs", "CppCodeCache", "custom_ops_to_c_shims",
           "is_functorch_wrapped_tensor", "_functorch_wrapper_str_intern", "_is_all_true",
-          "Distribution._validate_args", "DisableTorchFunctionSubclass", "_single_step_verlet"}
+          "Distribution._validate_args", "DisableTorchFunctionSubclass", "_single_step_verlet",
+          "vec_isa_ok"}
 
 
 @pytest.fixture
@@ -273,3 +274,22 @@ def test_without_disable_subclass_pyro_subnet_takes_dense_rows(stub):
     assert (latent.use_subnet_matrix, latent.subnet_matrix_reason, kind) == (
         False, reason, torch.Tensor)
     assert torch.allclose(fast, dense, rtol=1e-6, atol=1e-6)
+
+
+def test_the_cpu_is_trusted_inside_the_block_and_the_setting_restored():
+    import torch._inductor.config as config
+
+    before = config.cpp.vec_isa_ok
+    with torch_compat.trusting_the_cpu() as missing:
+        assert missing is None and config.cpp.vec_isa_ok is True
+    assert config.cpp.vec_isa_ok == before
+
+
+def test_without_vec_isa_ok_inductor_runs_its_cpu_tests(stub):
+    import torch._inductor.config as config
+
+    reason = stub("vec_isa_ok")
+    before = config.cpp.vec_isa_ok
+    with torch_compat.recording() as seen, torch_compat.trusting_the_cpu() as missing:
+        assert missing == reason and config.cpp.vec_isa_ok == before  # left alone
+    assert seen == [reason] and "test programs" in reason
