@@ -97,7 +97,7 @@ def _ladder_advice(diagnostics):
             "(warmup_steps) with adapt_temperatures=True")
 
 
-def _divergence_problem(diagnostics, num_scans):
+def _divergence_problem(diagnostics, num_scans, explorer):
     cold = len(diagnostics.get("divergences") or ())
     if cold == 0:
         return None
@@ -111,15 +111,20 @@ def _divergence_problem(diagnostics, num_scans):
             + ", ".join(f"T = {_temperature(t)}: {p:.3g}" for t, p in raised) + "); "
             if raised else "")
     highest = max([p for _, p in raised], default=0.9)
-    target = ("" if highest >= 0.99 else
-              f"pass explorer_kwargs={{'target_accept_prob': {1 - (1 - highest) / 2:.3g}}}, ")
+    advice = ["reparametrize the model (e.g. a non-centered hierarchy, "
+              "pyro.infer.reparam.LocScaleReparam)"]
+    if highest < 0.99:  # past 0.99 a higher target only shortens the step further
+        advice.append(f"pass explorer_kwargs={{'target_accept_prob': "
+                      f"{1 - (1 - highest) / 2:.3g}}}")
+    if explorer != "nuts":
+        advice.append("try explorer='nuts'")
+    what = ", ".join(advice[:-1]) + (", or " if len(advice) > 1 else "") + advice[-1]
     return (f"the cold chain diverged {cold} times{share} in the sampling phase (per "
             f"temperature: {per_rung}): its draws miss a region of high curvature and are "
-            f"biased there; {done}reparametrize the model (e.g. a non-centered hierarchy, "
-            f"pyro.infer.reparam.LocScaleReparam), {target}or try explorer='nuts'")
+            f"biased there; {done}{what}")
 
 
-def review(diagnostics, betas, num_rounds, num_scans=None):
+def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None):
     """
     The problems of a run's sampling phase, from its diagnostics (the kernel's
     :meth:`~pyro_pt.ParallelTempering.diagnostics`, before review).
@@ -130,6 +135,7 @@ def review(diagnostics, betas, num_rounds, num_scans=None):
     :param int num_rounds: swap rounds in the sampling phase.
     :param int num_scans: the sampling phase's explorer transitions per rung (to say what
         share of them diverged).
+    :param str explorer: the rungs' explorer (``explorer_info["explorer"]``), for the advice.
     :returns: ``(problems, log_z_error, log_z_problem)``: a list of messages, one per
         problem; the Monte Carlo error of log Z; why log Z is unreliable (None if it is not).
     """
@@ -152,7 +158,7 @@ def review(diagnostics, betas, num_rounds, num_scans=None):
                         f"{LOW_COLD_ACCEPTANCE}): its draws are nearly all repeats; warm up "
                         "longer or tune the explorer (explorer_kwargs, e.g. a smaller step "
                         "size or scale, or explorer='nuts')")
-    divergence = _divergence_problem(diagnostics, num_scans)
+    divergence = _divergence_problem(diagnostics, num_scans, explorer)
     if divergence is not None:
         problems.append(divergence)
     ll = diagnostics["tempering_record"]["log_likelihood"]
@@ -178,10 +184,11 @@ def review(diagnostics, betas, num_rounds, num_scans=None):
     return problems, log_z_error, log_z_problem
 
 
-def annotate(diagnostics, betas, num_rounds, num_scans=None):
+def annotate(diagnostics, betas, num_rounds, num_scans=None, explorer=None):
     """Add the review to ``diagnostics`` (in place): ``warnings`` (a list of messages),
     ``log_Z_error``, and in ``log_Z_meaning`` why log Z is unreliable where it is."""
-    problems, log_z_error, log_z_problem = review(diagnostics, betas, num_rounds, num_scans)
+    problems, log_z_error, log_z_problem = review(diagnostics, betas, num_rounds, num_scans,
+                                                  explorer)
     diagnostics["warnings"] = problems
     diagnostics["log_Z_error"] = log_z_error
     if log_z_problem is not None:

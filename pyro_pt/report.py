@@ -247,4 +247,5 @@ class Reporting:
         # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
         out["adaptation_history"] = self.adaptation_history
         # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
-        return annotate(out, self.betas, num_rounds, max(0, self._t - self._warmup_steps))
+        return annotate(out, self.betas, num_rounds, max(0, self._t - self._warmup_steps),
+                        self.explorer_info.get("explorer"))

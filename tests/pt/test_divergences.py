@@ -124,6 +124,11 @@ def test_the_message_names_each_diverging_temperature_and_each_raised_target():
     d = _diagnostics([3], [1, 0, 0], [None, None, None])
     (message,), _, _ = review(d, [1.0, 1 / 3, 0.0], num_rounds=10, num_scans=200)
     assert "{'target_accept_prob': 0.95}" in message and "warmup raised" not in message
+    assert message.endswith(", or try explorer='nuts'")
+    (message,), _, _ = review(d, [1.0, 1 / 3, 0.0], num_rounds=10, num_scans=200,
+                              explorer="nuts")  # already NUTS: not told to try it
+    assert "explorer='nuts'" not in message
+    assert message.endswith("LocScaleReparam), or pass explorer_kwargs={'target_accept_prob': 0.95}")
 
 
 def test_no_divergence_no_message():
