@@ -89,7 +89,8 @@ def child(replicas, top):
                        for (path, _, func), (_, _, _, cumulative, _) in stats.items()
                        if "_inductor" in path), reverse=True)[:top]
     info = {k: v for k, v in kernel.explorer_info.items() if "engine" in k or "potential" in k}
-    print(json.dumps({"seconds": seconds, "helpers": helpers, "phases": phases, "inductor": inductor,
+    print(json.dumps({"seconds": seconds, "helpers": helpers, "phases": phases,
+                      "inductor": inductor,
                       "explorer_info": {k: str(v) for k, v in info.items()}}))
 
 

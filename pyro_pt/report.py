@@ -65,6 +65,7 @@ def _print_line(line):
 # A set-up at least this long (seconds) is shown on the progress bar: a cold compile.
 SHOWN_SETUP_SECONDS = 5.0
 
+
 class Report:
     """
     The rows of one run's report, and the schedule of its rounds.

@@ -113,7 +113,9 @@ class HMCSlots:
         """Each slot's target acceptance: the one given, raised in warmup where the slot
         diverged (:class:`~pyro_pt.explorers.hmc_warmup.HMCWarmup`)."""
         dual = self._warmup.dual
-        return list(dual.targets) if dual is not None else [self.target_accept_prob] * self.num_slots
+        if dual is None:  # no step-size adaptation: the target was never used
+            return [self.target_accept_prob] * self.num_slots
+        return list(dual.targets)
 
     @property
     def trajectory_lengths(self):

@@ -1,8 +1,9 @@
 """
 Warmup adaptation of a batch of HMC slots: step size by dual averaging
 (:mod:`~pyro_pt.explorers.hmc_step_size`), diagonal mass matrix by windowed variance
-estimation, trajectory length by ChEES (:mod:`~pyro_pt.explorers.hmc_trajectory`). Pure torch, vectorized over the slots (rows); every update is
-elementwise per row, so a slot's adapted state never depends on the other rows of the batch.
+estimation, trajectory length by ChEES (:mod:`~pyro_pt.explorers.hmc_trajectory`). Pure
+torch, vectorized over the slots (rows); every update is elementwise per row, so a slot's
+adapted state never depends on the other rows of the batch.
 :class:`HMCWarmup` runs the schedule for a :class:`~pyro_pt.explorers.hmc.BatchedHMC`, from
 outside its iteration (as BlackJAX keeps adaptation outside the kernel).
 """
@@ -27,7 +28,7 @@ MIN_TERM_BUFFER = 10
 # accepting 0.91-0.93 (target 0.8), 0.2-0.5 0.80-0.83, 1.0 0.87-0.89 (see HMCWarmup).
 WARM_RESTART_GAMMA = 0.3
 # A slot that diverges after its first metric window raises its own target acceptance at the
-# window's end, halving the distance to 1 (0.8 -> 0.9 -> 0.95 ...) up to this, and restarts
+# next check, halving the distance to 1 (0.8 -> 0.9 -> 0.95 ...) up to this, and restarts
 # from a step size this much smaller: a divergence is a step too long for the curvature met
 # (a funnel's neck), which a mean acceptance of 0.8 can hide (see HMCWarmup).
 MAX_TARGET_ACCEPT_PROB = 0.99
@@ -116,9 +117,10 @@ class HMCWarmup:
     transition in a slow window after the first (once a metric has been estimated; before it,
     divergences say more about the unit metric than about the model) raises its own target
     acceptance at the next check (every ``DIVERGENCE_CHECK`` iterations and at the window's
-    end, up to ``MAX_TARGET_ACCEPT_PROB``) and restarts from a shorter step. On the centered eight schools (a funnel) the default 0.8 left the cold chain at
-    tau's mean 4.0-4.5 against 3.6 with 34-98 sampling divergences; the hot rungs, which see
-    more of the neck, raise theirs first. A slot that never diverges keeps the target it was
+    end, up to ``MAX_TARGET_ACCEPT_PROB``) and restarts from a shorter step. On the centered
+    eight schools (a funnel) the default 0.8 left the cold chain at tau's mean 4.0-4.5 against
+    3.6 with 34-98 sampling divergences; the hot rungs, which see more of the neck, raise
+    theirs first (``benchmarks/funnel.py``). A slot that never diverges keeps the target it was
     given, bitwise (:attr:`~.hmc_step_size.DualAveraging.targets`).
 
     It reads and sets the engine's step sizes and metric (the engine's own state, which it
@@ -136,7 +138,7 @@ class HMCWarmup:
         self.welford = WelfordCovariance(diagonal=True)
         self.dual = None
         self.trajectory = None
-        # Divergent transitions of each slot since the last window's end.
+        # Divergent transitions of each slot since the last check (_check_divergences).
         self.divergent = [0] * engine.num_slots
 
     def start(self):

@@ -25,9 +25,10 @@ fusion removes), so their ratio, the break-even number of evaluations, is taken 
 constant, :data:`BREAK_EVEN_EVALUATIONS`. Measured on the seed BNN on a loaded 2-core CPU
 (``benchmarks/vs_numpyro.py``, medians of 7 interleaved rounds, two runs): a graph call costs
 2.68 / 2.40 ms under TorchScript and 1.83 / 1.26 ms under Inductor (NumPyro: 1.48 / 1.17 ms),
-so 0.85-1.1 ms saved per call against a cold set-up of 33-36 s (``benchmarks/compile_cost.py``,
-idle and with another job on the second core): 4.5e4 evaluations, the conservative end. The caller passes a lower bound of the
-evaluations one rung makes (the kernel: warmup iterations times the fewest leapfrog steps per
+so 0.85-1.1 ms saved per call against a cold set-up of 26-36 s (``benchmarks/compile_cost.py``,
+idle, and with another job on the second core before Inductor's CPU tests were skipped):
+4.5e4 evaluations, the conservative end. The caller passes a lower bound of the evaluations
+one rung makes (the kernel: warmup iterations times the fewest leapfrog steps per
 iteration), the same on every rank; without one, ``"auto"`` means TorchScript. A cache that
 happens to be warm is not counted (it differs between machines and ranks).
 """
