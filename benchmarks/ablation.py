@@ -15,10 +15,12 @@ inside that process (no package option exists for it):
   needs its entry point, so this also turns the native loop off).
 
 Per run it prints the wall time of the sampling phase (from the last warmup iteration's hook to
-the end of ``MCMC.run``), of the whole run (set-up + warmup + sampling), and of the set-up of a
-second kernel on the same model in the same process (``kernel.setup`` with validation off, as
-``MCMC.run`` sets up a kernel: the reuse cache only matters there), with ``explorer_info`` and counters of what each accelerator did, so the table
-shows that the one switched off really was off. Settings are interleaved in rounds; the table
+the end of ``MCMC.run``) and the process's CPU time over it (steadier on a shared machine), the
+wall time of the whole run (set-up + warmup + sampling), and that of the set-up of a second
+kernel on the same model in the same process (``kernel.setup`` with validation off, as
+``MCMC.run`` sets up a kernel: the reuse cache only matters there), with ``explorer_info`` and
+counters of what each accelerator did, so the table shows that the one switched off really was
+off. Settings are interleaved in rounds; the table
 gives min-max over rounds, and each setting's slowdown against "all on" of the same round.
 Workloads: (a) the seed BNN (``_bnn.py``, K = 8), (b) the 25-weight BNN of
 ``vs_numpyro_ess.py`` (K = 4, T = 4), (c) non-centered eight schools (``funnel.py``'s
@@ -154,15 +156,16 @@ def child(name, setting, warmup, samples):
     switch_off(setting, counts)
     model, args, options = workload(name)
     marks = []
-    hook = lambda kernel, params, stage, i: marks.append((stage, time.perf_counter()))  # noqa
+    hook = lambda kernel, params, stage, i: marks.append(  # noqa: E731
+        (stage, time.perf_counter(), time.process_time()))
     warnings.simplefilter("ignore")
     pyro.set_rng_seed(0)
     begin = time.perf_counter()
     kernel = ParallelTempering(model, explorer="hmc", compile="inductor", **options)
     MCMC(kernel, warmup_steps=warmup, num_samples=samples, disable_progbar=True,
          hook_fn=hook).run(*args)
-    end = time.perf_counter()
-    last_warmup = max(t for stage, t in marks if stage == "Warmup")
+    end, end_cpu = time.perf_counter(), time.process_time()
+    _, last_warmup, last_warmup_cpu = [m for m in marks if m[0] == "Warmup"][-1]
     second = ParallelTempering(model, explorer="hmc", compile="inductor", **options)
     start = time.perf_counter()
     with pyro.validation_enabled(False):  # as MCMC.run sets it up (another setting would
@@ -170,7 +173,8 @@ def child(name, setting, warmup, samples):
     info = {k: str(v) for k, v in kernel.explorer_info.items() if k in (
         "potential_engine", "potential_matmul", "batched", "leapfrog", "leapfrog_reason",
         "setup_seconds", "private_api")}
-    print(json.dumps({"sampling": end - last_warmup, "whole": end - begin,
+    print(json.dumps({"sampling": end - last_warmup, "cpu": end_cpu - last_warmup_cpu,
+                      "whole": end - begin,
                       "setup2": time.perf_counter() - start, "info": info, "counts": counts}))
 
 
@@ -226,17 +230,19 @@ def main():
                 out = run(w, setting, *steps[w])
                 results.setdefault((w, setting), []).append(out)
                 if out:
-                    print(f"round {r} {w} {setting:12s} sampling {out['sampling']:.2f} s, "
-                          f"whole {out['whole']:.2f} s, 2nd set-up {out['setup2']:.2f} s "
+                    print(f"round {r} {w} {setting:12s} sampling {out['sampling']:.2f} s "
+                          f"(CPU {out['cpu']:.2f} s), whole {out['whole']:.2f} s, "
+                          f"2nd set-up {out['setup2']:.2f} s "
                           f"{out['counts']}", flush=True)
     print("\nworkload | off | sampling s | whole s | 2nd set-up s | sampling / all on | "
-          "2nd set-up - all on's, / whole | leapfrog, matmul, counters")
+          "CPU / all on | 2nd set-up - all on's, / whole | leapfrog, matmul, counters")
     for w in args.workloads:
         base = results.get((w, "all on"), [])
         for setting in settings:
             rows = results.get((w, setting), [])
             ok = [(x, b) for x, b in zip(rows, base) if x and b]
             ratio = span([x["sampling"] / b["sampling"] for x, b in ok], "{:.3f}")
+            cpu = span([x["cpu"] / b["cpu"] for x, b in ok], "{:.3f}")
             extra = span([(x["setup2"] - b["setup2"]) / b["whole"] for x, b in ok], "{:+.3f}")
             last = next((x for x in reversed(rows) if x), None)
             what = "" if last is None else (
@@ -244,7 +250,7 @@ def main():
                 f"{last['counts']}")
             print(f"{WORKLOADS[w]} | {setting} | {span([x['sampling'] for x, _ in ok])} | "
                   f"{span([x['whole'] for x, _ in ok])} | "
-                  f"{span([x['setup2'] for x, _ in ok])} | {ratio} | {extra} | {what}")
+                  f"{span([x['setup2'] for x, _ in ok])} | {ratio} | {cpu} | {extra} | {what}")
     print(f"total {time.perf_counter() - begin:.0f} s")
 
 
