@@ -9,7 +9,7 @@ inside that process (no package option exists for it):
 - ``native loop``: the C++ loop of a lockstep trajectory's calls (``native_loop`` gives None);
 - ``inlining``: constants with all entries equal written as ``full`` nodes (the identity);
 - ``reuse``: the reuse cache of ``potential/recent.py`` (``derived`` always calls ``make()``);
-- ``fused``: the fused leapfrog step (``BatchedEvaluator.fused_step`` gives None);
+- ``fused``: the fused leapfrog step (``potential/fused.py``; ``FusedSteps.step`` gives None);
 - ``lockstep``: all slots in one call per leapfrog step (``MAX_FLOPS = -1``: it refuses);
 - ``direct call``: the call past Inductor's wrappers (``direct_call`` gives None; the C++ loop
   needs its entry point, so this also turns the native loop off).
@@ -56,8 +56,7 @@ CODE = {
                      "alloc_tensors_by_stealing_from_void_ptrs")),
     "inlining": (("inductor:_inline_uniform_constants",), ()),
     "reuse": (("recent",), ()),
-    "fused": (("batched:BatchedEvaluator.fused_step", "batched:BatchedEvaluator._compile_step",
-               "explorers.hmc_dynamics:leapfrog_rows"), ()),
+    "fused": (("fused", "explorers.hmc_dynamics:leapfrog_rows"), ()),
     "lockstep": (("lockstep", "explorers.hmc_dynamics:leapfrog_lockstep",
                   "explorers.hmc_dynamics:evaluate_lockstep",
                   "explorers.hmc_dynamics:_in_lockstep"), ()),
@@ -84,13 +83,13 @@ def lines_of(spec):
 
 def switch_off(setting, counts):
     """Switch ``setting`` off (``"all on"``: nothing), and count what the others do."""
-    from pyro_pt.potential import batched, compiled, inductor, lockstep
+    from pyro_pt.potential import compiled, fused, inductor, lockstep
     if setting == "matmul":
         os.environ["PYRO_PT_MATMUL"] = "aten"
     if setting == "lockstep":
         lockstep.MAX_FLOPS = -1.0
     if setting == "fused":
-        batched.BatchedEvaluator.fused_step = lambda self, dtype, device: None
+        fused.FusedSteps.step = lambda self, dtype, device: None
     loop, direct, inline = lockstep.native_loop, inductor.direct_call, \
         inductor._inline_uniform_constants
 

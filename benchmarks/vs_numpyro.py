@@ -193,9 +193,9 @@ def torch_side(args, data_path):
                             LEAPFROGS)
 
         rows[f"HMC leapfrog, {name}"] = ("leapfrog", timer(trajectory, LEAPFROGS))
-        step = fast.batched.fused_step(flat.dtype, flat.device)
+        step = fast.fused.step(flat.dtype, flat.device)
         if step is None:
-            print(f"{name}: no fused leapfrog step ({fast.batched.step_reason})")
+            print(f"{name}: no fused leapfrog step ({fast.fused.reason})")
             continue
 
         def fused(f=fast, s=start, step=step):

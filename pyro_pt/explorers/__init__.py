@@ -127,7 +127,7 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
             # why not the faster path: lockstep, then fused
             info.update(leapfrog=leapfrog, leapfrog_reason="" if leapfrog == "lockstep" else (
                 f"not lockstep: {split.lockstep.reason}" if leapfrog == "fused" else (
-                    split.batched.step_reason
+                    split.fused.reason
                     or f"potential {split.path!r}, replicas evaluated by {split.batched.path!r}")))
     if missing:
         info["private_api"] = missing

@@ -91,7 +91,7 @@ class BatchedHMC(HMCSlots):
     :param int base_window: Stan's first slow window.
     :param callable fused_step: optional ``(dtype, device) -> step or None``, a fused leapfrog
         step of one slot that gives bitwise the numbers of ``potential_and_grad``
-        (:meth:`~pyro_pt.potential.batched.BatchedEvaluator.fused_step`); with a step, each
+        (:meth:`~pyro_pt.potential.fused.FusedSteps.step`); with a step, each
         slot's trajectory runs as one call per leapfrog step
         (:func:`~.hmc_dynamics.leapfrog_rows`).
     :param callable lockstep: optional ``(num_slots, dtype, device) -> plan or None``

@@ -49,7 +49,7 @@ class HMCGroup(ExplorerGroup):
         if options.get("num_steps") is not None:
             options.setdefault("num_steps_jitter", DEFAULT_NUM_STEPS_JITTER)
         self.fast = fast
-        self.engine = BatchedHMC(fast.batched_potential_and_grad, fused_step=fast.batched.fused_step,
+        self.engine = BatchedHMC(fast.batched_potential_and_grad, fused_step=fast.fused.step,
                                  lockstep=fast.lockstep.plan,
                                  **options)
         self._betas, self._seeds, self._initial = [], [], []

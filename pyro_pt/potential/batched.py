@@ -12,9 +12,7 @@ import math
 
 import torch
 
-from .capture import (Uncapturable, capture, compile_graph, compile_vmapped, forked_rng,
-                      keeping_validation, mismatch)
-from .inductor import inductor_compile
+from .capture import Uncapturable, compile_vmapped, mismatch
 
 # A batch of one can take other kernels than a batch of two (a matrix product instead of a
 # batched one), so one replica is evaluated as two copies of itself.
@@ -29,26 +27,7 @@ def combine(lp, ll, grad_lp, grad_ll, betas):
     return potential, grad
 
 
-def leapfrog_step(gm):
-    """
-    One leapfrog step of one point as one function of tensors, for capture:
-    ``(z, p, scaled_eps, kick, beta) -> (z', p', potential, grad, ll, ok)`` with
-    ``z' = z + scaled_eps p``, the tempered potential at ``z'`` as :func:`combine` makes it,
-    ``p' = p - kick grad`` and ``ok`` whether the densities and the gradient are finite.
-    """
-
-    def step(z, p, scaled_eps, kick, beta):
-        z_new = z + scaled_eps * p
-        lp, ll, grad_lp, grad_ll = gm(z_new)
-        potential, grad = combine(lp, ll, grad_lp, grad_ll, beta)
-        ok = (torch.isfinite(lp) & torch.isfinite(ll) & torch.isfinite(potential)
-              & torch.isfinite(grad).all())
-        return z_new, p - grad * kick, potential, grad, ll, ok
-
-    return step
-
-
-class _Interpreted:
+class Interpreted:
     """A graph run without autograd and, under TorchScript, without the profiling executor
     (whose fusions could change the numbers)."""
 
@@ -61,7 +40,7 @@ class _Interpreted:
 
 
 def _run(graph, batch):
-    return _Interpreted(graph)(batch.contiguous())
+    return Interpreted(graph)(batch.contiguous())
 
 
 class BatchedEvaluator:
@@ -84,7 +63,6 @@ class BatchedEvaluator:
         self._path = "loop" if mode == "loop" else None
         self.reason = "batched='loop'" if mode == "loop" else ""
         self._graphs = {}  # (size, dtype, device, validate) -> (graph, size passed its check)
-        self.step_reason = ""  # why fused_step gives None where it was tried
         self._references = {}
 
     def __getstate__(self):
@@ -131,50 +109,6 @@ class BatchedEvaluator:
             lp_r, ll[r], grad_lp_r, grad_ll_r = self.compiled.traced_reference(z_flat[r])
             potential[r], grad[r] = combine(lp_r, ll[r], grad_lp_r, grad_ll_r, betas[r])
         return potential, grad, ll
-
-    def fused_step(self, dtype, device):
-        """
-        One slot's leapfrog step (:func:`leapfrog_step`) as one graph, run by the engine of
-        the single-point graph (Inductor, else TorchScript), for
-        :func:`~pyro_pt.explorers.hmc_dynamics.leapfrog_rows`; None unless replicas are
-        evaluated one at a time (``path == "loop"``), or where the step does not give bitwise
-        the numbers of this evaluator's own calls at the check points (:attr:`step_reason`
-        says why). Compiled on first use per dtype and device.
-        """
-        if self.path != "loop" or self.compiled.path != "functional":
-            return None
-        key = ("step",) + self.compiled.graph_key(dtype, device)
-        if key not in self._graphs:
-            try:
-                self._graphs[key] = self._compile_step(dtype, device)
-            except Exception as error:  # no compiler, an unsupported operation, a mismatch
-                self.step_reason = f"{type(error).__name__}: {error}"
-                self._graphs[key] = None
-        return self._graphs[key]
-
-    def _compile_step(self, dtype, device):
-        """The fused step, checked bitwise against the unfused one at the check points."""
-        points = self.compiled.check_points(dtype, device)
-        fn = leapfrog_step(self.compiled.fx_graph(dtype, device))
-        p = points[-1] - points[0]
-        kw = {"dtype": dtype, "device": device}
-        examples = [(z, p, torch.full_like(z, 1e-3), torch.tensor(1e-3, **kw),
-                     torch.tensor(beta, **kw)) for z in points for beta in (1.0, 0.5)]
-        with forked_rng(device), keeping_validation():
-            gm = capture(fn, *examples[0])
-            if self.compiled.engine_for(dtype, device) == "inductor":
-                step = inductor_compile(gm, *examples[0])
-            else:
-                step = _Interpreted(compile_graph(gm, *examples[0])[0])
-        for z, p, scaled_eps, kick, beta in examples:
-            with torch.no_grad():
-                out = step(z, p, scaled_eps, kick, beta)
-            z_new = z + scaled_eps * p
-            potential, grad, ll = self(z_new[None], beta[None])
-            reference = (z_new, p - grad[0] * kick, potential[0], grad[0], ll[0])
-            if not bool(out[-1]) or not all(torch.equal(a, b) for a, b in zip(out, reference)):
-                raise Uncapturable("the fused leapfrog step is not bitwise the unfused one")
-        return step
 
     # ----- evaluation -----
 

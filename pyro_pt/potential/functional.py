@@ -16,6 +16,7 @@ import torch
 
 from .batched import BatchedEvaluator, combine
 from .compiled import CompiledSplit
+from .fused import FusedSteps
 from .lockstep import Lockstep
 
 
@@ -95,7 +96,8 @@ class FunctionalSplit:
         self.compiled = CompiledSplit(split, points, rtol, compile=compile,
                                       evaluations=evaluations)
         self.batched = BatchedEvaluator(self.compiled, mode=batched, max_batch=max_batch)
-        # the batched HMC's leapfrog steps of several rungs as one compiled call (small models)
+        # a slot's leapfrog step as one compiled call, and those of several rungs (small models)
+        self.fused = FusedSteps(self.batched)
         self.lockstep = Lockstep(self.batched)
 
     # ----- what the split offers, as the explorers use it (the rest: ``.split``) -----

@@ -2,7 +2,7 @@
 
 On a small model a call of a compiled graph costs far more than its arithmetic: on the
 25-weight BNN of ``benchmarks/vs_numpyro_ess.py`` (one CPU thread, loaded 2-core VM) the fused
-step of one slot (:func:`~pyro_pt.potential.batched.leapfrog_step`) costs ~60-130 us for a few
+step of one slot (:func:`~pyro_pt.potential.fused.leapfrog_step`) costs ~60-130 us for a few
 thousand flops, so running a batched HMC's slots one at a time pays that per slot and step. The
 lockstep step is ``torch.func.vmap`` of the fused step over the slots, compiled by Inductor as
 one graph, and it carries each slot's state: a slot past its own last step, or one that met a
@@ -24,7 +24,7 @@ itself), so a slot's draws do not depend on how many slots a process holds.
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from .batched import leapfrog_step
+from .fused import leapfrog_step
 from .capture import Uncapturable, capture, forked_rng, keeping_validation, mismatch
 from .inductor import bitwise_equal, inductor_compile
 from .native import native_loop

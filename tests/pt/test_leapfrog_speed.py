@@ -2,7 +2,7 @@
 
 :func:`~pyro_pt.explorers.hmc_dynamics.leapfrog_rows` runs one slot's trajectory at a time
 through a fused step; under Inductor that step is one compiled graph
-(:meth:`~pyro_pt.potential.batched.BatchedEvaluator.fused_step`). Both must reproduce
+(:meth:`~pyro_pt.potential.fused.FusedSteps.step`). Both must reproduce
 :func:`~pyro_pt.explorers.hmc_dynamics.leapfrog` exactly, jittered step counts, NaN rows and the
 traced path's answer at invalid points included. The Inductor tests compile the 1-D Gamma
 factor model only (two small graphs, ~10-40 s on a loaded 2-core CPU: marked slow).
@@ -17,7 +17,7 @@ import pyro.distributions as dist
 from pyro_pt.explorers.hmc import BatchedHMC
 from pyro_pt.explorers.hmc_dynamics import leapfrog, leapfrog_rows
 from pyro_pt.potential import FunctionalSplit, ModelSplit
-from pyro_pt.potential.batched import leapfrog_step
+from pyro_pt.potential.fused import leapfrog_step
 
 BETAS = torch.tensor([1.0, 0.5, 0.2])
 
@@ -64,21 +64,21 @@ def test_rows_one_at_a_time_are_the_batched_leapfrog(steps):
 def test_fused_torchscript_step_is_bitwise_the_unfused_leapfrog_and_none_in_vmap_mode():
     split = gamma_split()
     fast = FunctionalSplit(split, compile="torchscript", batched="loop")
-    step = fast.batched.fused_step(torch.float32, torch.device("cpu"))
-    assert step is not None, fast.batched.step_reason
+    step = fast.fused.step(torch.float32, torch.device("cpu"))
+    assert step is not None, fast.fused.reason
     for steps in (None, torch.tensor([6, 4, 1])):
         plain, rows = trajectories(fast, step, steps)
         assert_identical(rows, plain)
     vmapped = FunctionalSplit(split, compile="torchscript", batched="vmap")
-    assert vmapped.batched.fused_step(torch.float32, torch.device("cpu")) is None
+    assert vmapped.fused.step(torch.float32, torch.device("cpu")) is None
 
 
 @pytest.fixture(scope="module")
 def inductor_split():
     fast = FunctionalSplit(gamma_split(), compile="inductor", batched="loop")
     assert fast.compiled.engine == "inductor", fast.compiled.engine_reason
-    step = fast.batched.fused_step(torch.float32, torch.device("cpu"))
-    assert step is not None, fast.batched.step_reason
+    step = fast.fused.step(torch.float32, torch.device("cpu"))
+    assert step is not None, fast.fused.reason
     return fast, step
 
 
@@ -96,7 +96,7 @@ def test_fused_inductor_step_is_bitwise_the_unfused_leapfrog(inductor_split, ste
 def test_batched_hmc_with_the_fused_step_draws_bitwise_the_same(inductor_split):
     fast, _ = inductor_split
     runs = []
-    for fused_step in (fast.batched.fused_step, None):
+    for fused_step in (fast.fused.step, None):
         hmc = BatchedHMC(fast.batched_potential_and_grad, fused_step=fused_step)
         z = torch.ones(3, 1)
         hmc.setup(z, BETAS, [1, 2, 3], warmup_steps=30)

@@ -68,7 +68,7 @@ def lockstep_run(fast, slots, steps):
     plan = fast.lockstep.plan(len(slots), torch.float32, CPU)
     assert plan is not None, fast.lockstep.reason
     lock = leapfrog_lockstep(plan, row, start, p0, eps, inv_mass, betas, steps, 6)
-    fused = leapfrog_rows(fast.batched.fused_step(torch.float32, CPU), row, start, p0, eps,
+    fused = leapfrog_rows(fast.fused.step(torch.float32, CPU), row, start, p0, eps,
                           inv_mass, betas, steps, 6)
     plain = leapfrog(lambda q: fast.batched_potential_and_grad(q, betas), start, p0, eps,
                      inv_mass, steps, 6)
@@ -113,7 +113,7 @@ def engine_run(fast, groups, iterations=80, warmup=40):
     z = torch.zeros(len(betas), 3, dtype=F64)
     engines = []
     for slots in groups:
-        hmc = BatchedHMC(fast.batched_potential_and_grad, fused_step=fast.batched.fused_step,
+        hmc = BatchedHMC(fast.batched_potential_and_grad, fused_step=fast.fused.step,
                          lockstep=fast.lockstep.plan)
         hmc.setup(z[slots], betas[slots], [21 + k for k in slots], warmup)
         assert hmc.leapfrog == "lockstep", fast.lockstep.reason

@@ -63,7 +63,7 @@ def test_lockstep_evaluation_is_the_potential_and_the_same_in_any_company(gamma_
 
 def test_a_swapped_in_state_gets_the_lockstep_potential_or_the_nan_semantics(gamma_fast):
     hmc = BatchedHMC(gamma_fast.batched_potential_and_grad,
-                     fused_step=gamma_fast.batched.fused_step, lockstep=gamma_fast.lockstep.plan)
+                     fused_step=gamma_fast.fused.step, lockstep=gamma_fast.lockstep.plan)
     hmc.setup(STATES, BETAS, [1, 2, 3], 0)
     assert hmc.leapfrog == "lockstep"
     # slot 0 gets slot 2's state, slot 1 an invalid one (a <= 0: the traced path's NaN)

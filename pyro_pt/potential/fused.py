@@ -1,0 +1,103 @@
+"""The fused leapfrog step: one slot's whole leapfrog step as one compiled call.
+
+Where a process's replicas are evaluated one at a time (``batched == "loop"``, the default on
+one CPU thread), each leapfrog step of a slot is one call of one compiled graph: the position
+update, the model's graph, the tempered combination, the finiteness check and the momentum
+update (:func:`leapfrog_step`), run by the single-point graph's engine (Inductor, else
+TorchScript), instead of a call of the batched potential with the updates in torch around it.
+It is used only where it gives bitwise the unfused step's numbers at the check points.
+Measured gain (``benchmarks/ablation.py``, seed BNN, K = 8, Inductor, one thread): the
+sampling phase takes about half the time with it (the ablation table in
+``benchmarks/README.md``). The lockstep step (:mod:`~pyro_pt.potential.lockstep`) is the
+vmap of :func:`leapfrog_step` over the slots.
+"""
+
+import torch
+
+from . import batched
+from .capture import Uncapturable, capture, compile_graph, forked_rng, keeping_validation
+from .inductor import inductor_compile
+
+
+def leapfrog_step(gm):
+    """
+    One leapfrog step of one point as one function of tensors, for capture:
+    ``(z, p, scaled_eps, kick, beta) -> (z', p', potential, grad, ll, ok)`` with
+    ``z' = z + scaled_eps p``, the tempered potential at ``z'`` as
+    :func:`~pyro_pt.potential.batched.combine` makes it, ``p' = p - kick grad`` and ``ok``
+    whether the densities and the gradient are finite.
+    """
+
+    def step(z, p, scaled_eps, kick, beta):
+        z_new = z + scaled_eps * p
+        lp, ll, grad_lp, grad_ll = gm(z_new)
+        potential, grad = batched.combine(lp, ll, grad_lp, grad_ll, beta)
+        ok = (torch.isfinite(lp) & torch.isfinite(ll) & torch.isfinite(potential)
+              & torch.isfinite(grad).all())
+        return z_new, p - grad * kick, potential, grad, ll, ok
+
+    return step
+
+
+class FusedSteps:
+    """
+    The fused steps of a :class:`~pyro_pt.potential.batched.BatchedEvaluator`'s model, one per
+    dtype and device, compiled and checked on first use.
+
+    :param evaluator: the batched evaluator (its single-point graphs and check points).
+    """
+
+    def __init__(self, evaluator):
+        self.evaluator = evaluator
+        self.reason = ""  # why step() gives None where it was tried
+        self._steps = {}  # (dtype, device, validate) -> step, or None where it failed
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_steps"] = {}
+        return state
+
+    def step(self, dtype, device):
+        """
+        One slot's leapfrog step as one graph, for
+        :func:`~pyro_pt.explorers.hmc_dynamics.leapfrog_rows`; None unless replicas are
+        evaluated one at a time (``path == "loop"``), or where the step does not give bitwise
+        the numbers of the evaluator's own calls at the check points (:attr:`reason` says
+        why).
+        """
+        evaluator = self.evaluator
+        if evaluator.path != "loop" or evaluator.compiled.path != "functional":
+            return None
+        key = evaluator.compiled.graph_key(dtype, device)
+        if key not in self._steps:
+            try:
+                self._steps[key] = self._compile(dtype, device)
+            except Exception as error:  # no compiler, an unsupported operation, a mismatch
+                self.reason = f"{type(error).__name__}: {error}"
+                self._steps[key] = None
+        return self._steps[key]
+
+    def _compile(self, dtype, device):
+        """The fused step, checked bitwise against the unfused one at the check points."""
+        compiled = self.evaluator.compiled
+        points = compiled.check_points(dtype, device)
+        fn = leapfrog_step(compiled.fx_graph(dtype, device))
+        p = points[-1] - points[0]
+        kw = {"dtype": dtype, "device": device}
+        examples = [(z, p, torch.full_like(z, 1e-3), torch.tensor(1e-3, **kw),
+                     torch.tensor(beta, **kw)) for z in points for beta in (1.0, 0.5)]
+        with forked_rng(device), keeping_validation():
+            gm = capture(fn, *examples[0])
+            if compiled.engine_for(dtype, device) == "inductor":
+                step = inductor_compile(gm, *examples[0])
+            else:
+                step = batched.Interpreted(compile_graph(gm, *examples[0])[0])
+        for z, p, scaled_eps, kick, beta in examples:
+            with torch.no_grad():
+                out = step(z, p, scaled_eps, kick, beta)
+            z_new = z + scaled_eps * p
+            potential, grad, ll = self.evaluator(z_new[None], beta[None])
+            reference = (z_new, p - grad[0] * kick, potential[0], grad[0], ll[0])
+            if not bool(out[-1]) or not all(torch.equal(a, b) for a, b in zip(out, reference)):
+                raise Uncapturable("the fused leapfrog step is not bitwise the unfused one")
+        return step
