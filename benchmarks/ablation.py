@@ -7,7 +7,8 @@ inside that process (no package option exists for it):
 
 - ``matmul``: the native AVX-512 matrix product (``PYRO_PT_MATMUL=aten``);
 - ``native loop``: the C++ loop of a lockstep trajectory's calls (``native_loop`` gives None);
-- ``inlining``: constants with all entries equal written as ``full`` nodes (the identity);
+- ``inlining``: constants with all entries equal written as ``full`` nodes
+  (``potential/constants.py``; the identity instead);
 - ``reuse``: the reuse cache of ``potential/recent.py`` (``derived`` always calls ``make()``);
 - ``fused``: the fused leapfrog step (``potential/fused.py``; ``FusedSteps.step`` gives None);
 - ``lockstep``: all slots in one call per leapfrog step (``MAX_FLOPS = -1``: it refuses);
@@ -54,7 +55,7 @@ CODE = {
     "native loop": (("native", "lockstep:_checked_loop"),
                     ("CppCodeCache", "unsafe_alloc_void_ptrs_from_tensors",
                      "alloc_tensors_by_stealing_from_void_ptrs")),
-    "inlining": (("inductor:_inline_uniform_constants",), ()),
+    "inlining": (("constants",), ()),
     "reuse": (("recent",), ()),
     "fused": (("fused", "explorers.hmc_dynamics:leapfrog_rows"), ()),
     "lockstep": (("lockstep", "explorers.hmc_dynamics:leapfrog_lockstep",
@@ -91,7 +92,7 @@ def switch_off(setting, counts):
     if setting == "fused":
         fused.FusedSteps.step = lambda self, dtype, device: None
     loop, direct, inline = lockstep.native_loop, inductor.direct_call, \
-        inductor._inline_uniform_constants
+        inductor.inline_uniform_constants
 
     def counted_loop(run):
         out = None if setting == "native loop" else loop(run)
@@ -120,7 +121,7 @@ def switch_off(setting, counts):
         return derived
 
     lockstep.native_loop, inductor.direct_call = counted_loop, counted_direct
-    inductor._inline_uniform_constants = counted_inline
+    inductor.inline_uniform_constants = counted_inline
     compiled.derived = counted_derived(compiled.derived)
     lockstep.derived = counted_derived(lockstep.derived)
 

@@ -38,6 +38,7 @@ import copy
 import torch
 
 from . import torch_compat
+from .constants import inline_uniform_constants
 from .direct_call import direct_call
 from .matmul import shims, substitute
 
@@ -163,7 +164,7 @@ def inductor_compile(gm, *example, asserts=True, pooled=False):
     # the TorchScript fallback).
     gm = copy.deepcopy(gm)
     matmuls = substitute(gm)
-    _inline_uniform_constants(gm)
+    inline_uniform_constants(gm)
     for node in gm.graph.nodes:
         # make_fx records each input's fake value under its own fake mode, which Inductor
         # refuses to mix; it traces the graph again from the example anyway.
@@ -185,46 +186,3 @@ def inductor_compile(gm, *example, asserts=True, pooled=False):
     graph = _InductorGraph(fn, direct_call(fn, list(example)))
     graph.matmuls = matmuls
     return graph
-
-
-def _inline_uniform_constants(gm):
-    """
-    Replace each constant of ``gm`` whose entries are all equal (a prior's zero locations,
-    expanded scales, the validation checks folded to True) by an ``aten.full`` of its shape,
-    in place. Inductor passes every constant tensor to the generated code as an input, one
-    handle each per call, and cannot see its value; a ``full`` is written into the generated
-    code instead (on the 25-weight BNN's lockstep step, 30 of its 33 constants: a call
-    took 18 us instead of 23).
-    """
-    graph = gm.graph
-    for node in list(graph.nodes):
-        if node.op != "get_attr":
-            continue
-        value = getattr(gm, node.target, None)
-        if not torch.is_tensor(value) or value.numel() == 0 or value.is_complex():
-            continue
-        first = value.reshape(-1)[0]
-        if not bitwise_equal(value, first.expand_as(value)):
-            continue
-        with graph.inserting_before(node):
-            full = graph.call_function(
-                torch.ops.aten.full.default, (list(value.shape), first.item()),
-                {"dtype": value.dtype, "device": value.device, "pin_memory": False})
-        node.replace_all_uses_with(full)
-        graph.erase_node(node)
-    used = {node.target for node in graph.nodes if node.op == "get_attr"}
-    for name, _ in list(gm.named_buffers()):
-        if name not in used and "." not in name:
-            # AOTAutograd passes every buffer of the module, used or not, on every call
-            delattr(gm, name)
-    graph.lint()
-    gm.recompile()
-
-
-def bitwise_equal(a, b):
-    """Whether tensors ``a`` and ``b`` (same shape and dtype) hold the same bits: NaN equals
-    NaN, and 0.0 differs from -0.0, unlike ``torch.equal``."""
-    if a.is_floating_point() or a.is_complex():
-        # a fresh contiguous copy: an expanded tensor's stride 0 cannot be viewed as bytes
-        a, b = (t.new_empty(t.shape).copy_(t).reshape(-1).view(torch.uint8) for t in (a, b))
-    return torch.equal(a, b)

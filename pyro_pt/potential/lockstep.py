@@ -26,7 +26,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .fused import leapfrog_step
 from .capture import Uncapturable, capture, forked_rng, keeping_validation, mismatch
-from .inductor import bitwise_equal, inductor_compile
+from .constants import bitwise_equal
+from .inductor import inductor_compile
 from .native import native_loop
 from .recent import derived
 

@@ -5,7 +5,7 @@ import math
 import torch
 
 from pyro_pt.potential.capture import capture
-from pyro_pt.potential.inductor import _inline_uniform_constants
+from pyro_pt.potential.constants import inline_uniform_constants
 
 
 def _graph():
@@ -29,7 +29,7 @@ def test_uniform_constants_become_full_and_the_numbers_stay_bitwise():
     constants = {n.target: getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
     z = torch.tensor([0.0, 0.0, 0.0])
     before = gm(z)
-    _inline_uniform_constants(gm)
+    inline_uniform_constants(gm)
     kept = {n.target: getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
     fulls = [n for n in gm.graph.nodes if n.target is torch.ops.aten.full.default]
     after = gm(z)
