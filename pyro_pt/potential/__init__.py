@@ -17,8 +17,7 @@ evaluating it gives the traced path's numbers: NaN where distribution validation
 - :mod:`~pyro_pt.potential.densities` and :mod:`~pyro_pt.potential.capture`: what a captured
   graph computes, and how it is captured, refused or compiled.
 - :mod:`~pyro_pt.potential.inductor`: compiling a captured graph with ``torch.compile``
-  (Inductor), and the choice between it and TorchScript (``compile="auto"``);
-  :mod:`~pyro_pt.potential.direct_call`: calling the compiled code past its wrappers.
+  (Inductor), and the choice between it and TorchScript (``compile="auto"``).
 - :mod:`~pyro_pt.potential.torch_compat`: the private torch APIs the fast paths use, each
   looked up in one table, with the public path taken where one is missing.
 - :mod:`~pyro_pt.potential.compiled`: :class:`CompiledSplit`, the captured graphs, checked
@@ -28,8 +27,22 @@ evaluating it gives the traced path's numbers: NaN where distribution validation
 - :mod:`~pyro_pt.potential.functional`: :class:`FunctionalSplit`, the split as the explorers use
   it: the captured graph where it is exact, Pyro's trace elsewhere.
 
-Dependencies point one way: layout <- split <- densities <- compiled <- batched <- functional, and
-inductor <- capture.
+The accelerators of the compiled path (``compile="inductor"``, ``explorer="hmc"``), one module
+each, each kept for an end-to-end gain that ``benchmarks/ablation.py`` measures by switching
+it off (stated in its docstring; the table is in ``benchmarks/README.md``):
+
+- :mod:`~pyro_pt.potential.fused`: a slot's whole leapfrog step as one compiled call;
+- :mod:`~pyro_pt.potential.lockstep`: on a small model, the steps of all of a process's slots
+  as one call; :mod:`~pyro_pt.potential.native`: a trajectory's lockstep calls in a C++ loop;
+- :mod:`~pyro_pt.potential.matmul` (with ``matmul.cpp``): the graphs' float32 matrix products
+  in our own AVX-512 kernel, on AMD CPUs;
+- :mod:`~pyro_pt.potential.constants`: constants with all entries equal written into the
+  graph;
+- :mod:`~pyro_pt.potential.direct_call`: the compiled code called past Inductor's wrappers;
+- :mod:`~pyro_pt.potential.recent`: a later kernel on the same model reuses the compilations.
+
+Dependencies point one way: layout <- split <- densities <- compiled <- batched <- fused <-
+lockstep <- functional, and constants, direct_call, matmul <- inductor <- capture.
 """
 
 from .compiled import CompiledSplit

@@ -4,7 +4,12 @@ Inductor passes every constant tensor of a graph to the generated code as an inp
 each per call, and cannot see its value. A captured graph holds many constants with all
 entries equal (a prior's zero locations, expanded scales, the validation checks folded to
 True); :func:`inline_uniform_constants` writes each as an ``aten.full`` node instead, which
-the generated code computes in place. GAIN
+the generated code computes in place.
+
+Measured gain, end to end (``benchmarks/ablation.py``: whole PT runs, one thread, ranges over
+interleaved rounds): without it the seed BNN's sampling phase (79 constants inlined) takes
+1.07-1.21x as long (median 1.17), the 25-weight BNN's 1.01-1.34x (median 1.07); on eight
+schools (18 inlined) no gain is seen within the noise (0.83-1.15).
 """
 
 import torch

@@ -6,10 +6,10 @@ update, the model's graph, the tempered combination, the finiteness check and th
 update (:func:`leapfrog_step`), run by the single-point graph's engine (Inductor, else
 TorchScript), instead of a call of the batched potential with the updates in torch around it.
 It is used only where it gives bitwise the unfused step's numbers at the check points.
-Measured gain (``benchmarks/ablation.py``, seed BNN, K = 8, Inductor, one thread): the
-sampling phase takes about half the time with it (the ablation table in
-``benchmarks/README.md``). The lockstep step (:mod:`~pyro_pt.potential.lockstep`) is the
-vmap of :func:`leapfrog_step` over the slots.
+Measured gain, end to end (``benchmarks/ablation.py``: whole PT runs, one thread, ranges over
+interleaved rounds): without it the seed BNN's sampling phase (K = 8, Inductor) takes
+1.83-2.10x as long. On small models under Inductor the lockstep step takes precedence; it
+is the vmap of :func:`leapfrog_step` over the slots (:mod:`~pyro_pt.potential.lockstep`).
 """
 
 import torch

@@ -19,6 +19,10 @@ agrees with the unfused evaluator within the tolerance at the check points and i
 same in either slot; every other size gives bitwise the numbers of the batches of two. A size
 that fails runs as pieces of two and three; a lone slot runs as a batch of two (a copy of
 itself), so a slot's draws do not depend on how many slots a process holds.
+
+Measured gain, end to end (``benchmarks/ablation.py``: whole PT runs, one thread, ranges over
+interleaved rounds): without it (the fused step slot by slot) the 25-weight BNN's sampling
+phase takes 5.1-6.0x as long, eight schools' 0.97-1.62x (median 1.48).
 """
 
 import torch
