@@ -29,7 +29,7 @@ LocScaleReparam setting, K = 4, T = 10). Without ``--quick``, one untimed pass o
 first warms Inductor's on-disk cache.
 
     PYTHONPATH=$PWD python benchmarks/ablation.py --quick        # seconds per run
-    PYTHONPATH=$PWD python benchmarks/ablation.py --rounds 3     # ~40 minutes on 2 cores
+    PYTHONPATH=$PWD python benchmarks/ablation.py --rounds 3     # ~33 minutes on 2 cores
 """
 
 import argparse
@@ -190,12 +190,13 @@ def run(name, setting, warmup, samples):
 
 
 def span(values, fmt="{:.2f}"):
-    values = [v for v in values if v is not None]
+    """``min-max`` of ``values``, with the median where there are more than three."""
+    values = sorted(v for v in values if v is not None)
     if not values:
         return "-"
-    lo, hi = min(values), max(values)
-    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else \
-        f"{fmt.format(lo)}-{fmt.format(hi)}"
+    lo, hi, mid = (fmt.format(v) for v in (values[0], values[-1], values[len(values) // 2]))
+    text = lo if lo == hi else f"{lo}-{hi}"
+    return f"{text} (median {mid})" if len(values) > 3 and lo != hi else text
 
 
 def main():
