@@ -108,7 +108,7 @@ def make_kernels(args, data_path):
             fast = kernel._rungs.explorers[0].group.fast
             group = kernel._rungs.explorers[0].group
             fast.batched = BatchedEvaluator(fast.compiled, mode="vmap", max_batch=NUM_CHAINS)
-            group.engine.fused_step = fast.fused.step  # None: one batched call a step
+            group.engine.fused_step = None  # vmapped replicas: one batched call a step
             kernel.explorer_info.update(batched=fast.batched.path,
                                         batched_reason=fast.batched.reason,
                                         leapfrog=group.engine.leapfrog)
