@@ -247,6 +247,10 @@ class Reporting:
         out = self._recorder.summary(self.betas, num_rounds, rungs)
         # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
         out["adaptation_history"] = self.adaptation_history
+        if self._reference is not None and self.betas[-1] == 0.0:
+            # the stepping stones run from q (normalized) to the posterior: still log p(y)
+            out["log_Z_meaning"] = ("log evidence log p(y) (the hottest rung is the reference "
+                                    f"q, a normalized {self._reference.kind} Gaussian)")
         # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
         return annotate(out, self.betas, num_rounds, max(0, self._t - self._warmup_steps),
                         self.explorer_info.get("explorer"))
