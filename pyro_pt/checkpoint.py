@@ -178,8 +178,10 @@ def save(kernel, path):
         "report": report, "timings": dict(kernel.timings),
     }
     if kernel._reference is not None:  # q as fitted so far, and the round's draws
-        payload["reference"] = {"q": kernel._reference.state(), "draws": (
-            kernel._refitting.draws if kernel._refitting else [])}
+        refitting = kernel._refitting
+        payload["reference"] = {"q": kernel._reference.state(),
+                                "draws": refitting.draws if refitting else [],
+                                "skipped": refitting.skipped if refitting else []}
     write_checkpoint(path, _header(kernel), payload)
 
 
@@ -292,6 +294,7 @@ class Checkpointing:
             self.explorer_info["reference"] = self._reference.describe()
             if self._refitting:
                 self._refitting.draws = list(payload["reference"]["draws"])
+                self._refitting.skipped = list(payload["reference"]["skipped"])
         self._initial_params = rungs.cold_state()
         self._resume_payload = None
 

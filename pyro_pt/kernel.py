@@ -160,7 +160,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self.compile = check_compiler(compile)
         self.checkpoint_every, self.checkpoint_path = check_checkpointing(checkpoint_every,
                                                                           checkpoint_path)
-        self.transforms = self._split = self._rungs = self._reference = None
+        self.transforms = self._split = self._rungs = self._reference = self._refitting = None
 
     # ----- ladder -----
 

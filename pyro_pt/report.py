@@ -252,5 +252,9 @@ class Reporting:
             out["log_Z_meaning"] = ("log evidence log p(y) (the hottest rung is the reference "
                                     f"q, a normalized {self._reference.kind} Gaussian)")
         # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
-        return annotate(out, self.betas, num_rounds, max(0, self._t - self._warmup_steps),
-                        self.explorer_info.get("explorer"))
+        out = annotate(out, self.betas, num_rounds, max(0, self._t - self._warmup_steps),
+                       self.explorer_info.get("explorer"))
+        unfitted = self._refitting and self._refitting.problem()
+        if unfitted:
+            out["warnings"].append(unfitted)
+        return out

@@ -6,8 +6,10 @@ r"""The reference of a tempered run: the distribution its hottest rung (beta = 0
 - ``"variational"``: a Gaussian :math:`q` in the unconstrained space
   (:class:`~pyro_pt.reference.gaussian.GaussianReference`), first moment-matched to draws of the
   prior (or, for an improper prior, a unit Gaussian at the initial point), then refitted at
-  the end of every warmup round to the cold chain's draws of that round, which minimizes
-  :math:`KL(\pi \| q)` over Gaussians (Surjanovic et al. 2022); frozen for the sampling phase.
+  the end of each warmup round to the cold chain's draws of the round, which minimizes
+  :math:`KL(\pi \| q)` over Gaussians (Surjanovic et al. 2022), narrowed only in the
+  directions those draws crossed (:mod:`~pyro_pt.reference.gaussian`); frozen for the sampling
+  phase.
 - a fitted Pyro autoguide (:mod:`~pyro_pt.reference.guide`): its Gaussian, fixed.
 
 Rung beta then targets :math:`(1-\beta)\log q + \beta(lp + ll)`
@@ -66,9 +68,9 @@ def make_reference(reference, split, seed, user_transforms=None):
             z, _ = split.sample_prior()
             draws.append(FlatLayout.of(z, names).flatten(z).to(torch.float64).cpu())
     q = GaussianReference(draws[0], scale=torch.ones_like(draws[0]), origin="the prior's moments")
-    q.fit(torch.stack(draws))
+    q.fit(torch.stack(draws), independent=True)
     q.fits = 0
-    q.origin = "the prior's moments, then the cold chain's"
+    q.origin = "the prior's moments, then the cold chain's draws"
     return q
 
 

@@ -118,8 +118,8 @@ def test_the_fit_is_the_moment_match_and_its_density_is_gaussian():
     generator = torch.Generator().manual_seed(0)
     tril = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.3, 0.0], [-0.2, 0.4, 2.0]], dtype=torch.float64)
     draws = torch.randn(400, 3, generator=generator, dtype=torch.float64) @ tril.T + 1.0
-    q = GaussianReference(torch.zeros(3), scale=torch.ones(3))
-    assert q.fit(draws) and q.kind == "full-rank"
+    q = GaussianReference(torch.zeros(3), scale=torch.full((3,), 5.0))
+    assert q.fit(draws, independent=True) and q.kind == "full-rank"
     assert torch.allclose(q.mean, draws.mean(0))
     assert torch.allclose(q.scale_tril @ q.scale_tril.T, torch.cov(draws.T), atol=1e-10)
     point = torch.tensor([[0.3, -1.0, 2.0], [1.0, 1.0, 1.0]], dtype=torch.float64,
@@ -128,14 +128,28 @@ def test_the_fit_is_the_moment_match_and_its_density_is_gaussian():
     log_q, grad = q.log_prob_and_grad(point.detach())
     assert torch.allclose(log_q, exact.detach()) and torch.allclose(q.log_prob(point), exact)
     assert torch.allclose(grad, torch.autograd.grad(exact.sum(), point)[0])
-    # Too few draws per dimension for a covariance: the diagonal; too few at all: no change.
-    assert q.fit(draws[:12, :2].repeat(1, 10)[:, :3].contiguous()) is False
-    wide = torch.randn(30, 10, generator=generator, dtype=torch.float64)
-    q10 = GaussianReference(torch.zeros(10), scale=torch.ones(10))
-    assert q10.fit(wide) and q10.kind == "diagonal"
-    assert torch.allclose(q10.scale**2, wide.var(0))
-    diagonal = dist.Normal(q10.mean, q10.scale).log_prob(wide[:2]).sum(-1)
-    assert torch.allclose(q10.log_prob(wide[:2]), diagonal)
+    assert q.fit(draws[:12]) is False  # too few draws: q as it was
+
+
+def test_a_fit_narrows_q_only_where_the_chain_crossed():
+    generator = torch.Generator().manual_seed(1)
+    q = GaussianReference(torch.zeros(3), scale=torch.full((3,), 5.0))
+    old = torch.diag(q.scale**2)
+    assert q.fit(torch.full((40, 3), 0.7, dtype=torch.float64))  # a chain that never moved
+    assert torch.allclose(q.mean, torch.full((3,), 0.7, dtype=torch.float64))
+    covariance = q.scale_tril @ q.scale_tril.T
+    assert torch.linalg.eigvalsh(covariance - old).min() > -1e-9  # nowhere narrower
+    # 120 coordinates (a diagonal fit): a slow random walk in coordinate 0, narrow, keeps its
+    # old variance; the independent coordinates take their sample variance.
+    steps = torch.randn(300, 120, generator=generator, dtype=torch.float64)
+    chain = 0.1 * steps
+    chain[:, 0] = 0.01 * steps[:, 0].cumsum(0)
+    wide = GaussianReference(torch.zeros(120), scale=torch.ones(120))
+    assert wide.fit(chain) and wide.kind == "diagonal"
+    assert float(wide.scale[0]) == 1.0
+    assert torch.allclose(wide.scale[1:] ** 2, chain[:, 1:].var(0))
+    diagonal = dist.Normal(wide.mean, wide.scale).log_prob(chain[:2]).sum(-1)
+    assert torch.allclose(wide.log_prob(chain[:2]), diagonal)
 
 
 def test_the_fitted_reference_approaches_the_posterior():
@@ -222,4 +236,4 @@ def test_a_variational_run_resumes_bitwise(scan, tmp_path):
     kernel = ParallelTempering.resume(path, linear_model)
     resumed = run(kernel, 70 - scan, 10, seed=123)
     assert_continues(full, resumed)
-    assert kernel._reference.fits == 1
+    assert kernel._reference.fits == 2  # at the ends of scans 28 and 60
