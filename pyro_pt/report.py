@@ -203,6 +203,11 @@ class Report:
         return pd.DataFrame(self.rows, columns=list(COLUMNS))
 
 
+def _stuck(diagnostics):
+    """Whether the review found a bottleneck pair or no round trip."""
+    return any(p.startswith(("bottleneck", "no round trip")) for p in diagnostics["warnings"])
+
+
 class Reporting:
     """
     What a :class:`~pyro_pt.ParallelTempering` kernel says about its run: the report, the
@@ -257,4 +262,9 @@ class Reporting:
         unfitted = self._refitting and self._refitting.problem()
         if unfitted:
             out["warnings"].append(unfitted)
+        if self._reference is not None and _stuck(out):
+            out["warnings"].append(
+                f"the hot end is a fitted Gaussian ({self._reference.describe()}), and a "
+                "posterior that is not Gaussian-shaped (a funnel, a multimodal network) can be "
+                "further from it than from the prior: run with reference='prior' and compare")
         return out

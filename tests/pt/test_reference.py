@@ -237,3 +237,10 @@ def test_a_variational_run_resumes_bitwise(scan, tmp_path):
     resumed = run(kernel, 70 - scan, 10, seed=123)
     assert_continues(full, resumed)
     assert kernel._reference.fits == 2  # at the ends of scans 28 and 60
+
+
+def test_a_stuck_run_against_a_fitted_reference_says_to_compare_with_the_prior():
+    kernel, _, _ = _sum_run(2, reference=_fixed_guide(), warmup=20, samples=30)
+    warnings = kernel.diagnostics()["warnings"]
+    assert any(w.startswith(("bottleneck", "no round trip")) for w in warnings), warnings
+    assert "reference='prior'" in warnings[-1]
