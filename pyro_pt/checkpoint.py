@@ -177,6 +177,11 @@ def save(kernel, path):
         "ladder": dict(vars(kernel._ladder)), "recorder": dict(vars(kernel._recorder)),
         "report": report, "timings": dict(kernel.timings),
     }
+    if kernel._reference is not None:  # q as fitted so far, and the round's draws
+        refitting = kernel._refitting
+        payload["reference"] = {"q": kernel._reference.state(),
+                                "draws": refitting.draws if refitting else [],
+                                "skipped": refitting.skipped if refitting else []}
     write_checkpoint(path, _header(kernel), payload)
 
 
@@ -284,6 +289,12 @@ class Checkpointing:
         report["_round_start"] = (scan, trips, time.perf_counter() - elapsed)
         vars(self._report).update(report)
         self.timings = dict(payload["timings"])
+        if self._reference is not None:
+            self._reference.load(payload["reference"]["q"])
+            self.explorer_info["reference"] = self._reference.describe()
+            if self._refitting:
+                self._refitting.draws = list(payload["reference"]["draws"])
+                self._refitting.skipped = list(payload["reference"]["skipped"])
         self._initial_params = rungs.cold_state()
         self._resume_payload = None
 

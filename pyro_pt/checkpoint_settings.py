@@ -31,7 +31,7 @@ from .ladder import inverse_temperatures
 from .options import ladder_temperatures
 
 STORED = ("explorer", "explorer_kwargs", "swap_scheme", "swap_interval", "adapt_temperatures",
-          "compile", "transforms")
+          "compile", "transforms", "reference")
 SAFE_STORED = ("checkpoint_every", "checkpoint_path")
 SAFE = ("process_group", "init_strategy")
 LADDER = ("num_replicas", "max_temperature", "temperatures", "max_replicas")

@@ -24,10 +24,16 @@ from .growth import Growth, growth_options
 from .ladder import Ladder
 from .options import check_options, ladder_temperatures
 from .potential.inductor import check_compiler
+from .reference import check_reference
+from .reference.refit import Refitting
 from .recorders import TemperingRecorder
 from .report import Report, Reporting
 from .rungs import set_up_kernel
 from .swap import swap_round
+
+
+def _is_prior(reference):
+    return isinstance(reference, str) and reference == "prior"
 
 
 class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
@@ -110,6 +116,14 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
     :param int checkpoint_every: with ``checkpoint_path``, write a checkpoint (:meth:`checkpoint`)
         every so many scans; :meth:`resume` continues from one (:mod:`pyro_pt.checkpoint`).
     :param str checkpoint_path: the file of the periodic checkpoints (replaced atomically).
+    :param reference: what the hottest rung samples (:mod:`pyro_pt.reference`): ``"prior"``
+        (default); ``"variational"``, a Gaussian q in the unconstrained space refitted at each
+        warmup round's end to the cold chain's draws, so that rung beta targets
+        :math:`(1-\beta)\log q + \beta(lp + ll)` and the barrier between the hot end and the
+        posterior shrinks (Surjanovic et al. 2022); or a fitted Pyro autoguide
+        (``AutoNormal``, ``AutoMultivariateNormal``, ...), its Gaussian kept fixed. With a
+        reference the default ladder ends at ``max_temperature=inf`` (beta = 0 is q, drawn
+        exactly), and log Z is still the evidence. ``explorer_info["reference"]`` says which.
 
     Example::
 
@@ -123,9 +137,13 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
                  explorer="nuts", explorer_kwargs=None, swap_scheme="deo", swap_interval=1,
                  adapt_temperatures=True, init_strategy=init_to_uniform, transforms=None,
                  process_group=None, compile="auto", max_replicas=None, checkpoint_every=None,
-                 checkpoint_path=None):
+                 checkpoint_path=None, reference="prior"):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
+        check_reference(reference)
+        self.reference = reference
+        if not _is_prior(reference) and max_temperature is None and temperatures is None:
+            max_temperature = math.inf  # the hottest rung is q, drawn exactly
         num_replicas, self._max_replicas = growth_options(num_replicas, max_replicas,
                                                           temperatures, adapt_temperatures)
         self._ladder = Ladder(ladder_temperatures(num_replicas, max_temperature, temperatures))
@@ -142,7 +160,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self.compile = check_compiler(compile)
         self.checkpoint_every, self.checkpoint_path = check_checkpointing(checkpoint_every,
                                                                           checkpoint_path)
-        self.transforms = self._split = self._rungs = None
+        self.transforms = self._split = self._rungs = self._reference = self._refitting = None
 
     # ----- ladder -----
 
@@ -192,6 +210,10 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self._initial_params = self._rungs.cold_state()
         self._recorder = TemperingRecorder(num, warmup_steps)
         self._report = Report(warmup_steps, self.adapt_temperatures, comm, self.swap_interval)
+        self.explorer_info["reference"] = ("prior" if self._reference is None
+                                           else self._reference.describe())
+        self._refitting = self._reference is not None and self.reference == "variational" and \
+            Refitting(self._reference, self._report.round_ends, self._split.latent_names)
         # Wall-clock seconds in sample(): all of it, and inside the explorers' own moves.
         self.timings = {"explorers": 0.0, "total": 0.0}
         if self._resume_from:
@@ -218,6 +240,8 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         if new_betas is not None and not (self._growth and self._growth.grow(self)):
             for k, explorer in zip(rungs.rungs, rungs.explorers):
                 explorer.set_beta(new_betas[k])
+        if self._refitting:  # at a warmup round's end q is refitted to its cold draws
+            self._refitting.after_scan(self, self._t, cold)
         end = time.perf_counter()
         self.timings["explorers"] += explored - start
         self.timings["total"] += end - start

@@ -78,10 +78,10 @@ def check_options(explorer, explorer_kwargs, swap_scheme, swap_interval, adapt_t
         raise TypeError(f"adapt_temperatures must be True or False, got {adapt_temperatures!r}")
 
 
-def check_split(split, betas, save_params):
-    """The checks that need the model's split: a proper prior for a prior rung (beta = 0), and
-    ``save_params`` naming latent sites."""
-    if betas[-1] == 0.0:
+def check_split(split, betas, save_params, reference="prior"):
+    """The checks that need the model's split: a proper prior for a prior rung (beta = 0; a
+    fitted reference is always proper), and ``save_params`` naming latent sites."""
+    if betas[-1] == 0.0 and isinstance(reference, str) and reference == "prior":
         split.check_proper_prior()
     if save_params is not None:
         unknown = set(save_params) - set(split.latent_names)
@@ -101,4 +101,5 @@ def shared_settings(kernel, warmup_steps):
         "swap_interval": kernel.swap_interval,
         "adapt_temperatures": kernel.adapt_temperatures,
         "explorer": kernel.explorer if isinstance(kernel.explorer, str) else "callable",
+        "reference": kernel.reference if isinstance(kernel.reference, str) else "guide",
     }

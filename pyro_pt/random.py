@@ -37,6 +37,13 @@ def grown_seed(base, birth):
     return int(state[0]) >> 1
 
 
+def reference_seed(seed):
+    """The seed of a variational reference's first prior draws, from the swaps' ``seed``: its
+    second child (:func:`engine_seed` takes a rung's first), independent of every stream."""
+    child = np.random.SeedSequence(seed).spawn(2)[1]
+    return int(child.generate_state(1, np.uint64)[0]) >> 1
+
+
 def engine_seed(seed):
     """The seed of the batched HMC's momenta for a rung with ``seed``: the rung's seed already
     seeds its initial point, so the momenta get the first child of its

@@ -203,6 +203,11 @@ class Report:
         return pd.DataFrame(self.rows, columns=list(COLUMNS))
 
 
+def _stuck(diagnostics):
+    """Whether the review found a bottleneck pair or no round trip."""
+    return any(p.startswith(("bottleneck", "no round trip")) for p in diagnostics["warnings"])
+
+
 class Reporting:
     """
     What a :class:`~pyro_pt.ParallelTempering` kernel says about its run: the report, the
@@ -247,6 +252,19 @@ class Reporting:
         out = self._recorder.summary(self.betas, num_rounds, rungs)
         # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
         out["adaptation_history"] = self.adaptation_history
+        if self._reference is not None and self.betas[-1] == 0.0:
+            # the stepping stones run from q (normalized) to the posterior: still log p(y)
+            out["log_Z_meaning"] = ("log evidence log p(y) (the hottest rung is the reference "
+                                    f"q, a normalized {self._reference.kind} Gaussian)")
         # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
-        return annotate(out, self.betas, num_rounds, max(0, self._t - self._warmup_steps),
-                        self.explorer_info.get("explorer"))
+        out = annotate(out, self.betas, num_rounds, max(0, self._t - self._warmup_steps),
+                       self.explorer_info.get("explorer"))
+        unfitted = self._refitting and self._refitting.problem()
+        if unfitted:
+            out["warnings"].append(unfitted)
+        if self._reference is not None and _stuck(out):
+            out["warnings"].append(
+                f"the hot end is a fitted Gaussian ({self._reference.describe()}), and a "
+                "posterior that is not Gaussian-shaped (a funnel, a multimodal network) can be "
+                "further from it than from the prior: run with reference='prior' and compare")
+        return out

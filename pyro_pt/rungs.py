@@ -9,7 +9,8 @@ from .fingerprint import check_same_model
 from .options import check_split, shared_settings
 from .potential import FlatLayout, ModelSplit
 from .potential.layout import same_values
-from .random import stream_seeds
+from .random import reference_seed, stream_seeds
+from .reference import make_reference
 
 
 class RungBlock:
@@ -180,15 +181,18 @@ def set_up_kernel(kernel, comm, warmup_steps, args, kwargs):
         with model_errors(kernel.model, args, kwargs):
             split = ModelSplit(kernel.model, args, kwargs, kernel._user_transforms,
                                init_strategy=kernel.init_strategy)
-        check_split(split, betas, kernel._save_params)
+        check_split(split, betas, kernel._save_params, kernel.reference)
         if kernel._resume_from:  # before any rung is built: the checkpoint's model and data
             check_same_model(*kernel._resume_from, split)
         return split
 
     def build(split, rungs, seeds):
         with model_errors(kernel.model, args, kwargs, split):
+            # q's first prior draws take the stream after the swaps' (the same on every rank)
+            kernel._reference = make_reference(kernel.reference, split,
+                                               reference_seed(seeds[-1]), kernel._user_transforms)
             return build_rungs(split, rungs, betas, seeds, split.device, kernel.explorer,
                                kernel.explorer_kwargs, warmup_steps, kernel._user_initial_params,
-                               compile=kernel.compile)
+                               compile=kernel.compile, reference=kernel._reference)
 
     return set_up_rungs(comm, len(betas), make_split, build, shared_settings(kernel, warmup_steps))

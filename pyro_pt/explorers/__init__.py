@@ -20,6 +20,7 @@ the rung runs. The prior rung (beta = 0) draws exactly from the prior.
 from ..explain import fallback_reason
 from ..potential import FunctionalSplit, TemperedPotential, torch_compat
 from ..random import RandomStream
+from ..reference.split import ReferencedSplit
 from .contract import ExplorerGroup, RungExplorer, SingleRungExplorer
 from .hmc_group import DEFAULT_NUM_STEPS_JITTER, HMCGroup, check_hmc_options
 from .prior import PriorExplorer
@@ -69,12 +70,14 @@ def _fewest_gradient_evaluations(explorer, explorer_kwargs, warmup_steps):
 
 
 def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, warmup_steps,
-                initial_params=None, compile="auto", starts=None):
+                initial_params=None, compile="auto", starts=None, reference=None):
     """
     The explorers, initial states and initial log-likelihoods of ``rungs`` (rung indices).
     ``seeds`` and ``betas`` are indexed by rung; ``starts`` (rung -> state) gives some rungs
     their initial state instead of ``initial_params`` or a draw (rungs added to a ladder,
-    :mod:`pyro_pt.growth`).
+    :mod:`pyro_pt.growth`). ``reference`` (a
+    :class:`~pyro_pt.reference.GaussianReference`, None for the prior) is what the beta = 0
+    rung draws and every rung's target leans towards (:mod:`pyro_pt.reference.split`).
 
     :returns: ``(explorers, states, log_likelihoods, info)``; ``info`` says which explorer and
         which potential path (fast functional graph or Pyro's trace) the rungs use, and why;
@@ -97,10 +100,14 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
                 info["potential_matmul"] = matmul
             if split.reason:
                 info["potential_detail"] = split.reason  # the capture's own message
+            if reference is not None:
+                split = ReferencedSplit(split, reference)
             if explorer == "hmc":
                 group = HMCGroup(split, explorer_kwargs)
                 info.update(explorer="hmc (batched)", batched=split.batched.path,
                             batched_reason=split.batched.reason)
+        elif reference is not None:  # only the beta = 0 rung here: it draws from q
+            split = ReferencedSplit(split, reference)
         for k in rungs:
             stream = RandomStream(seeds[k], device=device)
             if betas[k] == 0.0:

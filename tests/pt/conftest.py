@@ -49,6 +49,7 @@ def four_rank_group(tmp_path_factory, two_rank_group):
     torch.set_num_threads(1)
     tasks = [
         ("sequential", run_linear, (KERNELS["sequential"],), False),
+        ("deo_variational", run_linear, (KERNELS["deo_variational"],), False),
         ("resumed", resume_on_ranks, (two_rank_group["folder"], ("rwmh",)), False),
         ("too_many_ranks", run_kernel, ({"num_replicas": 3, "explorer": "rwmh"},), True),
     ]

@@ -24,7 +24,10 @@ def free_port():
 
 
 def run_linear(kernel_kwargs, num_samples=20, warmup_steps=10, seed=0):
-    """The same seeded run in any process; returns what every rank must agree on."""
+    """The same seeded run in any process; returns what every rank must agree on (a
+    ``"warmup_steps"`` entry of ``kernel_kwargs`` replaces ``warmup_steps``)."""
+    kernel_kwargs = dict(kernel_kwargs)
+    warmup_steps = kernel_kwargs.pop("warmup_steps", warmup_steps)
     pyro.set_rng_seed(seed)
     kernel = ParallelTempering(linear_model, **kernel_kwargs)
     mcmc = MCMC(kernel, num_samples, warmup_steps, disable_progbar=True)

@@ -101,3 +101,55 @@ def gaussian_log_evidence(y):
     n = y.shape[0]
     cov = torch.eye(n, dtype=y.dtype) + 1.0
     return float(dist.MultivariateNormal(torch.zeros(n, dtype=y.dtype), cov).log_prob(y.T).sum())
+
+
+# ----- a sum of two latents: the data fix theta_1 + theta_2, the prior alone theta_1 - theta_2 -----
+
+SUM_PRIOR_SCALE = 10.0
+
+
+def sum_data(num_points=50, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return 1.5 + torch.randn(num_points, generator=generator, dtype=torch.float64)
+
+
+def sum_model(y):
+    zero = torch.zeros(2, dtype=y.dtype)
+    theta = pyro.sample("theta", dist.Normal(zero, SUM_PRIOR_SCALE).to_event(1))
+    with pyro.plate("data", y.shape[0]):
+        pyro.sample("y", dist.Normal(theta.sum(-1, keepdim=True), 1.0), obs=y)
+
+
+def sum_posterior(y):
+    """Exact posterior mean [2] and covariance [2, 2] of theta in ``sum_model``."""
+    ones = torch.ones(y.shape[0], 2, dtype=y.dtype)
+    precision = torch.eye(2, dtype=y.dtype) / SUM_PRIOR_SCALE**2 + ones.T @ ones
+    covariance = torch.linalg.inv(precision)
+    return covariance @ (ones.T @ y), covariance
+
+
+def sum_log_evidence(y):
+    """log p(y) of ``sum_model``: y ~ N(0, I + 2 s^2 1 1^T)."""
+    n = y.shape[0]
+    cov = torch.eye(n, dtype=y.dtype) + 2 * SUM_PRIOR_SCALE**2
+    return float(dist.MultivariateNormal(torch.zeros(n, dtype=y.dtype), cov).log_prob(y))
+
+
+def gaussian_tempered_ll_mean(mean, cov, log_z, q_mean, q_cov, beta):
+    r"""
+    For a Gaussian posterior :math:`N(\mu, \Sigma)` with evidence :math:`Z` and a Gaussian
+    reference :math:`q = N(m, S)`: the mean of :math:`ll' = \log Z + \log N(z; \mu, \Sigma) -
+    \log q(z)` under the rung at ``beta``, :math:`\propto q^{1-\beta} (Z N(\mu, \Sigma))^\beta`,
+    a Gaussian of precision :math:`(1-\beta) S^{-1} + \beta \Sigma^{-1}`.
+    """
+    p_q, p_post = torch.linalg.inv(q_cov), torch.linalg.inv(cov)
+    precision = (1 - beta) * p_q + beta * p_post
+    cov_b = torch.linalg.inv(precision)
+    mean_b = cov_b @ ((1 - beta) * p_q @ q_mean + beta * p_post @ mean)
+
+    def expected_log_normal(mu, sigma, p):
+        d = mean_b - mu
+        return -0.5 * (torch.trace(p @ cov_b) + d @ p @ d + torch.logdet(2 * math.pi * sigma))
+
+    return float(log_z + expected_log_normal(mean, cov, p_post)
+                 - expected_log_normal(q_mean, q_cov, p_q))

@@ -27,7 +27,12 @@ def assert_identical(a, b):
     assert len(a["report"]["round"]) >= 3
 
 
-KERNELS = {"sequential": SEQUENTIAL, "deo_prior_rung": DEO_PRIOR_RUNG, "deo_adapted": DEO_ADAPTED}
+# A variational reference fitted at scan 60 from the cold chain's draws: every rank the same q.
+DEO_VARIATIONAL = {"num_replicas": 5, "explorer": "hmc", "explorer_kwargs": {"num_steps": 2},
+                   "reference": "variational", "warmup_steps": 70}
+
+KERNELS = {"sequential": SEQUENTIAL, "deo_prior_rung": DEO_PRIOR_RUNG, "deo_adapted": DEO_ADAPTED,
+           "deo_variational": DEO_VARIATIONAL}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +47,8 @@ def two_ranks(two_rank_group):
 @pytest.mark.parametrize(
     "world_size, kernel, boundary_pairs",
     [(2, "sequential", [1]), (4, "sequential", [0, 1, 2]), (2, "deo_prior_rung", [2]),
-     (2, "deo_adapted", [1])],
+     (2, "deo_adapted", [1]), (2, "deo_variational", [2]),
+     (4, "deo_variational", [1, 2])],
 )
 def test_world_sizes_give_bitwise_identical_chains(world_size, kernel, boundary_pairs, request):
     torch.set_num_threads(1)

@@ -105,6 +105,7 @@ def run_config(name):
     # Wall-clock seconds, added after the record (and shown on the progress bar when long).
     explorer_info = dict(kernel.explorer_info)
     assert explorer_info.pop("setup_seconds") > 0.0
+    assert explorer_info.pop("reference") == "prior"  # added after the records
     logging = kernel.logging()
     logging.pop("set-up", None)
     report = kernel.report.drop(columns=["seconds", "warnings"]).to_dict(orient="list")

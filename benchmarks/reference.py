@@ -1,0 +1,119 @@
+"""The tempering reference: the prior against a fitted variational Gaussian, same K, same seeds.
+
+For each model, ``ParallelTempering(explorer="hmc", max_temperature=inf)`` with
+``reference="prior"`` and ``reference="variational"`` (pyro_pt.reference): the global barrier
+Lambda of the sampling phase, its round trips per 1000 sampling scans, log Z (against the
+analytic evidence where there is one) and the cold chain's check against the exact answer
+where there is one. Models:
+
+- ``conjugate``: ``theta ~ N(0, 10^2 I_2)``, ``y_i ~ N(theta_1 + theta_2, 1)``, n = 10 000,
+  K = 4 (targets: Lambda with the variational reference below half the prior's, exact cold
+  moments: the z-scores of theta's mean, with the ESS, and its variance over the exact one);
+- ``eight_schools``: the centered eight schools (benchmarks/funnel.py), K = 4;
+- ``bnn``: the 1-20-1 tanh BNN of benchmarks/pt_bnn_bottleneck.py, K = 6 (targets: round trips
+  at least the prior reference's, Lambda lower).
+
+Prints; asserts nothing.
+
+    PYTHONPATH=$PWD python benchmarks/reference.py [--models conjugate bnn] [--seeds 2]
+"""
+
+import argparse
+import math
+import time
+import warnings
+
+import torch
+
+import pyro
+import pyro.distributions as dist
+from pyro.infer import MCMC
+from pyro.ops.stats import effective_sample_size
+
+from pyro_pt import ParallelTempering
+
+from funnel import SIGMA, Y, eight_schools_centered
+from pt_bnn_bottleneck import BNN, data as bnn_data
+
+PRIOR_SCALE = 10.0
+
+
+def conjugate(y):
+    theta = pyro.sample("theta", dist.Normal(torch.zeros(2, dtype=y.dtype),
+                                             PRIOR_SCALE).to_event(1))
+    with pyro.plate("data", y.shape[0]):
+        pyro.sample("y", dist.Normal(theta.sum(-1, keepdim=True), 1.0), obs=y)
+
+
+def conjugate_exact(y):
+    """Posterior mean, covariance and log evidence (Sherman-Morrison: y ~ N(0, I + 2 s^2 11^T))."""
+    n, c = y.shape[0], 2 * PRIOR_SCALE**2
+    ones = torch.ones(n, 2, dtype=y.dtype)
+    cov = torch.linalg.inv(torch.eye(2, dtype=y.dtype) / PRIOR_SCALE**2 + ones.T @ ones)
+    quad = float(y @ y - c * y.sum() ** 2 / (1 + c * n))
+    log_z = -0.5 * (quad + math.log1p(c * n) + n * math.log(2 * math.pi))
+    return cov @ (ones.T @ y), cov, log_z
+
+
+def case(name):
+    if name == "conjugate":
+        g = torch.Generator().manual_seed(0)
+        y = 1.5 + torch.randn(10_000, generator=g, dtype=torch.float64)
+        return conjugate, (y,), 4, conjugate_exact(y)
+    if name == "eight_schools":
+        return eight_schools_centered, (Y, SIGMA), 4, None
+    return BNN(), bnn_data(), 6, None
+
+
+def run(name, reference, seed, warmup, samples):
+    model, args, replicas, exact = case(name)
+    pyro.set_rng_seed(seed)
+    kernel = ParallelTempering(model, num_replicas=replicas, max_temperature=math.inf,
+                               explorer="hmc", reference=reference)
+    began = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc = MCMC(kernel, samples, warmup, disable_progbar=True)
+        mcmc.run(*args)
+    d = kernel.diagnostics()
+    line = (f"{name:13s} {reference:11s} seed={seed} Lambda={d['barrier']:.3f} "
+            f"round trips/1000 scans={1000 * d['round_trips'] / samples:.1f} "
+            f"min swap acc={min(d['swap_acceptance']):.3f} log Z={d['log_Z']:.3f}")
+    if exact is not None:
+        mean, cov, log_z = exact
+        theta = mcmc.get_samples()["theta"]
+        ess = effective_sample_size(theta.unsqueeze(0))
+        z = (theta.mean(0) - mean) / (cov.diagonal().sqrt() / ess.sqrt())
+        ratio = theta.var(0) / cov.diagonal()
+        line += (f" (exact {log_z:.3f}) z={[round(v, 2) for v in z.tolist()]} "
+                 f"var/exact={[round(v, 2) for v in ratio.tolist()]}")
+    warned = sum("ParallelTempering" in str(w.message) for w in caught)
+    print(f"{line} warnings={warned} [{kernel.explorer_info['reference']}; "
+          f"{time.perf_counter() - began:.0f} s]", flush=True)
+    return d["barrier"], d["round_trips"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="+", default=["conjugate", "eight_schools", "bnn"])
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=500)
+    parser.add_argument("--samples", type=int, default=1000)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    for name in args.models:
+        results = {}
+        for seed in range(args.seeds):
+            for reference in ("prior", "variational"):
+                results.setdefault(reference, []).append(
+                    run(name, reference, seed, args.warmup, args.samples))
+        prior = [b for b, _ in results["prior"]]
+        fitted = [b for b, _ in results["variational"]]
+        print(f"{name}: Lambda variational / prior per seed: "
+              f"{[round(f / p, 3) for f, p in zip(fitted, prior)]}; round trips prior "
+              f"{[t for _, t in results['prior']]}, variational "
+              f"{[t for _, t in results['variational']]}\n", flush=True)
+
+
+if __name__ == "__main__":
+    main()

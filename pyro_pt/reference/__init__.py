@@ -1,0 +1,78 @@
+r"""The reference of a tempered run: the distribution its hottest rung (beta = 0) samples.
+
+``ParallelTempering(model, reference=...)``:
+
+- ``"prior"`` (default): the model's prior; rung beta targets ``lp + beta * ll``.
+- ``"variational"``: a Gaussian :math:`q` in the unconstrained space
+  (:class:`~pyro_pt.reference.gaussian.GaussianReference`), first moment-matched to draws of the
+  prior (or, for an improper prior, a unit Gaussian at the initial point), then refitted at
+  the end of each warmup round to the cold chain's draws of the round, which minimizes
+  :math:`KL(\pi \| q)` over Gaussians (Surjanovic et al. 2022), narrowed only in the
+  directions those draws crossed (:mod:`~pyro_pt.reference.gaussian`); frozen for the sampling
+  phase.
+- a fitted Pyro autoguide (:mod:`~pyro_pt.reference.guide`): its Gaussian, fixed.
+
+Rung beta then targets :math:`(1-\beta)\log q + \beta(lp + ll)`
+(:class:`~pyro_pt.reference.split.ReferencedSplit`).
+
+**Reference**: Surjanovic, Syed, Bouchard-Cote, Campbell (2022), "Parallel tempering with a
+variational reference", NeurIPS.
+"""
+
+import torch
+
+from pyro.infer.autoguide import AutoGuide
+
+from ..potential import FlatLayout
+from ..random import RandomStream
+from .gaussian import GaussianReference
+from .guide import from_guide
+from .split import ReferencedSplit
+
+REFERENCES = ("prior", "variational")
+PRIOR_DRAWS = 200  # draws of the prior the first variational reference is matched to
+
+
+def check_reference(reference):
+    """Raise a clear error unless ``reference`` is one the kernel takes."""
+    if isinstance(reference, AutoGuide):
+        return
+    if not isinstance(reference, str) or reference not in REFERENCES:
+        raise ValueError(f"reference must be 'prior', 'variational' or a fitted Pyro autoguide "
+                         f"(e.g. AutoMultivariateNormal after SVI), got {reference!r}")
+
+
+def make_reference(reference, split, seed, user_transforms=None):
+    """
+    The :class:`GaussianReference` of ``reference`` on ``split`` (None for ``"prior"``).
+
+    :param int seed: the seed of the prior draws of a first variational fit (the same on every
+        rank, so every rank fits the same q).
+    """
+    check_reference(reference)
+    if isinstance(reference, AutoGuide):
+        return from_guide(reference, split, user_transforms)
+    if reference == "prior":
+        return None
+    names = split.latent_names
+    try:
+        split.check_proper_prior()
+    except ValueError:  # an improper prior cannot be drawn from: start from a unit Gaussian
+        z0 = split.initial_point()
+        flat = FlatLayout.of(z0, names).flatten(z0)
+        return GaussianReference(flat, scale=torch.ones_like(flat, dtype=torch.float64),
+                                 origin="a unit Gaussian at the initial point")
+    draws = []
+    with RandomStream(seed, device=split.device):
+        for _ in range(PRIOR_DRAWS):
+            z, _ = split.sample_prior()
+            draws.append(FlatLayout.of(z, names).flatten(z).to(torch.float64).cpu())
+    q = GaussianReference(draws[0], scale=torch.ones_like(draws[0]), origin="the prior's moments")
+    q.fit(torch.stack(draws), independent=True)
+    q.fits = 0
+    q.origin = "the prior's moments, then the cold chain's draws"
+    return q
+
+
+__all__ = ["GaussianReference", "REFERENCES", "ReferencedSplit", "check_reference",
+           "from_guide", "make_reference"]

@@ -1,0 +1,184 @@
+r"""A Gaussian reference in the flat unconstrained space: its density, exact draws and its fit.
+
+The reference :math:`q` of a tempered run is the distribution the hottest rung
+(:math:`\beta = 0`) samples exactly; the rung at :math:`\beta` targets
+:math:`q(z)^{1-\beta}\,\pi(z)^{\beta}`. Here :math:`q = \mathcal N(m, LL^\top)` on the flat
+latent vector of :class:`~pyro_pt.potential.layout.FlatLayout` (sites in sorted name order),
+with :math:`L` diagonal or lower triangular. Its parameters live in float64 and are cast to the
+model's dtype where a density is evaluated.
+
+The variational fit minimizes the forward KL divergence :math:`KL(\pi \| q)` over Gaussians
+from draws of :math:`\pi`, which is moment matching: the draws' mean and (co)variance
+(Surjanovic, Syed, Bouchard-Cote, Campbell 2022, "Parallel tempering with a variational
+reference", section 4). The draws come from a Markov chain during warmup, which may not yet
+have crossed its target in some direction; a variance estimated there is too small, and a
+reference fitted to it narrows the hot end to where the cold chain already was. Measured on the
+conjugate model of ``benchmarks/reference.py`` (``theta_1 - theta_2`` known from the prior
+alone, a variance of 50 per coordinate): 32 cold draws gave a variance of 0.15, and the run's
+cold chain then had 0.28 of the posterior's variance, without a warning. So a fit narrows q
+only in the directions the draws crossed: in the old q's whitened coordinates, an
+eigen-direction of the new covariance whose projected draws have an effective sample size
+(:func:`pyro.ops.stats.effective_sample_size`) below :data:`MIN_NARROWING_ESS` keeps at least
+the old variance (per coordinate for a diagonal fit); the ESS of a chain confined to a corner
+can still look fine (124 draws of ESS 21 had a variance of 0.48 there), hence a high threshold.
+A full covariance needs :data:`FULL_DRAWS_PER_DIM` draws per dimension; with fewer, or above
+:data:`MAX_FULL_DIM` dimensions, the fit is diagonal.
+"""
+
+import math
+
+import torch
+
+from pyro.ops.stats import effective_sample_size
+
+MAX_FULL_DIM = 100  # a full-rank fit costs O(D^2) per evaluation and O(D^3) per fit
+FULL_DRAWS_PER_DIM = 5  # a covariance estimated from fewer draws is too noisy
+MIN_FIT_DRAWS = 20  # fewer draws keep the reference as it is
+MIN_NARROWING_ESS = 50  # a direction with fewer effective draws is not narrowed
+MIN_VARIANCE = 1e-12  # a coordinate that never moved must not collapse q
+
+
+class GaussianReference:
+    """
+    :math:`\\mathcal N(m, LL^\\top)` on the flat unconstrained latent vector.
+
+    :param torch.Tensor mean: ``[D]``.
+    :param torch.Tensor scale: ``[D]`` standard deviations (a diagonal :math:`L`), or
+    :param torch.Tensor scale_tril: ``[D, D]`` lower-triangular :math:`L` with a positive
+        diagonal.
+    :param str origin: what it was built from (for ``explorer_info``).
+    """
+
+    def __init__(self, mean, scale=None, scale_tril=None, origin="given"):
+        if (scale is None) == (scale_tril is None):
+            raise ValueError("give exactly one of scale and scale_tril")
+        self.origin = origin
+        self.fits = 0
+        self._set(mean, scale, scale_tril)
+
+    def _set(self, mean, scale, scale_tril):
+        self.mean = mean.detach().to(torch.float64).reshape(-1).clone()
+        d = self.mean.shape[0]
+        if scale is not None:
+            scale = scale.detach().to(torch.float64).reshape(-1).clone()
+            if scale.shape[0] != d or not bool((scale > 0).all() & torch.isfinite(scale).all()):
+                raise ValueError(f"scale must be {d} positive finite numbers")
+            self.scale, self.scale_tril = scale, None
+        else:
+            tril = scale_tril.detach().to(torch.float64).clone()
+            diag = torch.diagonal(tril) if tril.shape == (d, d) else None
+            if diag is None or not bool((diag > 0).all() & torch.isfinite(tril).all()):
+                raise ValueError(f"scale_tril must be a {d} x {d} lower-triangular matrix with "
+                                 "a positive diagonal")
+            self.scale, self.scale_tril = None, torch.tril(tril)
+        self._cast = {}
+
+    @property
+    def dim(self):
+        return self.mean.shape[0]
+
+    @property
+    def kind(self):
+        return "diagonal" if self.scale_tril is None else "full-rank"
+
+    def describe(self):
+        fitted = f", fitted {self.fits} times" if self.fits else ""
+        return f"{self.kind} Gaussian ({self.origin}{fitted})"
+
+    def _params(self, like):
+        key = (like.dtype, like.device)
+        if key not in self._cast:
+            if self.scale_tril is None:
+                factor = self.scale
+                log_norm = self.scale.log().sum()
+            else:
+                factor = self.scale_tril
+                log_norm = torch.diagonal(self.scale_tril).log().sum()
+            log_norm = log_norm + 0.5 * self.dim * math.log(2 * math.pi)
+            self._cast[key] = tuple(t.to(dtype=like.dtype, device=like.device)
+                                    for t in (self.mean, factor, log_norm))
+        return self._cast[key]
+
+    def _whiten(self, flat):
+        mean, factor, log_norm = self._params(flat)
+        centred = flat - mean
+        if self.scale_tril is None:
+            return centred / factor, factor, log_norm
+        u = torch.linalg.solve_triangular(factor, centred.unsqueeze(-1), upper=False)
+        return u.squeeze(-1), factor, log_norm
+
+    def log_prob(self, flat):
+        """``log q`` at ``flat`` ``[..., D]`` (differentiable)."""
+        u, _, log_norm = self._whiten(flat)
+        return -0.5 * (u * u).sum(-1) - log_norm
+
+    def log_prob_and_grad(self, flat):
+        """``(log q, d log q / d flat)`` at ``flat`` ``[..., D]``, without autograd."""
+        u, factor, log_norm = self._whiten(flat)
+        if self.scale_tril is None:
+            grad = -u / factor
+        else:
+            grad = -torch.linalg.solve_triangular(factor.T, u.unsqueeze(-1),
+                                                  upper=True).squeeze(-1)
+        return -0.5 * (u * u).sum(-1) - log_norm, grad
+
+    def sample(self, like):
+        """One exact draw ``[D]`` in ``like``'s dtype and device (the global random stream)."""
+        mean, factor, _ = self._params(like)
+        noise = torch.randn(self.dim, dtype=like.dtype, device=like.device)
+        return mean + (factor * noise if self.scale_tril is None else factor @ noise)
+
+    def fit(self, draws, independent=False):
+        """
+        Moment-match the draws ``[n, D]`` of a chain (``independent``: independent draws),
+        narrowing q only where they crossed (see the module). Full where there are
+        :data:`FULL_DRAWS_PER_DIM` draws per dimension and ``D`` is at most
+        :data:`MAX_FULL_DIM`, else diagonal. Fewer than :data:`MIN_FIT_DRAWS` draws leave q as
+        it is. Returns whether it changed.
+        """
+        draws = draws.to(torch.float64)
+        n, d = draws.shape
+        if n < MIN_FIT_DRAWS:
+            return False
+        mean = draws.mean(0)
+        centred = draws - mean
+        variance = (centred * centred).sum(0) / (n - 1)
+        floor = MIN_VARIANCE * max(1.0, float(variance.max()))
+        if d <= MAX_FULL_DIM and n >= FULL_DRAWS_PER_DIM * d:
+            old = torch.diag(self.scale) if self.scale_tril is None else self.scale_tril
+            eye = torch.eye(d, dtype=torch.float64)
+            white = centred @ torch.linalg.solve_triangular(old, eye, upper=False).T
+            values, vectors = torch.linalg.eigh(white.T @ white / (n - 1))
+            crossed = _crossed(white @ vectors, independent)
+            values = torch.where(crossed, values, values.clamp_min(1.0))
+            covariance = old @ (vectors * values) @ vectors.T @ old.T + floor * eye
+            tril, info = torch.linalg.cholesky_ex(covariance)
+            if int(info) == 0:
+                self._set(mean, None, tril)
+                self.fits += 1
+                return True
+        old = self.scale**2 if self.scale_tril is None else (self.scale_tril**2).sum(-1)
+        crossed = _crossed(centred, independent)
+        variance = torch.where(crossed, variance, torch.maximum(variance, old)).clamp_min(floor)
+        self._set(mean, variance.sqrt(), None)
+        self.fits += 1
+        return True
+
+    def state(self):
+        """What a checkpoint stores."""
+        return {"mean": self.mean, "scale": self.scale, "scale_tril": self.scale_tril,
+                "origin": self.origin, "fits": self.fits}
+
+    def load(self, state):
+        self._set(state["mean"], state["scale"], state["scale_tril"])
+        self.origin, self.fits = state["origin"], state["fits"]
+
+
+def _crossed(columns, independent):
+    """Per column of ``columns`` ``[n, k]``, whether its effective draws reach
+    :data:`MIN_NARROWING_ESS` (all of them, for that many independent draws)."""
+    n = columns.shape[0]
+    if independent:
+        return torch.full((columns.shape[1],), n >= MIN_NARROWING_ESS)
+    ess = effective_sample_size(columns.unsqueeze(0))
+    return torch.nan_to_num(ess, nan=0.0) >= MIN_NARROWING_ESS

@@ -1,0 +1,66 @@
+"""The variational reference's fits during warmup, from the cold chain's draws.
+
+At each warmup round's end q is moment-matched to the cold chain's draws since its last fit
+(:meth:`~pyro_pt.reference.gaussian.GaussianReference.fit`); a round's end with fewer than
+:data:`~pyro_pt.reference.gaussian.MIN_FIT_DRAWS` of them keeps q and the draws.
+
+The cold chain's state is the same on every rank after each scan (it is broadcast from rung
+0's owner), so every rank gathers the same draws and fits the same :math:`q`, bitwise: no
+collective is needed for the fit itself. A fit changes every tempered rung's target, so after
+it each rung forgets its cached potential (as after a swap) and the kernel's record of the
+rungs' ``ll'`` is recomputed.
+"""
+
+import torch
+
+from ..potential import FlatLayout
+from .gaussian import MIN_FIT_DRAWS
+from .split import ReferencedSplit
+
+
+class Refitting:
+    """
+    The cold draws since the last fit, and the fit at a round's end.
+
+    :param GaussianReference reference: q, refitted in place.
+    :param set round_ends: the scans that end a warmup round
+        (:func:`~pyro_pt.ladder.warmup_round_ends`).
+    :param list names: the latent site names, sorted (the flat order).
+    """
+
+    def __init__(self, reference, round_ends, names):
+        self.reference = reference
+        self.round_ends = set(round_ends)
+        self.names = names
+        self.draws = []
+        self.skipped = []  # round ends with too few draws
+
+    def after_scan(self, kernel, scan, cold):
+        """Keep the cold draw of ``scan``; at a round's end refit q and refresh the rungs.
+        Returns whether q changed."""
+        if not self.round_ends or scan > max(self.round_ends):
+            return False
+        self.draws.append(FlatLayout.of(cold, self.names).flatten(cold).detach()
+                          .to(device="cpu", dtype=torch.float64))
+        if scan not in self.round_ends:
+            return False
+        if not self.reference.fit(torch.stack(self.draws)):
+            self.skipped.append(scan)
+            return False
+        self.draws = []
+        rungs = kernel._rungs
+        for explorer in rungs.explorers:
+            explorer.replace_state()  # its cached potential was against the old q
+        split = ReferencedSplit(kernel._split, self.reference)
+        kernel._ll = rungs.gather([split.log_likelihood(z) for z in rungs.states])
+        kernel.explorer_info["reference"] = self.reference.describe()
+        return True
+
+    def problem(self):
+        """What the review says when q was never fitted (None otherwise)."""
+        if self.reference.fits or not self.skipped:
+            return None
+        return (f"the variational reference was never fitted: the warmup rounds (ending at "
+                f"scans {self.skipped}) held fewer than {MIN_FIT_DRAWS} cold draws, so q stayed "
+                f"the Gaussian of {self.reference.origin.split(',')[0]}; warm up longer "
+                "(warmup_steps), or pass a fitted Pyro autoguide as reference")
