@@ -9,7 +9,6 @@ inside that process (no package option exists for it):
 - ``native loop``: the C++ loop of a lockstep trajectory's calls (``native_loop`` gives None);
 - ``inlining``: constants with all entries equal written as ``full`` nodes
   (``potential/constants.py``; the identity instead);
-- ``reuse``: the reuse cache of ``potential/recent.py`` (``derived`` always calls ``make()``);
 - ``fused``: the fused leapfrog step (``potential/fused.py``; ``FusedSteps.step`` gives None);
 - ``lockstep``: all slots in one call per leapfrog step (``MAX_FLOPS = -1``: it refuses);
 - ``direct call``: the call past Inductor's wrappers (``direct_call`` gives None; the C++ loop
@@ -19,7 +18,8 @@ Per run it prints the wall time of the sampling phase (from the last warmup iter
 the end of ``MCMC.run``) and the process's CPU time over it (steadier on a shared machine), the
 wall time of the whole run (set-up + warmup + sampling), and that of the set-up of a second
 kernel on the same model in the same process (``kernel.setup`` with validation off, as
-``MCMC.run`` sets up a kernel: the reuse cache only matters there), with ``explorer_info`` and
+``MCMC.run`` sets up a kernel: what an in-process reuse of compilations would save, 3-11 % of a
+whole run when it was measured, so it was removed), with ``explorer_info`` and
 counters of what each accelerator did, so the table shows that the one switched off really was
 off. Settings are interleaved in rounds; the table
 gives min-max over rounds, and each setting's slowdown against "all on" of the same round.
@@ -43,7 +43,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-SETTINGS = ("all on", "matmul", "native loop", "inlining", "reuse", "fused", "lockstep",
+SETTINGS = ("all on", "matmul", "native loop", "inlining", "fused", "lockstep",
             "direct call")
 WORKLOADS = {"a": "seed BNN, K=8", "b": "25-weight BNN, K=4", "c": "eight schools NC, K=4"}
 # (W, N) per workload: full run, --quick
@@ -56,7 +56,6 @@ CODE = {
                     ("CppCodeCache", "unsafe_alloc_void_ptrs_from_tensors",
                      "alloc_tensors_by_stealing_from_void_ptrs")),
     "inlining": (("constants",), ()),
-    "reuse": (("recent",), ()),
     "fused": (("fused", "explorers.hmc_dynamics:leapfrog_rows"), ()),
     "lockstep": (("lockstep", "explorers.hmc_dynamics:leapfrog_lockstep",
                   "explorers.hmc_dynamics:evaluate_lockstep",
@@ -84,7 +83,7 @@ def lines_of(spec):
 
 def switch_off(setting, counts):
     """Switch ``setting`` off (``"all on"``: nothing), and count what the others do."""
-    from pyro_pt.potential import compiled, fused, inductor, lockstep
+    from pyro_pt.potential import fused, inductor, lockstep
     if setting == "matmul":
         os.environ["PYRO_PT_MATMUL"] = "aten"
     if setting == "lockstep":
@@ -111,19 +110,8 @@ def switch_off(setting, counts):
         after = sum(n.op == "get_attr" for n in gm.graph.nodes)
         counts["inlined"] = counts.get("inlined", 0) + before - after
 
-    def counted_derived(original):
-        def derived(gm, what, example, make):
-            made = []
-            wrapped = lambda: made.append(1) or make()  # noqa: E731
-            out = wrapped() if setting == "reuse" else original(gm, what, example, wrapped)
-            counts["reused"] = counts.get("reused", 0) + (not made)
-            return out
-        return derived
-
     lockstep.native_loop, inductor.direct_call = counted_loop, counted_direct
     inductor.inline_uniform_constants = counted_inline
-    compiled.derived = counted_derived(compiled.derived)
-    lockstep.derived = counted_derived(lockstep.derived)
 
 
 def workload(name):

@@ -39,7 +39,6 @@ it off (stated in its docstring; the table is in ``benchmarks/README.md``):
 - :mod:`~pyro_pt.potential.constants`: constants with all entries equal written into the
   graph;
 - :mod:`~pyro_pt.potential.direct_call`: the compiled code called past Inductor's wrappers;
-- :mod:`~pyro_pt.potential.recent`: a later kernel on the same model reuses the compilations.
 
 Dependencies point one way: layout <- split <- densities <- compiled <- batched <- fused <-
 lockstep <- functional, and constants, direct_call, matmul <- inductor <- capture.

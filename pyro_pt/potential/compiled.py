@@ -22,7 +22,6 @@ from .capture import (Uncapturable, capture, compile_graph, forked_rng, keeping_
 from .densities import counted_validation, densities, densities_and_grads
 from .inductor import check_compiler, choose_compiler, inductor_compile, missing_apis
 from .matmul import choice
-from .recent import derived
 from .layout import FlatLayout
 
 
@@ -207,8 +206,7 @@ class CompiledSplit:
             choice()  # a bad PYRO_PT_MATMUL is the user's to fix, not a compiler failure
             try:
                 with keeping_validation():
-                    compiled = derived(gm, ("grads",) + self.graph_key(dtype, device),
-                                       points[:1], lambda: inductor_compile(gm, points[0]))
+                    compiled = inductor_compile(gm, points[0])
                 self._check(compiled, points, dtype, device)
                 return gm, compiled, "inductor"
             except Exception as error:  # no compiler, an unsupported operation, a mismatch

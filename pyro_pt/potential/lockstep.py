@@ -33,7 +33,6 @@ from .capture import Uncapturable, capture, forked_rng, keeping_validation, mism
 from .constants import bitwise_equal
 from .inductor import inductor_compile
 from .native import native_loop
-from .recent import derived
 
 # Where the arithmetic of one evaluation takes about as long as a compiled call's fixed cost
 # (~30-60 us at the ~30 GFLOP/s one thread of this CPU reaches); the small BNN has ~2e3, the
@@ -147,19 +146,13 @@ class Lockstep:
         points = compiled.check_points(dtype, device)
         example = _inputs(list(range(size)), points)
         graph = compiled.fx_graph(dtype, device)
-
-        def make():
-            with forked_rng(device), keeping_validation():
-                gm = capture(lockstep_step(graph), *example)
-                # its one caller, leapfrog_lockstep, gathers every input by index (contiguous,
-                # the example's layout), so the per-call layout checks are dropped; its many
-                # small buffers come from one allocation per call
-                step = inductor_compile(gm, *example, asserts=False, pooled=True)
-            step.loop = _checked_loop(step, example)
-            return step
-
-        step = derived(graph, ("lockstep", size) + compiled.graph_key(dtype, device), example,
-                       make)
+        with forked_rng(device), keeping_validation():
+            gm = capture(lockstep_step(graph), *example)
+            # its one caller, leapfrog_lockstep, gathers every input by index (contiguous, the
+            # example's layout), so the per-call layout checks are dropped; its many small
+            # buffers come from one allocation per call
+            step = inductor_compile(gm, *example, asserts=False, pooled=True)
+        step.loop = _checked_loop(step, example)
         if size == 2:
             self._check_pairs(step, points, dtype)
         else:

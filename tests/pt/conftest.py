@@ -57,13 +57,3 @@ def four_rank_group(tmp_path_factory, two_rank_group):
                            timeout=900.0, wait=300.0)
     assert all(isinstance(r, dict) and "error" not in r for r in ranks), ranks
     return ranks
-
-
-@pytest.fixture(autouse=True)
-def fresh_compilations():
-    """Each test compiles its own graphs: a graph another test compiled in this process
-    (:mod:`pyro_pt.potential.recent`) would hide a mutation a test makes before capturing."""
-    from pyro_pt.potential import recent
-
-    recent.clear()
-    yield

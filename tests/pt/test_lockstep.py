@@ -168,39 +168,6 @@ def test_a_tempered_prior_in_lockstep_fails_the_posterior_check(monkeypatch):
         test_lockstep_samples_exact_tempered_posteriors(fast)
 
 
-def test_a_second_split_of_the_same_model_reuses_its_compiled_steps(monkeypatch):
-    compiles = []
-
-    def counted(*args, **kwargs):
-        compiles.append(1)
-        return inductor_compile(*args, **kwargs)
-
-    from pyro_pt.potential import compiled as compiled_module
-    from pyro_pt.potential.inductor import inductor_compile
-    monkeypatch.setattr(lockstep_module, "inductor_compile", counted)
-    monkeypatch.setattr(compiled_module, "inductor_compile", counted)
-
-    def plan(y):
-        fast = FunctionalSplit(ModelSplit(gaussian_model, (y,)), compile="inductor",
-                               batched="loop")
-        return fast, fast.lockstep.plan(4, F64, CPU)
-
-    y = gaussian().y
-    first, first_plan = plan(y)
-    made = len(compiles)
-    assert made == 3  # the model's graph, the lockstep steps of 2 (the reference) and 4 slots
-    second, second_plan = plan(y.clone())
-    assert len(compiles) == made  # the same graph: nothing captured or compiled again
-    assert [entry[3] for entry in second_plan] == [entry[3] for entry in first_plan]
-    assert second.compiled.engine == "inductor" and second.lockstep.reason == ""
-    other, other_plan = plan(y + 1.0)  # other data: other constants
-    assert len(compiles) == 2 * made
-    z = torch.zeros(1, 3, dtype=F64)
-    betas = torch.ones(1, dtype=F64)
-    assert not torch.equal(other.batched_potential_and_grad(z, betas)[0],
-                           first.batched_potential_and_grad(z, betas)[0])
-
-
 def gamma_lockstep_run(seed=3, draws=20):
     """Samples of 3 rungs of the gamma factor model in lockstep, and whether each batch of
     the plan has a C++ loop."""
@@ -214,20 +181,9 @@ def gamma_lockstep_run(seed=3, draws=20):
     return mcmc.get_samples(), [step.loop is not None for *_, step in plan]
 
 
-def test_a_kernel_on_reused_compilations_draws_what_a_fresh_one_draws(monkeypatch):
-    fresh, _ = gamma_lockstep_run()
-    monkeypatch.setattr(lockstep_module, "inductor_compile", None)  # reused, or it fails
-    reused, _ = gamma_lockstep_run()
-    assert fresh.keys() == reused.keys()
-    assert all(torch.equal(fresh[k], reused[k]) for k in fresh)
-
-
 def test_the_cxx_loop_draws_what_the_python_loop_draws(monkeypatch):
-    from pyro_pt.potential import recent
-
     native, loops = gamma_lockstep_run(seed=4, draws=30)
     assert all(loops)  # the C++ loop was built and passed its check
-    recent.clear()
     monkeypatch.setattr(lockstep_module, "native_loop", lambda run: None)
     python, loops = gamma_lockstep_run(seed=4, draws=30)
     assert not any(loops)
