@@ -31,6 +31,7 @@ from .compat import mcmc_num_samples
 from .explorers.hmc_group import HMCRung
 from .fingerprint import fingerprint
 from .ladder import temperatures_of
+from .reference.refit import reference_state, restore_reference
 
 MAGIC = b"PYRO_PT_CHECKPOINT\n"
 FORMAT_VERSION = 2
@@ -177,11 +178,8 @@ def save(kernel, path):
         "ladder": dict(vars(kernel._ladder)), "recorder": dict(vars(kernel._recorder)),
         "report": report, "timings": dict(kernel.timings),
     }
-    if kernel._reference is not None:  # q as fitted so far, and the round's draws
-        refitting = kernel._refitting
-        payload["reference"] = {"q": kernel._reference.state(),
-                                "draws": refitting.draws if refitting else [],
-                                "skipped": refitting.skipped if refitting else []}
+    if kernel._reference is not None:  # q as fitted so far, and the draws for its next fit
+        payload["reference"] = reference_state(kernel)
     write_checkpoint(path, _header(kernel), payload)
 
 
@@ -290,11 +288,7 @@ class Checkpointing:
         vars(self._report).update(report)
         self.timings = dict(payload["timings"])
         if self._reference is not None:
-            self._reference.load(payload["reference"]["q"])
-            self.explorer_info["reference"] = self._reference.describe()
-            if self._refitting:
-                self._refitting.draws = list(payload["reference"]["draws"])
-                self._refitting.skipped = list(payload["reference"]["skipped"])
+            restore_reference(self, payload["reference"])
         self._initial_params = rungs.cold_state()
         self._resume_payload = None
 

@@ -64,3 +64,19 @@ class Refitting:
                 f"scans {self.skipped}) held fewer than {MIN_FIT_DRAWS} cold draws, so q stayed "
                 f"the Gaussian of {self.reference.origin.split(',')[0]}; warm up longer "
                 "(warmup_steps), or pass a fitted Pyro autoguide as reference")
+
+
+def reference_state(kernel):
+    """What a checkpoint stores of ``kernel``'s reference: q, and the draws for its next fit."""
+    refitting = kernel._refitting
+    return {"q": kernel._reference.state(), "draws": refitting.draws if refitting else [],
+            "skipped": refitting.skipped if refitting else []}
+
+
+def restore_reference(kernel, saved):
+    """Put a checkpoint's reference (:func:`reference_state`) back into ``kernel``."""
+    kernel._reference.load(saved["q"])
+    kernel.explorer_info["reference"] = kernel._reference.describe()
+    if kernel._refitting:
+        kernel._refitting.draws, kernel._refitting.skipped = list(saved["draws"]), list(
+            saved["skipped"])
