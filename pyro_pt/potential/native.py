@@ -11,11 +11,10 @@ carried inputs. The numbers are the same calls'; the loop is used only where it 
 gives bitwise the Python loop's results at set-up (:meth:`Lockstep._compile
 <pyro_pt.potential.lockstep.Lockstep>`), else the Python loop runs.
 
-Measured gain, end to end (``benchmarks/ablation.py``: whole PT runs, one thread, ranges over
-interleaved rounds on a shared 2-core machine): without it the 25-weight BNN's sampling phase
-(K = 4, lockstep) takes 0.82-1.45x as long, median 1.10 over 17 rounds, against a median of
-1.01 for a setting that changes nothing there; no gain is seen on eight schools within the
-noise (0.61-1.20, median 0.91). Borderline, so kept.
+Measured gain, end to end (``benchmarks/ablation.py --rounds 8 --workloads bc --settings "all
+on,native loop"``: whole PT runs, one thread, an idle 2-core machine): without it the 25-weight
+BNN's sampling phase (K = 4, lockstep) takes 1.03-1.45x as long, median 1.21 over 8 rounds; on
+eight schools no gain shows within the noise (0.84-1.31, median 0.98). Kept.
 """
 
 import ctypes
