@@ -247,3 +247,10 @@ def test_a_stuck_run_against_a_fitted_reference_says_to_compare_with_the_prior()
     warnings = kernel.diagnostics()["warnings"]
     assert any(w.startswith(("bottleneck", "no round trip")) for w in warnings), warnings
     assert "reference='prior'" in warnings[-1]
+
+
+def test_a_reference_never_fitted_in_a_short_warmup_says_so():
+    kernel, _, _ = _sum_run(3, warmup=10, samples=20)  # one round end, at scan 4: 4 draws
+    assert kernel._reference.fits == 0
+    unfitted = [w for w in kernel.diagnostics()["warnings"] if "never fitted" in w]
+    assert len(unfitted) == 1 and "scans [4]" in unfitted[0] and "warm up longer" in unfitted[0]
