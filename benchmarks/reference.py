@@ -20,13 +20,14 @@ Prints; asserts nothing.
 
 import argparse
 import math
+import pathlib
+import sys
 import time
 import warnings
 
 import torch
 
 import pyro
-import pyro.distributions as dist
 from pyro.infer import MCMC
 from pyro.ops.stats import effective_sample_size
 
@@ -35,14 +36,8 @@ from pyro_pt import ParallelTempering
 from funnel import SIGMA, Y, eight_schools_centered
 from pt_bnn_bottleneck import BNN, data as bnn_data
 
-PRIOR_SCALE = 10.0
-
-
-def conjugate(y):
-    theta = pyro.sample("theta", dist.Normal(torch.zeros(2, dtype=y.dtype),
-                                             PRIOR_SCALE).to_event(1))
-    with pyro.plate("data", y.shape[0]):
-        pyro.sample("y", dist.Normal(theta.sum(-1, keepdim=True), 1.0), obs=y)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the tests' models
+from tests.pt.models import SUM_PRIOR_SCALE as PRIOR_SCALE, sum_model as conjugate  # noqa: E402
 
 
 def conjugate_exact(y):

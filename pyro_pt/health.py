@@ -124,7 +124,7 @@ def _divergence_problem(diagnostics, num_scans, explorer):
             f"biased there; {done}{what}")
 
 
-def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None):
+def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, reference=None):
     """
     The problems of a run's sampling phase, from its diagnostics (the kernel's
     :meth:`~pyro_pt.ParallelTempering.diagnostics`, before review).
@@ -136,6 +136,8 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None):
     :param int num_scans: the sampling phase's explorer transitions per rung (to say what
         share of them diverged).
     :param str explorer: the rungs' explorer (``explorer_info["explorer"]``), for the advice.
+    :param str reference: the fitted reference's description (``explorer_info["reference"]``),
+        None for the prior: a stuck run against it is told to compare with the prior.
     :returns: ``(problems, log_z_error, log_z_problem)``: a list of messages, one per
         problem; the Monte Carlo error of log Z; why log Z is unreliable (None if it is not).
     """
@@ -148,10 +150,15 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None):
     if bottlenecks:
         problems.append(f"bottleneck: {'; '.join(bottlenecks)} (below {LOW_SWAP_ACCEPTANCE}); "
                         f"{_ladder_advice(diagnostics)}")
-    if len(temps) > 1 and num_rounds > 0 and diagnostics["round_trips"] == 0:
+    no_round_trip = len(temps) > 1 and num_rounds > 0 and diagnostics["round_trips"] == 0
+    if no_round_trip:
         problems.append(f"no round trip (cold -> hottest -> cold) in the {num_rounds} swap "
                         "rounds of the sampling phase: the cold chain has not seen what the hot "
                         f"rungs explore; {_ladder_advice(diagnostics)}, or sample longer")
+    if reference is not None and (bottlenecks or no_round_trip):
+        problems.append(f"the hot end is a fitted Gaussian ({reference}), and a posterior that "
+                        "is not Gaussian-shaped (a funnel, a multimodal network) can be further "
+                        "from it than from the prior: run with reference='prior' and compare")
     cold = diagnostics["local_acceptance"][0]
     if cold < LOW_COLD_ACCEPTANCE:
         problems.append(f"the cold rung's explorer accepted {cold:.3g} of its moves (below "
@@ -184,11 +191,11 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None):
     return problems, log_z_error, log_z_problem
 
 
-def annotate(diagnostics, betas, num_rounds, num_scans=None, explorer=None):
+def annotate(diagnostics, betas, num_rounds, num_scans=None, explorer=None, reference=None):
     """Add the review to ``diagnostics`` (in place): ``warnings`` (a list of messages),
     ``log_Z_error``, and in ``log_Z_meaning`` why log Z is unreliable where it is."""
     problems, log_z_error, log_z_problem = review(diagnostics, betas, num_rounds, num_scans,
-                                                  explorer)
+                                                  explorer, reference)
     diagnostics["warnings"] = problems
     diagnostics["log_Z_error"] = log_z_error
     if log_z_problem is not None:

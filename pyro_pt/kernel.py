@@ -24,16 +24,12 @@ from .growth import Growth, growth_options
 from .ladder import Ladder
 from .options import check_options, ladder_temperatures
 from .potential.inductor import check_compiler
-from .reference import check_reference
+from .reference import check_reference, is_prior
 from .reference.refit import Refitting
 from .recorders import TemperingRecorder
 from .report import Report, Reporting
 from .rungs import set_up_kernel
 from .swap import swap_round
-
-
-def _is_prior(reference):
-    return isinstance(reference, str) and reference == "prior"
 
 
 class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
@@ -142,7 +138,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
         check_reference(reference)
         self.reference = reference
-        if not _is_prior(reference) and max_temperature is None and temperatures is None:
+        if not is_prior(reference) and max_temperature is None and temperatures is None:
             max_temperature = math.inf  # the hottest rung is q, drawn exactly
         num_replicas, self._max_replicas = growth_options(num_replicas, max_replicas,
                                                           temperatures, adapt_temperatures)

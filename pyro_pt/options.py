@@ -6,6 +6,7 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from .explorers import EXPLORERS, check_hmc_options
 from .ladder import geometric_ladder, validate_temperatures
+from .reference import is_prior
 from .swap import SWAP_SCHEMES
 
 DEFAULT_NUM_REPLICAS, DEFAULT_MAX_TEMPERATURE = 8, 50.0
@@ -81,7 +82,7 @@ def check_options(explorer, explorer_kwargs, swap_scheme, swap_interval, adapt_t
 def check_split(split, betas, save_params, reference="prior"):
     """The checks that need the model's split: a proper prior for a prior rung (beta = 0; a
     fitted reference is always proper), and ``save_params`` naming latent sites."""
-    if betas[-1] == 0.0 and isinstance(reference, str) and reference == "prior":
+    if betas[-1] == 0.0 and is_prior(reference):
         split.check_proper_prior()
     if save_params is not None:
         unknown = set(save_params) - set(split.latent_names)

@@ -203,11 +203,6 @@ class Report:
         return pd.DataFrame(self.rows, columns=list(COLUMNS))
 
 
-def _stuck(diagnostics):
-    """Whether the review found a bottleneck pair or no round trip."""
-    return any(p.startswith(("bottleneck", "no round trip")) for p in diagnostics["warnings"])
-
-
 class Reporting:
     """
     What a :class:`~pyro_pt.ParallelTempering` kernel says about its run: the report, the
@@ -258,13 +253,9 @@ class Reporting:
                                     f"q, a normalized {self._reference.kind} Gaussian)")
         # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
         out = annotate(out, self.betas, num_rounds, max(0, self._t - self._warmup_steps),
-                       self.explorer_info.get("explorer"))
+                       self.explorer_info.get("explorer"),
+                       self._reference and self._reference.describe())
         unfitted = self._refitting and self._refitting.problem()
         if unfitted:
             out["warnings"].append(unfitted)
-        if self._reference is not None and _stuck(out):
-            out["warnings"].append(
-                f"the hot end is a fitted Gaussian ({self._reference.describe()}), and a "
-                "posterior that is not Gaussian-shaped (a funnel, a multimodal network) can be "
-                "further from it than from the prior: run with reference='prior' and compare")
         return out

@@ -33,6 +33,11 @@ REFERENCES = ("prior", "variational")
 PRIOR_DRAWS = 200  # draws of the prior the first variational reference is matched to
 
 
+def is_prior(reference):
+    """Whether ``reference`` is the prior (a guide is compared by identity, never by ``==``)."""
+    return isinstance(reference, str) and reference == "prior"
+
+
 def check_reference(reference):
     """Raise a clear error unless ``reference`` is one the kernel takes."""
     if isinstance(reference, AutoGuide):
@@ -52,7 +57,7 @@ def make_reference(reference, split, seed, user_transforms=None):
     check_reference(reference)
     if isinstance(reference, AutoGuide):
         return from_guide(reference, split, user_transforms)
-    if reference == "prior":
+    if is_prior(reference):
         return None
     names = split.latent_names
     try:
@@ -75,4 +80,4 @@ def make_reference(reference, split, seed, user_transforms=None):
 
 
 __all__ = ["GaussianReference", "REFERENCES", "ReferencedSplit", "check_reference",
-           "from_guide", "make_reference"]
+           "from_guide", "is_prior", "make_reference"]

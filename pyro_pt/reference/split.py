@@ -61,15 +61,22 @@ class ReferencedSplit:
     def _flat(self, z):
         return FlatLayout.of(z, self.model_split.latent_names).flatten(z)
 
+    def _layout(self):
+        """The latent sites' flat layout and a point in it (the model's first trace: its shapes,
+        dtype and device), made once."""
+        if "_like" not in self.__dict__:
+            split = self.model_split
+            self._like = {name: split.transforms[name](split.values[name])
+                          for name in split.latent_names}
+        return FlatLayout.of(self._like, self.model_split.latent_names), self._like
+
     def initial_point(self):
         return self.base.initial_point()
 
     def log_densities(self, z):
         """``(log q(z), lp + ll - log q(z))``, differentiable where ``z`` requires grad."""
         lp, ll = self.base.log_densities(z)
-        names = self.model_split.latent_names
-        flat = torch.cat([z[name].reshape(-1) for name in names])
-        log_q = self.reference.log_prob(flat)
+        log_q = self.reference.log_prob(self._flat(z))
         return log_q, lp + ll - log_q
 
     def log_likelihood(self, z):
@@ -78,10 +85,7 @@ class ReferencedSplit:
 
     def sample_prior(self):
         """An exact draw from ``q`` (the global random stream) and its ``ll'``."""
-        split = self.model_split
-        # the latent sites' shapes, dtype and device, from the model's first trace
-        like = {name: split.transforms[name](split.values[name]) for name in split.latent_names}
-        layout = FlatLayout.of(like, split.latent_names)
+        layout, like = self._layout()
         flat = self.reference.sample(layout.flatten(like))
         z = {name: value.clone() for name, value in layout.unflatten(flat).items()}
         with torch.no_grad():
