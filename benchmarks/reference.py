@@ -11,11 +11,14 @@ where there is one. Models:
   moments: the z-scores of theta's mean, with the ESS, and its variance over the exact one);
 - ``eight_schools``: the centered eight schools (benchmarks/funnel.py), K = 4;
 - ``bnn``: the 1-20-1 tanh BNN of benchmarks/pt_bnn_bottleneck.py, K = 6 (targets: round trips
-  at least the prior reference's, Lambda lower).
+  at least the prior reference's, Lambda lower);
+- ``seed_bnn``: the seed BNN of benchmarks/_bnn.py (10-64-64-1 ReLU, 4929 weights, 500 points),
+  K = 8, for a GPU (``--device cuda``; not in the default list).
 
 Prints; asserts nothing.
 
     PYTHONPATH=$PWD python benchmarks/reference.py [--models conjugate bnn] [--seeds 2]
+        [--device cuda]
 """
 
 import argparse
@@ -33,6 +36,7 @@ from pyro.ops.stats import effective_sample_size
 
 from pyro_pt import ParallelTempering
 
+from _bnn import CountingModel, make_data
 from funnel import SIGMA, Y, eight_schools_centered
 from pt_bnn_bottleneck import BNN, data as bnn_data
 
@@ -50,7 +54,10 @@ def conjugate_exact(y):
     return cov @ (ones.T @ y), cov, log_z
 
 
-def case(name):
+def case(name, device):
+    if name == "seed_bnn":
+        x, y = (t.to(device) for t in make_data())
+        return CountingModel(device=device), (x, y), 8, None
     if name == "conjugate":
         g = torch.Generator().manual_seed(0)
         y = 1.5 + torch.randn(10_000, generator=g, dtype=torch.float64)
@@ -60,8 +67,8 @@ def case(name):
     return BNN(), bnn_data(), 6, None
 
 
-def run(name, reference, seed, warmup, samples):
-    model, args, replicas, exact = case(name)
+def run(name, reference, seed, warmup, samples, device="cpu"):
+    model, args, replicas, exact = case(name, device)
     pyro.set_rng_seed(seed)
     kernel = ParallelTempering(model, num_replicas=replicas, max_temperature=math.inf,
                                explorer="hmc", reference=reference)
@@ -94,6 +101,7 @@ def main():
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--samples", type=int, default=1000)
+    parser.add_argument("--device", default="cpu", help="the seed BNN's device, e.g. cuda")
     args = parser.parse_args()
     torch.set_num_threads(1)
     for name in args.models:
@@ -101,7 +109,7 @@ def main():
         for seed in range(args.seeds):
             for reference in ("prior", "variational"):
                 results.setdefault(reference, []).append(
-                    run(name, reference, seed, args.warmup, args.samples))
+                    run(name, reference, seed, args.warmup, args.samples, args.device))
         prior = [b for b, _ in results["prior"]]
         fitted = [b for b, _ in results["variational"]]
         print(f"{name}: Lambda variational / prior per seed: "
