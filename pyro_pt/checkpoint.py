@@ -1,9 +1,9 @@
 """Checkpoint and resume a :class:`~pyro_pt.ParallelTempering` run, on any number of processes.
 
-A checkpoint holds, per rung (not per process, so that it resumes on any number of them): the
-replica state and its log-likelihood, the explorer's adapted state and its random streams
-(:mod:`pyro_pt.checkpoint_state`); and for the run: the ladder and its adaptation history, the
-swap generator, the recorder, the report, the scans done and the warmup.
+A checkpoint holds, per rung (so that it resumes on any number of processes): the state, its
+log-likelihood, the explorer's adapted state and random streams (:mod:`pyro_pt.checkpoint_state`);
+for the run: the ladder and its history, the swap generator, the recorder, the report, the
+scans done, the warmup, a fitted reference and whether ``compile="auto"`` switched.
 
 The file is ``MAGIC``, an 8-byte header length, a JSON header (format version, the model's
 sites and a fingerprint of its data (:mod:`pyro_pt.fingerprint`), K, the ladder, the kernel's
@@ -11,9 +11,8 @@ settings (:mod:`pyro_pt.checkpoint_settings`), the payload's length and SHA-256)
 payload, written by :func:`torch.save`. Reading checks the magic, the header's fields and the
 payload's checksum before it unpickles anything (``weights_only=False``: the payload holds
 the explorers' adaptation objects), so a foreign, truncated or corrupt file is refused with a
-clear error instead of being unpickled. Writing is atomic: a temporary file in the same
-folder, ``fsync``, then ``os.replace``, so a process killed while writing leaves the previous
-checkpoint intact.
+clear error. Writing is atomic (a temporary file, ``fsync``, ``os.replace``): a process killed
+while writing leaves the previous checkpoint intact.
 """
 
 import hashlib
@@ -177,6 +176,7 @@ def save(kernel, path):
         "swap_generator": kernel._swap_generator.get_state(),
         "ladder": dict(vars(kernel._ladder)), "recorder": dict(vars(kernel._recorder)),
         "report": report, "timings": dict(kernel.timings),
+        "compile": kernel._autocompile and kernel._autocompile.state(),  # did "auto" switch?
     }
     if kernel._reference is not None:  # q as fitted so far, and the draws for its next fit
         payload["reference"] = reference_state(kernel)
@@ -289,6 +289,8 @@ class Checkpointing:
         self.timings = dict(payload["timings"])
         if self._reference is not None:
             restore_reference(self, payload["reference"])
+        if self._autocompile and payload.get("compile"):
+            self._autocompile.restore(self, payload["compile"])
         self._initial_params = rungs.cold_state()
         self._resume_payload = None
 

@@ -171,7 +171,7 @@ class Growth:
         nearest = {j: max(i for i, p in enumerate(place) if p < j) for j in new}
         seeds = {j: grown_seed(old.base_seed, self.births + n) for n, j in enumerate(new)}
         self.births += len(new)
-        built = build_rungs(kernel._split, new, betas, seeds, kernel._split.device,
+        built = build_rungs(kernel._fast or kernel._split, new, betas, seeds, kernel._split.device,
                             kernel.explorer, kernel.explorer_kwargs, self.warmup_steps - scan,
                             compile=kernel.compile, reference=kernel._reference,
                             starts={j: old.states[nearest[j]] for j in new})

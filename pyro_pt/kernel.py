@@ -16,6 +16,7 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_uniform
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
+from .autocompile import AutoCompile
 from .checkpoint import Checkpointing, check_checkpointing
 from .comm import make_comm
 from .compat import KernelParams, refuse_multichain_mcmc
@@ -102,9 +103,10 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
     :param process_group: a ``torch.distributed`` process group to spread the rungs over, in
         contiguous blocks; by default the world group when ``torch.distributed`` is
         initialized, else all rungs run in this process.
-    :param str compile: what runs the model's captured graph: ``"auto"`` (default: TorchScript
-        unless a rung's warmup alone makes enough gradient evaluations to repay Inductor's
-        compile time, :func:`~pyro_pt.potential.inductor.choose_compiler`), ``"torchscript"`` or
+    :param str compile: what runs the model's captured graph: ``"auto"`` (default: TorchScript,
+        then Inductor from the warmup round's end at which its compilation costs under 5 % of
+        the run's projected explorer time, :mod:`pyro_pt.autocompile`; ``explorer_info
+        ["compile"]`` says when and why), ``"torchscript"`` or
         ``"inductor"`` (Inductor on the captured graph, TorchScript as the fallback); see
         :attr:`explorer_info` ``["potential_engine"]``. Under Inductor, ``explorer="hmc"`` on
         a small model steps all of a process's rungs in one compiled call per leapfrog step
@@ -157,6 +159,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self.checkpoint_every, self.checkpoint_path = check_checkpointing(checkpoint_every,
                                                                           checkpoint_path)
         self.transforms = self._split = self._rungs = self._reference = self._refitting = None
+        self._fast = self._autocompile = None
 
     # ----- ladder -----
 
@@ -210,6 +213,8 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
                                            else self._reference.describe())
         self._refitting = self._reference is not None and self.reference == "variational" and \
             Refitting(self._reference, self._report.round_ends, self._split.latent_names)
+        # compile="auto": TorchScript, then Inductor from the warmup round's end where it pays
+        self._autocompile = AutoCompile.for_run(self, comm, self._report.round_ends)
         # Wall-clock seconds in sample(): all of it, and inside the explorers' own moves.
         self.timings = {"explorers": 0.0, "total": 0.0}
         if self._resume_from:
@@ -238,6 +243,8 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
                 explorer.set_beta(new_betas[k])
         if self._refitting:  # at a warmup round's end q is refitted to its cold draws
             self._refitting.after_scan(self, self._t, cold)
+        if self._autocompile:
+            self._autocompile.after_scan(self)
         end = time.perf_counter()
         self.timings["explorers"] += explored - start
         self.timings["total"] += end - start

@@ -238,6 +238,9 @@ class Reporting:
         seconds = self.explorer_info.get("setup_seconds", 0.0)
         if seconds >= SHOWN_SETUP_SECONDS:  # a long compile, said where the run's progress is
             out["set-up"] = f"{seconds:.0f} s"
+        switch = self._autocompile
+        if switch and switch.compile_seconds is not None:  # compile="auto" switched
+            out["compile"] = f"Inductor, {switch.compile_seconds:.0f} s"
         return out
 
     def diagnostics(self):

@@ -7,7 +7,7 @@ from .explain import model_errors
 from .explorers import build_rungs, step_rungs
 from .fingerprint import check_same_model
 from .options import check_split, shared_settings
-from .potential import FlatLayout, ModelSplit
+from .potential import FlatLayout, FunctionalSplit, ModelSplit, torch_compat
 from .potential.layout import same_values
 from .random import reference_seed, stream_seeds
 from .reference import make_reference
@@ -191,8 +191,17 @@ def set_up_kernel(kernel, comm, warmup_steps, args, kwargs):
             # q's first prior draws take the stream after the swaps' (the same on every rank)
             kernel._reference = make_reference(kernel.reference, split,
                                                reference_seed(seeds[-1]), kernel._user_transforms)
-            return build_rungs(split, rungs, betas, seeds, split.device, kernel.explorer,
-                               kernel.explorer_kwargs, warmup_steps, kernel._user_initial_params,
-                               compile=kernel.compile, reference=kernel._reference)
+            # the private APIs (pyro_pt.potential.torch_compat) the set-up found missing, and why
+            with torch_compat.recording() as missing:
+                # the captured graphs, the kernel's: compile="auto" recompiles them
+                # (pyro_pt.autocompile), a growing ladder's new rungs reuse them
+                kernel._fast = (FunctionalSplit(split, compile=kernel.compile)
+                                if any(betas[k] > 0.0 for k in rungs) else None)
+                built = build_rungs(kernel._fast or split, rungs, betas, seeds, split.device,
+                                    kernel.explorer, kernel.explorer_kwargs, warmup_steps,
+                                    kernel._user_initial_params, reference=kernel._reference)
+            if missing:
+                built[3]["private_api"] = missing
+            return built
 
     return set_up_rungs(comm, len(betas), make_split, build, shared_settings(kernel, warmup_steps))

@@ -18,18 +18,18 @@ the rung runs. The prior rung (beta = 0) draws exactly from the prior.
 """
 
 from ..explain import fallback_reason
-from ..potential import FunctionalSplit, TemperedPotential, torch_compat
+from ..potential import FunctionalSplit, TemperedPotential
 from ..random import RandomStream
 from ..reference.split import ReferencedSplit
 from .contract import ExplorerGroup, RungExplorer, SingleRungExplorer
-from .hmc_group import DEFAULT_NUM_STEPS_JITTER, HMCGroup, check_hmc_options
+from .hmc_group import HMCGroup, check_hmc_options
 from .prior import PriorExplorer
 from .pyro_kernels import EXPLORERS, PyroKernelExplorer, make_kernel
 from .rwmh import RandomWalkMetropolis
 
 __all__ = ["EXPLORERS", "ExplorerGroup", "HMCGroup", "PriorExplorer", "PyroKernelExplorer",
            "RandomWalkMetropolis", "RungExplorer", "SingleRungExplorer", "build_rungs",
-           "check_hmc_options", "make_kernel", "step_rungs"]
+           "check_hmc_options", "engine_info", "make_kernel", "step_rungs"]
 
 
 def step_rungs(explorers, states):
@@ -54,25 +54,32 @@ def _start(split, stream, initial_params):
         return split.initial_point()
 
 
-def _fewest_gradient_evaluations(explorer, explorer_kwargs, warmup_steps):
-    """A lower bound of the gradient evaluations one rung makes in warmup, the same on every
-    rank (for ``compile="auto"``); None where the explorer's is unknown."""
-    if explorer == "hmc":
-        kwargs = explorer_kwargs or {}
-        if kwargs.get("num_steps") is None:
-            # An adapted trajectory can be one leapfrog step (jittered down from a short T).
-            return warmup_steps
-        jitter = kwargs.get("num_steps_jitter", DEFAULT_NUM_STEPS_JITTER)
-        return warmup_steps * max(1, int(kwargs["num_steps"] * (1 - jitter)))
-    if explorer == "nuts":
-        return warmup_steps  # a tree has at least one leapfrog step
-    return 0 if explorer == "rwmh" else None  # random-walk Metropolis takes no gradients
+def engine_info(fast, group=None):
+    """What runs the model's graph, and for a batched HMC ``group`` its leapfrog steps, with
+    why not the faster path (``explorer_info``'s keys); builds the group's steps."""
+    compiled = fast.compiled
+    info = dict(potential=fast.path, potential_reason=fallback_reason(fast.reason),
+                potential_engine=compiled.engine, potential_engine_reason=compiled.engine_reason)
+    matmul = compiled.matmul_path()
+    if matmul:  # under Inductor only
+        info["potential_matmul"] = matmul
+    if isinstance(group, HMCGroup):
+        split = group.fast  # the fast split, or a reference's split over it
+        leapfrog = group.engine.leapfrog  # compiles the fused or lockstep step now
+        info.update(leapfrog=leapfrog, leapfrog_reason="" if leapfrog == "lockstep" else (
+            f"not lockstep: {split.lockstep.reason}" if leapfrog == "fused" else (
+                split.fused.reason
+                or f"potential {split.path!r}, replicas evaluated by {split.batched.path!r}")))
+    return info
 
 
 def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, warmup_steps,
                 initial_params=None, compile="auto", starts=None, reference=None):
     """
     The explorers, initial states and initial log-likelihoods of ``rungs`` (rung indices).
+    ``split`` is the model's :class:`~pyro_pt.potential.ModelSplit`, or its
+    :class:`~pyro_pt.potential.FunctionalSplit` where one was made (its graphs are reused;
+    ``compile`` then is its own).
     ``seeds`` and ``betas`` are indexed by rung; ``starts`` (rung -> state) gives some rungs
     their initial state instead of ``initial_params`` or a draw (rungs added to a ladder,
     :mod:`pyro_pt.growth`). ``reference`` (a
@@ -80,62 +87,48 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
     rung draws and every rung's target leans towards (:mod:`pyro_pt.reference.split`).
 
     :returns: ``(explorers, states, log_likelihoods, info)``; ``info`` says which explorer and
-        which potential path (fast functional graph or Pyro's trace) the rungs use, and why;
-        ``info["private_api"]`` the reasons of private APIs not found (where any).
+        which potential path (fast functional graph or Pyro's trace) the rungs use, and why.
     """
-    # the private APIs (pyro_pt.potential.torch_compat) the set-up found missing, and why
-    with torch_compat.recording() as missing:
-        explorers, states, lls = [], [], []
-        group = None
-        info = {"explorer": explorer if isinstance(explorer, str) else "callable"}
-        if any(betas[k] > 0.0 for k in rungs):
-            # Every explorer evaluates the model through its captured graph where that is exact.
-            evaluations = _fewest_gradient_evaluations(explorer, explorer_kwargs, warmup_steps)
-            split = FunctionalSplit(split, compile=compile, evaluations=evaluations)
-            info.update(potential=split.path, potential_reason=fallback_reason(split.reason),
-                        potential_engine=split.compiled.engine,
-                        potential_engine_reason=split.compiled.engine_reason)
-            matmul = split.compiled.matmul_path()
-            if matmul:  # under Inductor only
-                info["potential_matmul"] = matmul
-            if split.reason:
-                info["potential_detail"] = split.reason  # the capture's own message
-            if reference is not None:
-                split = ReferencedSplit(split, reference)
-            if explorer == "hmc":
-                group = HMCGroup(split, explorer_kwargs)
-                info.update(explorer="hmc (batched)", batched=split.batched.path,
-                            batched_reason=split.batched.reason)
-        elif reference is not None:  # only the beta = 0 rung here: it draws from q
+    explorers, states, lls = [], [], []
+    group = None
+    info = {"explorer": explorer if isinstance(explorer, str) else "callable"}
+    if any(betas[k] > 0.0 for k in rungs):
+        # Every explorer evaluates the model through its captured graph where that is exact.
+        if not isinstance(split, FunctionalSplit):
+            split = FunctionalSplit(split, compile=compile)
+        fast = split
+        info.update(engine_info(fast))
+        if split.reason:
+            info["potential_detail"] = split.reason  # the capture's own message
+        if reference is not None:
             split = ReferencedSplit(split, reference)
-        for k in rungs:
-            stream = RandomStream(seeds[k], device=device)
-            if betas[k] == 0.0:
-                rung = PriorExplorer(stream, split)
-                z, ll = rung.move(None)
-            elif group is not None:
-                z = _start(split, stream, (starts or {}).get(k, initial_params))
-                rung, ll = group.add(betas[k], seeds[k], z), None
-            else:
-                potential = TemperedPotential(split, betas[k])
-                kernel = make_kernel(explorer, potential, explorer_kwargs)
-                rung = PyroKernelExplorer(kernel, stream, potential)
-                z = _start(split, stream, (starts or {}).get(k, initial_params))
-                rung.setup(z, warmup_steps)
-                ll = split.log_likelihood(z)
-            explorers.append(rung)
-            states.append(z)
-            lls.append(ll)
-        if group is not None:
-            started = iter(group.setup(warmup_steps))
-            lls = [next(started) if ll is None else ll for ll in lls]
-            # Compiles the fused step now, in the set-up, rather than at the first leapfrog.
-            leapfrog = group.engine.leapfrog
-            # why not the faster path: lockstep, then fused
-            info.update(leapfrog=leapfrog, leapfrog_reason="" if leapfrog == "lockstep" else (
-                f"not lockstep: {split.lockstep.reason}" if leapfrog == "fused" else (
-                    split.fused.reason
-                    or f"potential {split.path!r}, replicas evaluated by {split.batched.path!r}")))
-    if missing:
-        info["private_api"] = missing
+        if explorer == "hmc":
+            group = HMCGroup(split, explorer_kwargs)
+            info.update(explorer="hmc (batched)", batched=split.batched.path,
+                        batched_reason=split.batched.reason)
+    elif reference is not None:  # only the beta = 0 rung here: it draws from q
+        split = ReferencedSplit(split, reference)
+    for k in rungs:
+        stream = RandomStream(seeds[k], device=device)
+        if betas[k] == 0.0:
+            rung = PriorExplorer(stream, split)
+            z, ll = rung.move(None)
+        elif group is not None:
+            z = _start(split, stream, (starts or {}).get(k, initial_params))
+            rung, ll = group.add(betas[k], seeds[k], z), None
+        else:
+            potential = TemperedPotential(split, betas[k])
+            kernel = make_kernel(explorer, potential, explorer_kwargs)
+            rung = PyroKernelExplorer(kernel, stream, potential)
+            z = _start(split, stream, (starts or {}).get(k, initial_params))
+            rung.setup(z, warmup_steps)
+            ll = split.log_likelihood(z)
+        explorers.append(rung)
+        states.append(z)
+        lls.append(ll)
+    if group is not None:
+        started = iter(group.setup(warmup_steps))
+        lls = [next(started) if ll is None else ll for ll in lls]
+        # Compiles the fused step now, in the set-up, rather than at the first leapfrog.
+        info.update(engine_info(fast, group))
     return explorers, states, lls, info

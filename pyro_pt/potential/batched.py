@@ -70,6 +70,14 @@ class BatchedEvaluator:
         state["_graphs"], state["_references"] = {}, {}
         return state
 
+    def forget(self):
+        """Drop the batched graphs and the vmap-or-loop decision (the single-point graph was
+        recompiled): made and checked again on first use."""
+        self._graphs.clear()
+        self._references.clear()
+        if self.mode != "loop":
+            self._path, self.reason = None, ""
+
     @property
     def path(self):
         """``"vmap"`` or ``"loop"`` (decided on first use)."""

@@ -39,16 +39,14 @@ class CompiledSplit:
         split's initial point and two perturbations of it.
     :param float rtol: relative tolerance of the checks (default 1e-6 in float64, 1e-4 below).
     :param str compile: ``"auto"`` (default), ``"inductor"`` or ``"torchscript"``: what runs the
-        "grads" graph (:func:`~pyro_pt.potential.inductor.choose_compiler`).
-    :param int evaluations: a lower bound of the gradient evaluations to come, for
-        ``compile="auto"`` (None: unknown).
+        "grads" graph (:func:`~pyro_pt.potential.inductor.choose_compiler`; :meth:`recompile`
+        changes it).
     """
 
-    def __init__(self, split, points=None, rtol=None, compile="auto", evaluations=None):
+    def __init__(self, split, points=None, rtol=None, compile="auto"):
         self.split = split
         self.rtol = rtol
         self.compile = check_compiler(compile)
-        self.evaluations = evaluations
         self.engine_reason = ""
         if points is None:
             with torch.random.fork_rng():  # the model's device is not known yet
@@ -190,7 +188,20 @@ class CompiledSplit:
     @property
     def compiler(self):
         """``"inductor"`` or ``"torchscript"``: what :attr:`compile` means for this run."""
-        return choose_compiler(self.compile, self.evaluations)
+        return choose_compiler(self.compile)
+
+    def recompile(self, compiler):
+        """
+        Run the "grads" graph under ``compiler`` from now on: it is captured, compiled and
+        checked again (the values-only graph stays). ``compile="auto"``'s switch during a
+        run (:mod:`pyro_pt.autocompile`); :attr:`engine` says what runs it after.
+        """
+        self.compile = check_compiler(compiler)
+        self.engine_reason = ""
+        self._graphs = {key: v for key, v in self._graphs.items() if key[0] != "grads"}
+        if self.path == "functional":
+            point = self._points[0]
+            self.engine = self._graph("grads", point.dtype, point.device)[1]
 
     def _capture_checked(self, kind, dtype, device):
         points = self.check_points(dtype, device)

@@ -81,24 +81,28 @@ class FunctionalSplit:
         were measured slower, else ``"vmap"``).
     :param int max_batch: most replicas evaluated in one vmapped call.
     :param str compile: what runs the gradient graph: ``"torchscript"``, ``"inductor"``
-        (``torch.compile``, TorchScript as the fallback) or ``"auto"`` (default; see
-        :func:`~pyro_pt.potential.inductor.choose_compiler`: TorchScript unless Inductor is known
-        to repay its compile time). The batched graphs follow the single-point one.
-    :param int evaluations: a lower bound of the gradient evaluations to come, for
-        ``compile="auto"`` (None: unknown, TorchScript).
+        (Inductor, TorchScript as the fallback) or ``"auto"`` (default: TorchScript until a run
+        switches it, :mod:`pyro_pt.autocompile`). The batched graphs and steps follow it.
     """
 
     def __init__(self, split, points=None, rtol=None, batched="auto", max_batch=8,
-                 compile="auto", evaluations=None):
+                 compile="auto"):
         if batched not in ("auto", "vmap", "loop"):
             raise ValueError(f"batched must be 'auto', 'vmap' or 'loop', got {batched!r}")
         self.split = split
-        self.compiled = CompiledSplit(split, points, rtol, compile=compile,
-                                      evaluations=evaluations)
+        self.compiled = CompiledSplit(split, points, rtol, compile=compile)
         self.batched = BatchedEvaluator(self.compiled, mode=batched, max_batch=max_batch)
         # a slot's leapfrog step as one compiled call, and those of several rungs (small models)
         self.fused = FusedSteps(self.batched)
         self.lockstep = Lockstep(self.batched)
+
+    def recompile(self, compiler):
+        """The graphs and steps under ``compiler`` from now on (``"inductor"`` or
+        ``"torchscript"``): compiled and checked again, at once for the single-point graph
+        and on first use for the rest."""
+        self.compiled.recompile(compiler)
+        for part in (self.batched, self.fused, self.lockstep):
+            part.forget()
 
     # ----- what the split offers, as the explorers use it (the rest: ``.split``) -----
 

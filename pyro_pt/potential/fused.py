@@ -57,6 +57,11 @@ class FusedSteps:
         state["_steps"] = {}
         return state
 
+    def forget(self):
+        """Drop the compiled steps (the graph was recompiled); made again on first use."""
+        self._steps.clear()
+        self.reason = ""
+
     def step(self, dtype, device):
         """
         One slot's leapfrog step as one graph, for

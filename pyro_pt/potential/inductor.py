@@ -16,21 +16,12 @@ graph (:func:`inductor_compile`). Two compilers can run it:
   (TorchScript's set-up: 1.5 s), since :func:`inductor_compile` lets Inductor use its graph
   cache.
 
-``compile="auto"`` must never make a short run slower, and every rank must take the same path
-(a run's draws may not depend on the number of processes, docs/design.md), so the choice is made
-from settings alone, never from timings: Inductor only where the gradient evaluations the run
-is known to make repay a cold compilation. Both the compile time and the saving per call grow
-with the number of operations in the graph (the saving is the per-operation overhead that
-fusion removes), so their ratio, the break-even number of evaluations, is taken as one measured
-constant, :data:`BREAK_EVEN_EVALUATIONS`. Measured on the seed BNN on a loaded 2-core CPU
-(``benchmarks/vs_numpyro.py``, medians of 7 interleaved rounds, two runs): a graph call costs
-2.68 / 2.40 ms under TorchScript and 1.83 / 1.26 ms under Inductor (NumPyro: 1.48 / 1.17 ms),
-so 0.85-1.1 ms saved per call against a cold set-up of 26-36 s (``benchmarks/compile_cost.py``,
-idle, and with another job on the second core before Inductor's CPU tests were skipped):
-4.5e4 evaluations, the conservative end. The caller passes a lower bound of the evaluations
-one rung makes (the kernel: warmup iterations times the fewest leapfrog steps per
-iteration), the same on every rank; without one, ``"auto"`` means TorchScript. A cache that
-happens to be warm is not counted (it differs between machines and ranks).
+``compile="auto"`` (the default) starts every run on TorchScript and switches to Inductor
+during warmup when the compilation pays: :mod:`pyro_pt.autocompile` measures the explorers'
+time per scan at each warmup round's end, projects the rest of the run, and recompiles
+(:meth:`~pyro_pt.potential.functional.FunctionalSplit.recompile`) once the compilation's
+expected cost (:mod:`pyro_pt.potential.cost`) is under 5 % of that time. At set-up,
+:func:`choose_compiler` maps ``"auto"`` to TorchScript.
 """
 
 import copy
@@ -44,8 +35,6 @@ from .matmul import shims, substitute
 
 
 COMPILERS = ("auto", "inductor", "torchscript")
-# Cold Inductor set-up / saving per call, seed BNN on a 2-core CPU: ~36 s / 0.85 ms.
-BREAK_EVEN_EVALUATIONS = 45_000
 
 
 def check_compiler(compile):
@@ -58,24 +47,15 @@ def check_compiler(compile):
     return compile
 
 
-def choose_compiler(compile, evaluations=None):
+def choose_compiler(compile):
     """
-    The compiler that ``compile`` means: ``"inductor"`` or ``"torchscript"``.
-
-    ``"auto"`` is Inductor when at least :data:`BREAK_EVEN_EVALUATIONS` evaluations are known
-    to come, i.e. when ``evaluations * saving per call >= cold compile time``. Decided from
-    settings only, so that every rank agrees.
+    The compiler that ``compile`` means at set-up: ``"inductor"`` or ``"torchscript"``
+    (``"auto"`` starts on TorchScript; the run may switch, :mod:`pyro_pt.autocompile`).
 
     :param str compile: ``"auto"``, ``"inductor"`` or ``"torchscript"``.
-    :param int evaluations: a lower bound of the gradient evaluations of the graph (None:
-        unknown, which means TorchScript under ``"auto"``).
     """
     check_compiler(compile)
-    if compile != "auto":
-        return compile
-    if evaluations is not None and evaluations >= BREAK_EVEN_EVALUATIONS:
-        return "inductor"
-    return "torchscript"
+    return "torchscript" if compile == "auto" else compile
 
 
 def missing_apis():

@@ -89,6 +89,13 @@ class Lockstep:
         state["_steps"], state["_plans"] = {}, {}
         return state
 
+    def forget(self):
+        """Drop the compiled steps and plans (the graph was recompiled); made again on first
+        use."""
+        self._steps.clear()
+        self._plans.clear()
+        self.reason = ""
+
     def plan(self, num_slots, dtype, device):
         """
         ``[(first, last, size, step)]``: slots ``first:last`` as one batch of ``size`` (one

@@ -40,6 +40,8 @@ torch.
 - ``torch._inductor.config.cpp.vec_isa_ok``: set, Inductor trusts the CPU's report of its
   vector instructions instead of building a test program for each. Without it, the tests
   (8-11 s of a machine's first compilation).
+- ``torch._inductor.runtime.cache_dir_utils.cache_dir``: where ``compile="auto"`` records
+  what each Inductor compilation cost. Without it, each is expected to cost a cold one.
 - ``pyro.ops.integrator._single_step_verlet`` (Pyro's): must look ``potential_grad`` up by
   name for the graph's hook. Without that, Pyro's own autograd gradients.
 """
@@ -130,6 +132,10 @@ TABLE = {
         "torch._inductor.config", "cpp.vec_isa_ok",
         "Inductor builds test programs to check the CPU's vector instructions (8-11 s of a "
         "machine's first compilation, ~1 s a process after)"),
+    # Where Inductor keeps its on-disk caches: compile='auto' records its compilations beside.
+    "cache_dir": Entry(
+        "torch._inductor.runtime.cache_dir_utils", "cache_dir",
+        "compile='auto' records no compilation, and expects each to cost a cold one"),
     # Pyro's leapfrog step must look potential_grad up in its module for the graph's hook.
     "_single_step_verlet": Entry(
         "pyro.ops.integrator", "_single_step_verlet",

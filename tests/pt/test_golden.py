@@ -106,6 +106,8 @@ def run_config(name):
     explorer_info = dict(kernel.explorer_info)
     assert explorer_info.pop("setup_seconds") > 0.0
     assert explorer_info.pop("reference") == "prior"  # added after the records
+    # compile="auto" (added after the records): these short runs stay on TorchScript
+    assert explorer_info.pop("compile").startswith("TorchScript")
     logging = kernel.logging()
     logging.pop("set-up", None)
     report = kernel.report.drop(columns=["seconds", "warnings"]).to_dict(orient="list")

@@ -1,0 +1,138 @@
+"""``compile="auto"``: TorchScript first, Inductor from the warmup round's end at which it pays.
+
+Inductor runs the model's graph faster than TorchScript (the seed BNN's potential and gradient:
+about 0.5-0.7 of TorchScript's time, more with the fused and lockstep steps it enables,
+``docs/performance.md``) but costs a compilation first: tens of seconds cold, a few seconds
+once its on-disk cache holds the graph. Whether that pays depends on how long the run is, which
+is known only once the explorers have run: the trajectory lengths adapt in warmup.
+
+So every ``"auto"`` run starts on TorchScript, and at the end of each warmup round
+(:func:`~pyro_pt.ladder.warmup_round_ends`) rank 0 projects the rest of the run: the round's
+explorer seconds per scan times the scans left (warmup and ``num_samples``). It switches to
+Inductor when the compilation's expected cost ``C`` (:mod:`pyro_pt.potential.cost`: the
+latest compilation of this graph measured on this machine, else an estimate of a cold one)
+is at most :data:`FRACTION` of that projection: a compilation that then saved nothing would
+cost the run at most 5 %. The decision is broadcast, so every rank switches at the same scan;
+the sampling phase keeps one engine. After a switch the compilation's measured time is
+recorded for the next run.
+
+The choice rests on timings, so the engine of an ``"auto"`` run, and with it the last bits of
+its draws, can depend on the machine and its load: pass ``compile="torchscript"`` or
+``"inductor"`` for draws that must repeat bitwise across machines or numbers of processes.
+``explorer_info["compile"]`` says what was decided, when and why.
+"""
+
+import time
+
+import torch
+
+from .compat import mcmc_num_samples
+from .explorers import engine_info
+from .potential import cost
+from .potential.inductor import missing_apis
+
+FRACTION = 0.05
+
+
+def _seconds(value):
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
+
+
+class AutoCompile:
+    """
+    The switch of one ``compile="auto"`` run's graphs from TorchScript to Inductor.
+
+    :param fast: the run's :class:`~pyro_pt.potential.functional.FunctionalSplit`.
+    :param comm: the run's communicator (rank 0 decides, every rank follows).
+    :param round_ends: the scans at which warmup rounds end.
+    :param int warmup_steps: warmup scans.
+    :param int num_samples: sampling scans (0 if unknown).
+    """
+
+    def __init__(self, fast, comm, round_ends, warmup_steps, num_samples):
+        self.fast, self.comm = fast, comm
+        self.round_ends = set(round_ends)
+        self.warmup_steps, self.num_samples = warmup_steps, num_samples
+        self.switched_at = None  # the scan after which Inductor runs the graphs
+        self.compile_seconds = None
+        self.decision = "TorchScript until a warmup round's end shows Inductor pays"
+        self._since = (0, 0.0)  # (scan, explorer seconds) at the last round's end
+
+    @classmethod
+    def for_run(cls, kernel, comm, round_ends):
+        """The switch of ``kernel``'s run, or None where there is nothing to switch: a setting
+        other than ``"auto"``, a model Pyro's trace evaluates, or no Inductor."""
+        fast = kernel._fast
+        if kernel.compile != "auto" or fast is None or fast.path != "functional":
+            return None
+        missing = missing_apis()
+        if missing:
+            kernel.explorer_info["compile"] = f"TorchScript: {missing}"
+            return None
+        return cls(fast, comm, round_ends, kernel._warmup_steps, mcmc_num_samples() or 0)
+
+    def _graph(self):
+        point = self.fast.compiled.check_points()[0]
+        return self.fast.compiled.fx_graph(point.dtype, point.device), point
+
+    def _what(self, kernel):
+        return "graph + leapfrog steps" if kernel.explorer == "hmc" else "graph"
+
+    def after_scan(self, kernel):
+        """At a warmup round's end: switch to Inductor if it pays (a collective)."""
+        t = kernel._t
+        if self.switched_at is not None or t not in self.round_ends or t >= self.warmup_steps:
+            return
+        scans, seconds = t - self._since[0], kernel.timings["explorers"] - self._since[1]
+        self._since = (t, kernel.timings["explorers"])
+        gm, point = self._graph()
+        expected, how = cost.expected_seconds(gm, point.dtype, point.device, self._what(kernel))
+        left = (self.warmup_steps - t) + self.num_samples
+        projected = left * seconds / max(scans, 1)
+        pays = expected <= FRACTION * projected
+        pays = bool(self.comm.broadcast(torch.tensor([int(pays)]), src=0,
+                                        what="broadcast of compile='auto''s choice").item())
+        self.decision = (f"TorchScript: Inductor's {how} {_seconds(expected)} compilation is "
+                         f"over {FRACTION:.0%} of the {_seconds(projected)} the explorers are "
+                         f"expected to take after scan {t}")
+        if pays:
+            self.switch(kernel, t, f"its {how} {_seconds(expected)} compilation (took "
+                                   f"{{took}}) under {FRACTION:.0%} of the "
+                                   f"{_seconds(projected)} the explorers were expected to take")
+        kernel.explorer_info["compile"] = self.decision
+
+    def switch(self, kernel, t, why):
+        """Recompile the graphs under Inductor and re-evaluate every rung's state with them;
+        ``why`` (``{took}``: the compilation's seconds) goes into :attr:`decision`."""
+        began = time.perf_counter()
+        self.fast.recompile("inductor")
+        groups = {}
+        for explorer in kernel._rungs.explorers:
+            explorer.replace_state()  # its cached density came from TorchScript's graph
+            group = explorer.group
+            if group is not None:
+                groups[id(group)] = group
+        for group in groups.values():
+            kernel.explorer_info.update(engine_info(self.fast, group))  # builds the steps
+        self.compile_seconds = time.perf_counter() - began
+        self.switched_at = t
+        if self.fast.compiled.engine == "inductor" and self.comm.rank == 0:
+            gm, point = self._graph()
+            cost.record(gm, point.dtype, point.device, self._what(kernel),
+                        self.compile_seconds)
+        kernel.explorer_info["compile_seconds"] = self.compile_seconds
+        why = why.format(took=_seconds(self.compile_seconds))
+        self.decision = (f"Inductor from scan {t}: {why}" if self.fast.compiled.engine == "inductor"
+                         else f"TorchScript: the switch to Inductor at scan {t} failed "
+                              f"({self.fast.compiled.engine_reason}); {why}")
+        kernel.explorer_info["compile"] = self.decision
+
+    def state(self):
+        """What a checkpoint keeps: the scan of the switch, if any."""
+        return {"switched_at": self.switched_at, "since": self._since}
+
+    def restore(self, kernel, state):
+        """A resumed run switches at once where the checkpointed run had switched."""
+        self._since = tuple(state["since"])
+        if state["switched_at"] is not None:
+            self.switch(kernel, state["switched_at"], "restored from the checkpoint")

@@ -1,0 +1,200 @@
+"""compile="auto": a run starts on TorchScript and switches to Inductor at the warmup round's end
+where the compilation pays (pyro_pt.autocompile), from the costs pyro_pt.potential.cost
+records or estimates.
+
+Most tests make Inductor fail, so that the switch recompiles under TorchScript, its fallback:
+the switch's mechanics (at which scan, on which evidence, with what said), which must leave the
+draws bitwise those of a TorchScript run, without the seconds of a real compilation. One slow
+test compiles for real and checks the draws against the exact posterior.
+"""
+
+import types
+
+import pytest
+import torch
+
+import pyro
+from pyro.infer import MCMC
+from pyro.ops.stats import effective_sample_size
+
+from pyro_pt import ParallelTempering, autocompile
+from pyro_pt.autocompile import FRACTION, AutoCompile
+from pyro_pt.comm import LocalComm
+from pyro_pt.potential import FunctionalSplit, ModelSplit, compiled, cost, torch_compat
+
+from . import models
+
+real_expected_seconds = cost.expected_seconds
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # short runs, tiny ladders
+
+
+@pytest.fixture
+def records(tmp_path, monkeypatch):
+    """The records of compile costs in a file of the test's own."""
+    path = tmp_path / "records.json"
+    monkeypatch.setattr(cost, "_records_path", lambda: str(path))
+    return path
+
+
+@pytest.fixture
+def failing_inductor(monkeypatch):
+    """Inductor raising when reached (TorchScript then runs the graph); the list of calls."""
+    calls = []
+
+    def refuse(gm, *example):
+        calls.append(gm)
+        raise RuntimeError("Inductor is not available here")
+
+    monkeypatch.setattr(compiled, "inductor_compile", refuse)
+    monkeypatch.setattr(compiled, "missing_apis", lambda: None)
+    monkeypatch.setattr(autocompile, "missing_apis", lambda: None)
+    return calls
+
+
+def expect(monkeypatch, seconds):
+    """Every compilation expected to cost ``seconds`` (as if measured here before)."""
+    monkeypatch.setattr(cost, "expected_seconds", lambda *args: (seconds, "measured"))
+
+
+def run(compile="auto", explorer="hmc", warmup=20, samples=12, seed=0):
+    pyro.set_rng_seed(seed)
+    kernel = ParallelTempering(models.linear_model, num_replicas=3, max_temperature=10.0,
+                               explorer=explorer, compile=compile)
+    mcmc = MCMC(kernel, samples, warmup, disable_progbar=True)
+    mcmc.run(*models.linear_data())
+    return kernel, mcmc.get_samples()["w"]
+
+
+def test_a_short_run_stays_on_torchscript_and_says_why(records, failing_inductor):
+    kernel, _ = run()
+    info = kernel.explorer_info
+    assert info["potential_engine"] == "jit" and failing_inductor == []
+    # the last warmup round's end before scan 20 is scan 12 (rounds of 4 and 8 scans)
+    assert info["compile"].startswith("TorchScript: Inductor's estimated ")
+    assert info["compile"].endswith("the explorers are expected to take after scan 12")
+    assert "compile" not in kernel.logging() and "compile_seconds" not in info
+
+
+@pytest.mark.parametrize("explorer", ["hmc", "nuts"])
+def test_the_switch_leaves_the_draws_those_of_the_engine(records, failing_inductor,
+                                                         monkeypatch, explorer):
+    # At the first round's end (scan 4) the switch pays: Inductor is tried once, fails, and
+    # TorchScript runs the recompiled graph. The states re-evaluated and the graphs rebuilt,
+    # every draw, swap and adaptation is bitwise that of a TorchScript run.
+    reference, w_reference = run("torchscript", explorer)
+    expect(monkeypatch, 0.0)
+    kernel, w = run("auto", explorer)
+    assert len(failing_inductor) == 1
+    assert kernel.explorer_info["compile"].startswith(
+        "TorchScript: the switch to Inductor at scan 4 failed (Inductor failed")
+    assert kernel.explorer_info["compile_seconds"] > 0.0
+    assert torch.equal(w, w_reference)
+    assert str(kernel.diagnostics()["swap_acceptance"]) == \
+        str(reference.diagnostics()["swap_acceptance"])
+
+
+def test_the_decision_is_the_compile_against_five_percent_of_the_projected_run(
+        records, failing_inductor, monkeypatch):
+    # Scan 4 of 20 warmup scans, 100 draws to come, 0.1 s so far: 0.025 s a scan, 116 scans
+    # left, a projection of 2.9 s (5 %: 0.145 s). Scan 12: the round's 8 scans took 0.56 s,
+    # 0.07 s a scan, 108 scans left: 7.56 s (5 %: 0.378 s).
+    fast = FunctionalSplit(ModelSplit(models.linear_model, models.linear_data()))
+    kernel = types.SimpleNamespace(explorer="hmc", explorer_info={},
+                                   _rungs=types.SimpleNamespace(explorers=[]))
+    outcomes = {}
+    for expected in (0.37, 0.39):
+        expect(monkeypatch, expected)
+        switch = AutoCompile(fast, LocalComm(), [4, 12], 20, 100)
+        kernel._t, kernel.timings = 4, {"explorers": 0.1}
+        switch.after_scan(kernel)
+        assert switch.switched_at is None
+        assert f"over {FRACTION:.0%} of the 2.9 s" in kernel.explorer_info["compile"]
+        kernel._t, kernel.timings = 12, {"explorers": 0.66}
+        switch.after_scan(kernel)
+        outcomes[expected] = switch.switched_at
+        assert "of the 7.6 s the explorers" in kernel.explorer_info["compile"]
+    assert outcomes == {0.37: 12, 0.39: None}
+    assert len(failing_inductor) == 1
+
+
+def test_a_resumed_run_switches_where_the_checkpointed_run_had(records, failing_inductor,
+                                                               monkeypatch, tmp_path):
+    expect(monkeypatch, 0.0)
+    path = str(tmp_path / "scan12.pt")
+
+    def hook(kernel, params, stage, i):
+        if stage == "Warmup" and i + 1 == 12:
+            kernel.checkpoint(path)
+
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(models.linear_model, num_replicas=3, explorer="hmc")
+    mcmc = MCMC(kernel, 12, 20, disable_progbar=True, hook_fn=hook)
+    mcmc.run(*models.linear_data())
+    expect(monkeypatch, 1e9)  # a new decision would not switch: the checkpoint's is taken
+    resumed = ParallelTempering.resume(path, models.linear_model)
+    pyro.set_rng_seed(123)
+    again = MCMC(resumed, 12, 8, disable_progbar=True)
+    again.run(*models.linear_data())
+    assert resumed.explorer_info["compile"].startswith(
+        "TorchScript: the switch to Inductor at scan 4 failed (Inductor failed")
+    assert resumed.explorer_info["compile"].endswith("; restored from the checkpoint")
+    assert len(failing_inductor) == 2  # the run's switch, and the resumed run's
+    assert torch.equal(again.get_samples()["w"], mcmc.get_samples()["w"])
+
+
+def test_records_are_per_graph_dtype_and_kind(records):
+    split = FunctionalSplit(ModelSplit(models.linear_model, models.linear_data()))
+    gm = split.compiled.fx_graph(torch.float64, torch.device("cpu"))
+    estimate = cost.estimated_cold_seconds(gm)
+    assert estimate == cost.COLD_SECONDS + cost.SECONDS_PER_NODE * len(gm.graph.nodes)
+    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph") == (estimate, "estimated")
+    cost.record(gm, torch.float64, "cpu", "graph", 3.25)
+    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph") == (3.25, "measured")
+    assert cost.expected_seconds(gm, torch.float32, "cpu", "graph")[1] == "estimated"
+    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph + leapfrog steps")[1] == \
+        "estimated"
+    records.write_text("not json")  # a damaged file is no record, and is written anew
+    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph")[1] == "estimated"
+    cost.record(gm, torch.float64, "cpu", "graph", 1.5)
+    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph") == (1.5, "measured")
+
+
+@pytest.mark.slow
+def test_a_real_switch_to_inductor_samples_the_exact_posterior(records, monkeypatch):
+    expect(monkeypatch, 0.0)
+    kernel, w = run("auto", "hmc", warmup=200, samples=1500)
+    info = kernel.explorer_info
+    assert info["potential_engine"] == "inductor", info
+    assert info["compile"].startswith("Inductor from scan 4")
+    assert kernel.logging()["compile"].startswith("Inductor, ")
+    mean, covariance = models.linear_posterior(*models.linear_data())
+    ess = effective_sample_size(w.unsqueeze(0))
+    z = (w.mean(0) - mean) / (covariance.diagonal().sqrt() / ess.sqrt())
+    assert z.abs().max() < 4.5, z
+    ratio = w.var(0) / covariance.diagonal()
+    assert ((ratio - 1).abs() < 0.25).all(), ratio
+    # the compilation was recorded: a later run of this model expects what it took
+    monkeypatch.setattr(cost, "expected_seconds", real_expected_seconds)
+    kernel, _ = run("auto", "hmc")
+    took = f"{info['compile_seconds']:.0f} s" if info["compile_seconds"] >= 10 else \
+        f"{info['compile_seconds']:.1f} s"
+    assert kernel.explorer_info["compile"].startswith(
+        f"TorchScript: Inductor's measured {took} compilation is over 5%"), took
+
+
+def test_without_inductors_cache_dir_nothing_is_recorded(monkeypatch, tmp_path):
+    resolve = torch_compat._resolve
+
+    def without(entry):
+        if entry is torch_compat.TABLE["cache_dir"]:
+            raise AttributeError("stubbed away")
+        return resolve(entry)
+
+    monkeypatch.setattr(torch_compat, "_resolve", without)
+    split = FunctionalSplit(ModelSplit(models.linear_model, models.linear_data()))
+    gm = split.compiled.fx_graph(torch.float64, torch.device("cpu"))
+    cost.record(gm, torch.float64, "cpu", "graph", 1.0)
+    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph")[1] == "estimated"
+    reason = torch_compat.lookup("cache_dir")[1]
+    assert "records no compilation, and expects each to cost a cold one" in reason
