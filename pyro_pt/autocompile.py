@@ -42,8 +42,12 @@ class AutoCompile:
     """
     The switch of one ``compile="auto"`` run's graphs from TorchScript to Inductor.
 
-    :param fast: the run's :class:`~pyro_pt.potential.functional.FunctionalSplit`.
-    :param comm: the run's communicator (rank 0 decides, every rank follows).
+    Every rank holds one and joins each round end's broadcast, a rank whose rungs need no
+    graph (only the prior rung) too; rank 0, which holds the cold rung, decides.
+
+    :param fast: this rank's :class:`~pyro_pt.potential.functional.FunctionalSplit` (None
+        where its rungs need none).
+    :param comm: the run's communicator.
     :param round_ends: the scans at which warmup rounds end.
     :param int warmup_steps: warmup scans.
     :param int num_samples: sampling scans (0 if unknown).
@@ -57,19 +61,17 @@ class AutoCompile:
         self.compile_seconds = None
         self.decision = "TorchScript until a warmup round's end shows Inductor pays"
         self._since = (0, 0.0)  # (scan, explorer seconds) at the last round's end
+        self._why = ""  # rank 0's case for a switch, for decision
 
     @classmethod
     def for_run(cls, kernel, comm, round_ends):
-        """The switch of ``kernel``'s run, or None where there is nothing to switch: a setting
-        other than ``"auto"``, a model Pyro's trace evaluates, or no Inductor."""
-        fast = kernel._fast
-        if kernel.compile != "auto" or fast is None or fast.path != "functional":
+        """The switch of ``kernel``'s run; None unless ``compile="auto"``."""
+        if kernel.compile != "auto":
             return None
-        missing = missing_apis()
-        if missing:
-            kernel.explorer_info["compile"] = f"TorchScript: {missing}"
-            return None
-        return cls(fast, comm, round_ends, kernel._warmup_steps, mcmc_num_samples() or 0)
+        switch = cls(kernel._fast, comm, round_ends, kernel._warmup_steps,
+                     mcmc_num_samples() or 0)
+        kernel.explorer_info["compile"] = switch.decision
+        return switch
 
     def _graph(self):
         point = self.fast.compiled.check_points()[0]
@@ -78,6 +80,27 @@ class AutoCompile:
     def _what(self, kernel):
         return "graph + leapfrog steps" if kernel.explorer == "hmc" else "graph"
 
+    def _pays(self, kernel, t, scans, seconds):
+        """Rank 0's decision at scan ``t``, with its reason in :attr:`decision`."""
+        if self.fast is None or self.fast.path != "functional":
+            self.decision = "TorchScript: Pyro's trace evaluates the model, no graph to compile"
+            return False
+        missing = missing_apis()
+        if missing:
+            self.decision = f"TorchScript: {missing}"
+            return False
+        gm, point = self._graph()
+        expected, how = cost.expected_seconds(gm, point.dtype, point.device, self._what(kernel))
+        projected = ((self.warmup_steps - t) + self.num_samples) * seconds / max(scans, 1)
+        pays = expected <= FRACTION * projected
+        self.decision = (f"TorchScript: Inductor's {how} {_seconds(expected)} compilation is "
+                         f"over {FRACTION:.0%} of the {_seconds(projected)} the explorers are "
+                         f"expected to take after scan {t}")
+        self._why = (f"its {how} {_seconds(expected)} compilation (took {{took}}) under "
+                     f"{FRACTION:.0%} of the {_seconds(projected)} the explorers were expected "
+                     f"to take")
+        return pays
+
     def after_scan(self, kernel):
         """At a warmup round's end: switch to Inductor if it pays (a collective)."""
         t = kernel._t
@@ -85,44 +108,38 @@ class AutoCompile:
             return
         scans, seconds = t - self._since[0], kernel.timings["explorers"] - self._since[1]
         self._since = (t, kernel.timings["explorers"])
-        gm, point = self._graph()
-        expected, how = cost.expected_seconds(gm, point.dtype, point.device, self._what(kernel))
-        left = (self.warmup_steps - t) + self.num_samples
-        projected = left * seconds / max(scans, 1)
-        pays = expected <= FRACTION * projected
+        pays = self.comm.rank == 0 and self._pays(kernel, t, scans, seconds)
         pays = bool(self.comm.broadcast(torch.tensor([int(pays)]), src=0,
                                         what="broadcast of compile='auto''s choice").item())
-        self.decision = (f"TorchScript: Inductor's {how} {_seconds(expected)} compilation is "
-                         f"over {FRACTION:.0%} of the {_seconds(projected)} the explorers are "
-                         f"expected to take after scan {t}")
+        if self.comm.rank != 0:
+            self.decision = f"{'Inductor' if pays else 'TorchScript'} (rank 0's choice at scan {t})"
+            self._why = "rank 0's choice (took {took})"
         if pays:
-            self.switch(kernel, t, f"its {how} {_seconds(expected)} compilation (took "
-                                   f"{{took}}) under {FRACTION:.0%} of the "
-                                   f"{_seconds(projected)} the explorers were expected to take")
+            self.switch(kernel, t, self._why)
         kernel.explorer_info["compile"] = self.decision
 
     def switch(self, kernel, t, why):
         """Recompile the graphs under Inductor and re-evaluate every rung's state with them;
         ``why`` (``{took}``: the compilation's seconds) goes into :attr:`decision`."""
         began = time.perf_counter()
-        self.fast.recompile("inductor")
-        groups = {}
-        for explorer in kernel._rungs.explorers:
-            explorer.replace_state()  # its cached density came from TorchScript's graph
-            group = explorer.group
-            if group is not None:
-                groups[id(group)] = group
-        for group in groups.values():
-            kernel.explorer_info.update(engine_info(self.fast, group))  # builds the steps
-        self.compile_seconds = time.perf_counter() - began
         self.switched_at = t
-        if self.fast.compiled.engine == "inductor" and self.comm.rank == 0:
+        if self.fast is not None:
+            self.fast.recompile("inductor")
+            groups = {}
+            for explorer in kernel._rungs.explorers:
+                explorer.replace_state()  # its cached density came from TorchScript's graph
+                groups[id(explorer.group)] = explorer.group
+            for group in groups.values():
+                kernel.explorer_info.update(engine_info(self.fast, group))  # builds the steps
+        self.compile_seconds = time.perf_counter() - began
+        kernel.explorer_info["compile_seconds"] = self.compile_seconds
+        engine = self.fast.compiled.engine if self.fast is not None else "inductor"
+        if engine == "inductor" and self.comm.rank == 0:
             gm, point = self._graph()
             cost.record(gm, point.dtype, point.device, self._what(kernel),
                         self.compile_seconds)
-        kernel.explorer_info["compile_seconds"] = self.compile_seconds
         why = why.format(took=_seconds(self.compile_seconds))
-        self.decision = (f"Inductor from scan {t}: {why}" if self.fast.compiled.engine == "inductor"
+        self.decision = (f"Inductor from scan {t}: {why}" if engine == "inductor"
                          else f"TorchScript: the switch to Inductor at scan {t} failed "
                               f"({self.fast.compiled.engine_reason}); {why}")
         kernel.explorer_info["compile"] = self.decision

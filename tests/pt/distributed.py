@@ -218,3 +218,23 @@ SETUP_REFUSALS = {
     # last: MCMC(num_chains=2) may start Pyro's own chain processes
     "num_chains": (run_kernel, ({"num_replicas": 2, "explorer": "rwmh"}, {"num_chains": 2})),
 }
+
+
+def run_linear_switching(kernel_kwargs):
+    """:func:`run_linear` with compile="auto" switching at the first warmup round's end to an
+    Inductor that fails (TorchScript recompiles the graph): the switch's collective and its
+    re-evaluation of the states on every rank, without a real compilation."""
+    from pyro_pt import autocompile
+    from pyro_pt.potential import compiled, cost
+
+    tries = []
+
+    def refuse(gm, *example):
+        tries.append(gm)
+        raise RuntimeError("Inductor is not available here")
+
+    compiled.inductor_compile = refuse
+    compiled.missing_apis = autocompile.missing_apis = lambda: None
+    cost.expected_seconds = lambda *args: (0.0, "measured")
+    cost.record = lambda *args: None
+    return run_linear(kernel_kwargs), len(tries)

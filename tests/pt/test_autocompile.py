@@ -23,6 +23,7 @@ from pyro_pt.comm import LocalComm
 from pyro_pt.potential import FunctionalSplit, ModelSplit, compiled, cost, torch_compat
 
 from . import models
+from .distributed import run_linear, run_linear_switching, spawn
 
 real_expected_seconds = cost.expected_seconds
 
@@ -198,3 +199,18 @@ def test_without_inductors_cache_dir_nothing_is_recorded(monkeypatch, tmp_path):
     assert cost.expected_seconds(gm, torch.float64, "cpu", "graph")[1] == "estimated"
     reason = torch_compat.lookup("cache_dir")[1]
     assert "records no compilation, and expects each to cost a cold one" in reason
+
+
+@pytest.mark.slow
+def test_every_rank_switches_at_rank_0s_scan(tmp_path, records, failing_inductor, monkeypatch):
+    # Two ranks, rank 1 holding only the prior rung (no graph of its own): both join the
+    # round end's broadcast, rank 0 switches, and the chains are bitwise the one-process run's.
+    kwargs = {"num_replicas": 3, "max_temperature": float("inf"), "explorer": "hmc"}
+    expect(monkeypatch, 0.0)
+    alone = run_linear(kwargs)
+    assert len(failing_inductor) == 1
+    (rank0, tries0), (rank1, tries1) = spawn(2, tmp_path, run_linear_switching, kwargs)
+    assert (tries0, tries1) == (1, 0) and rank0["world_size"] == 2
+    for result in (rank0, rank1):
+        assert torch.equal(result["w"], alone["w"])
+        assert str(result["swap_acceptance"]) == str(alone["swap_acceptance"])

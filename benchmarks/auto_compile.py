@@ -1,0 +1,87 @@
+"""compile="auto" on a whole default run: does the switch to Inductor pay, and when does it come?
+
+The seed BNN (benchmarks/_bnn.py, 4929 weights, 500 points) under
+``ParallelTempering(model, explorer="hmc")`` with every other setting at its default (K = 8,
+adapted step sizes, mass matrices and trajectory lengths), started from the benchmarks' small
+random point, one torch thread. Each setting is a fresh process, in this order:
+
+- ``torchscript``: ``compile="torchscript"``, what ``"auto"`` ran before it could switch;
+- ``auto, cold``: ``compile="auto"`` with an empty ``TORCHINDUCTOR_CACHE_DIR`` (a first run);
+- ``auto, warm``: ``compile="auto"`` again, with the cache and the cost record the cold run
+  left (every later run of the model).
+
+Per setting it prints the whole run's wall seconds, the explorers' seconds, the switch's
+seconds and ``explorer_info["compile"]``; then the ratios of the wall times to TorchScript's.
+Prints; asserts nothing.
+
+    PYTHONPATH=$PWD python benchmarks/auto_compile.py [--warmup 300] [--samples 700]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+
+def child(compile, warmup, samples):
+    import torch
+
+    import pyro
+    from pyro.infer import MCMC
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _bnn import CountingModel, initial_params, make_data
+    from pyro_pt import ParallelTempering
+
+    torch.set_num_threads(1)
+    x, y = make_data()
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(CountingModel(), explorer="hmc", compile=compile)
+    began = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a short BNN run warns of its barrier; not measured here
+        mcmc = MCMC(kernel, samples, warmup, initial_params=initial_params(),
+                    disable_progbar=True)
+        mcmc.run(x, y)
+    info = kernel.explorer_info
+    print(json.dumps({"wall": time.perf_counter() - began,
+                      "explorers": kernel.timings["explorers"],
+                      "compile_seconds": info.get("compile_seconds"),
+                      "compile": info.get("compile", f"compile={compile!r}"),
+                      "engine": info["potential_engine"], "leapfrog": info.get("leapfrog")}))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--samples", type=int, default=700)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]), int(args.child[2]))
+        return
+    results = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+        for label, compile in (("torchscript", "torchscript"), ("auto, cold", "auto"),
+                               ("auto, warm", "auto")):
+            out = subprocess.run([sys.executable, __file__, "--child", compile,
+                                  str(args.warmup), str(args.samples)], env=env,
+                                 capture_output=True, text=True, check=True).stdout
+            results[label] = json.loads(out.strip().splitlines()[-1])
+            r = results[label]
+            switch = "-" if r["compile_seconds"] is None else f"{r['compile_seconds']:.1f}"
+            print(f"{label:12s} wall {r['wall']:7.1f} s  explorers {r['explorers']:7.1f} s  "
+                  f"switch {switch:>5s} s  engine {r['engine']}, {r['leapfrog']}  "
+                  f"[{r['compile']}]", flush=True)
+    base = results["torchscript"]["wall"]
+    print(f"wall / TorchScript's ({args.warmup} + {args.samples} scans): " + ", ".join(
+        f"{label} {r['wall'] / base:.2f}" for label, r in results.items()))
+
+
+if __name__ == "__main__":
+    main()
