@@ -85,6 +85,10 @@ class AutoCompile:
         if self.fast is None or self.fast.path != "functional":
             self.decision = "TorchScript: Pyro's trace evaluates the model, no graph to compile"
             return False
+        if kernel.explorer == "rwmh":  # it evaluates the values-only graph, never compiled
+            self.decision = ("TorchScript: random-walk Metropolis takes no gradients, and only "
+                             "the gradients' graph is compiled")
+            return False
         missing = missing_apis()
         if missing:
             self.decision = f"TorchScript: {missing}"

@@ -95,6 +95,13 @@ def test_the_switch_leaves_the_draws_those_of_the_engine(records, failing_induct
         str(reference.diagnostics()["swap_acceptance"])
 
 
+def test_random_walk_metropolis_never_switches(records, failing_inductor, monkeypatch):
+    expect(monkeypatch, 0.0)  # it would pay, but rwmh uses no gradient graph
+    kernel, _ = run("auto", "rwmh")
+    assert kernel.explorer_info["compile"].startswith("TorchScript: random-walk Metropolis")
+    assert failing_inductor == []
+
+
 def test_the_decision_is_the_compile_against_five_percent_of_the_projected_run(
         records, failing_inductor, monkeypatch):
     # Scan 4 of 20 warmup scans, 100 draws to come, 0.1 s so far: 0.025 s a scan, 116 scans
