@@ -12,9 +12,11 @@ random point, one torch thread. Each setting is a fresh process, in this order:
 
 Per setting it prints the whole run's wall seconds, the explorers' seconds, the switch's
 seconds and ``explorer_info["compile"]``; then the ratios of the wall times to TorchScript's.
-Prints; asserts nothing.
+``--force`` makes every switch pay (its cost expected to be 0 s), to time the switch alone on a
+short run, e.g. on a GPU (``--device cuda``). Prints; asserts nothing.
 
     PYTHONPATH=$PWD python benchmarks/auto_compile.py [--warmup 300] [--samples 700]
+        [--device cuda] [--force]
 """
 
 import argparse
@@ -27,7 +29,7 @@ import time
 import warnings
 
 
-def child(compile, warmup, samples):
+def child(compile, warmup, samples, device, force):
     import torch
 
     import pyro
@@ -36,16 +38,19 @@ def child(compile, warmup, samples):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _bnn import CountingModel, initial_params, make_data
     from pyro_pt import ParallelTempering
+    from pyro_pt.potential import cost
 
+    if force:
+        cost.expected_seconds = lambda *args: (0.0, "forced")
     torch.set_num_threads(1)
-    x, y = make_data()
+    x, y = (t.to(device) for t in make_data())
     pyro.set_rng_seed(0)
-    kernel = ParallelTempering(CountingModel(), explorer="hmc", compile=compile)
+    kernel = ParallelTempering(CountingModel(device=device), explorer="hmc", compile=compile)
     began = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a short BNN run warns of its barrier; not measured here
-        mcmc = MCMC(kernel, samples, warmup, initial_params=initial_params(),
-                    disable_progbar=True)
+        start = {name: v.to(device) for name, v in initial_params().items()}
+        mcmc = MCMC(kernel, samples, warmup, initial_params=start, disable_progbar=True)
         mcmc.run(x, y)
     info = kernel.explorer_info
     print(json.dumps({"wall": time.perf_counter() - began,
@@ -59,19 +64,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--samples", type=int, default=700)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--force", action="store_true", help="every switch pays (time it)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]), int(args.child[2]))
+        child(args.child[0], int(args.child[1]), int(args.child[2]), args.device, args.force)
         return
     results = {}
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
         for label, compile in (("torchscript", "torchscript"), ("auto, cold", "auto"),
                                ("auto, warm", "auto")):
-            out = subprocess.run([sys.executable, __file__, "--child", compile,
-                                  str(args.warmup), str(args.samples)], env=env,
-                                 capture_output=True, text=True, check=True).stdout
+            command = [sys.executable, __file__, "--child", compile, str(args.warmup),
+                       str(args.samples), "--device", args.device] + ["--force"] * args.force
+            out = subprocess.run(command, env=env, capture_output=True, text=True,
+                                 check=True).stdout
             results[label] = json.loads(out.strip().splitlines()[-1])
             r = results[label]
             switch = "-" if r["compile_seconds"] is None else f"{r['compile_seconds']:.1f}"
