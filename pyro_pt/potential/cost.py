@@ -9,12 +9,13 @@ part of the run's time, so it needs that cost before paying it:
   file beside Inductor's own on-disk cache. That cache makes a later compilation of the same
   graph cheap (the seed BNN: 26 s cold, 5 s warm), so the record of the latest compilation is
   what the next one will cost.
-- **estimated**: a graph compiled nowhere yet costs ``COLD_SECONDS + SECONDS_PER_NODE * nodes``
-  (its FX nodes). A cold switch, measured on one thread of a 2-core CPU: the seed BNN (284
-  nodes, the fused step) 10.7 s on an Intel Xeon, 26 s on an AMD EPYC with the native matrix
-  products' first build; the tests' linear model (108 nodes, lockstep steps of several batch
-  sizes) 16.5 s with the other core busy. The size says little; the number of graphs more
-  (fused or lockstep, batch sizes), so the estimate is mostly a constant near those.
+- **estimated**: a graph compiled nowhere yet costs ``COLD_SECONDS[device] + SECONDS_PER_NODE
+  * nodes`` (its FX nodes). A cold switch, measured on one thread of a 2-core CPU: the seed BNN
+  (284 nodes, the fused step) 10.7 s on an Intel Xeon, 26 s on an AMD EPYC with the native
+  matrix products' first build; the tests' linear model (108 nodes, lockstep steps of several
+  batch sizes) 16.5 s with the other core busy. On an H200 (Triton kernels, torch 2.11) the
+  seed BNN's took 80 s. The size says little, the number of graphs more (fused or lockstep,
+  batch sizes), so the estimate is mostly a constant per kind of device.
 
 Without Inductor's cache directory (a private API, :mod:`pyro_pt.potential.torch_compat`)
 nothing is recorded, and every compilation is estimated as a cold one.
@@ -29,8 +30,9 @@ import torch
 
 from . import torch_compat
 
-# A cold switch: 10.7-26 s measured (see above); more nodes, a little more.
-COLD_SECONDS = 15.0
+# A cold switch: 10.7-26 s measured on CPUs, 80 s on a GPU (see above); more nodes, a little
+# more. A device type not listed is taken as the slowest.
+COLD_SECONDS = {"cpu": 15.0, "cuda": 80.0}
 SECONDS_PER_NODE = 0.01
 RECORDS = "pyro_pt_compile_seconds.json"
 
@@ -54,9 +56,10 @@ def _read(path):
         return {}
 
 
-def estimated_cold_seconds(gm):
-    """A cold compilation's seconds, from the graph's size."""
-    return COLD_SECONDS + SECONDS_PER_NODE * len(gm.graph.nodes)
+def estimated_cold_seconds(gm, device):
+    """A cold compilation's seconds on a ``device`` (its type), from the graph's size."""
+    cold = COLD_SECONDS.get(torch.device(device).type, max(COLD_SECONDS.values()))
+    return cold + SECONDS_PER_NODE * len(gm.graph.nodes)
 
 
 def expected_seconds(gm, dtype, device, what):
@@ -69,7 +72,7 @@ def expected_seconds(gm, dtype, device, what):
     seconds = path and _read(path).get(_key(gm, dtype, device, what))
     if isinstance(seconds, (int, float)) and seconds >= 0:
         return float(seconds), "measured"
-    return estimated_cold_seconds(gm), "estimated"
+    return estimated_cold_seconds(gm, device), "estimated"
 
 
 def record(gm, dtype, device, what, seconds):

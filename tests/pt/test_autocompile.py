@@ -154,8 +154,10 @@ def test_a_resumed_run_switches_where_the_checkpointed_run_had(records, failing_
 def test_records_are_per_graph_dtype_and_kind(records):
     split = FunctionalSplit(ModelSplit(models.linear_model, models.linear_data()))
     gm = split.compiled.fx_graph(torch.float64, torch.device("cpu"))
-    estimate = cost.estimated_cold_seconds(gm)
-    assert estimate == cost.COLD_SECONDS + cost.SECONDS_PER_NODE * len(gm.graph.nodes)
+    estimate = cost.estimated_cold_seconds(gm, "cpu")
+    assert estimate == cost.COLD_SECONDS["cpu"] + cost.SECONDS_PER_NODE * len(gm.graph.nodes)
+    assert cost.estimated_cold_seconds(gm, "cuda") > estimate  # Triton's compilations
+    assert cost.estimated_cold_seconds(gm, "xpu") >= cost.estimated_cold_seconds(gm, "cuda")
     assert cost.expected_seconds(gm, torch.float64, "cpu", "graph") == (estimate, "estimated")
     cost.record(gm, torch.float64, "cpu", "graph", 3.25)
     assert cost.expected_seconds(gm, torch.float64, "cpu", "graph") == (3.25, "measured")
