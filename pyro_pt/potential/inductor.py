@@ -20,7 +20,7 @@ graph (:func:`inductor_compile`). Two compilers can run it:
 during warmup when the compilation pays: :mod:`pyro_pt.autocompile` measures the explorers'
 time per scan at each warmup round's end, projects the rest of the run, and recompiles
 (:meth:`~pyro_pt.potential.functional.FunctionalSplit.recompile`) once the compilation's
-expected cost (:mod:`pyro_pt.potential.cost`) is under 5 % of that time. At set-up,
+expected cost is under 5 % of that time. At set-up,
 :func:`choose_compiler` maps ``"auto"`` to TorchScript.
 """
 

@@ -1,6 +1,5 @@
 """compile="auto": a run starts on TorchScript and switches to Inductor at the warmup round's end
-where the compilation pays (pyro_pt.autocompile), from the costs pyro_pt.potential.cost
-records or estimates.
+where the compilation pays (pyro_pt.autocompile), from the costs it records or estimates.
 
 Most tests make Inductor fail, so that the switch recompiles under TorchScript, its fallback:
 the switch's mechanics (at which scan, on which evidence, with what said), which must leave the
@@ -20,11 +19,12 @@ from pyro.ops.stats import effective_sample_size
 from pyro_pt import ParallelTempering, autocompile
 from pyro_pt.autocompile import FRACTION, AutoCompile
 from pyro_pt.comm import LocalComm
-from pyro_pt.potential import FunctionalSplit, ModelSplit, compiled, cost, torch_compat
+from pyro_pt.potential import FunctionalSplit, ModelSplit, compiled, torch_compat
 
 from . import models
 from .distributed import run_linear, run_linear_switching, spawn
 
+cost = autocompile  # what a compilation costs: its records and estimates
 real_expected_seconds = cost.expected_seconds
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # short runs, tiny ladders
