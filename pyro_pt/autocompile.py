@@ -28,9 +28,11 @@ What a compilation costs here, before paying it (:func:`expected_seconds`):
 
 - **measured**: every switch is timed and recorded (:func:`record`), keyed by the captured
   graph's code, dtype, device, what was compiled with it (the leapfrog steps) and torch's
-  version, in a small JSON file beside Inductor's on-disk cache. That cache makes a later
-  compilation of the same graph cheap (the seed BNN's switch on an Intel Xeon: 10.7 s cold,
-  1.9 s warm), so the latest record is what the next one is expected to cost.
+  version, in a small JSON file beside Inductor's on-disk cache (or at
+  ``$PYRO_PT_COMPILE_RECORDS``; empty: no records). That cache makes a later compilation of the
+  same graph cheap: the seed BNN's switch on an Intel Xeon took 10.7 s cold and 1.9 s warm, the
+  tests' linear model's 16.5 s and 2.1 s. So after a graph's first switch the next is expected
+  to cost :data:`WARM_FRACTION` of it, and after later ones what the latest took.
 - **estimated**: a graph compiled nowhere yet costs ``COLD_SECONDS[device] + SECONDS_PER_NODE
   * nodes`` (its FX nodes). Cold switches measured on one thread of a 2-core CPU: the seed BNN
   (284 nodes, the fused step) 10.7 s on an Intel Xeon, 26 s on an AMD EPYC with the native
@@ -84,6 +86,7 @@ class AutoCompile:
         self.warmup_steps, self.num_samples = warmup_steps, num_samples
         self.switched_at = None  # the scan after which Inductor runs the graphs
         self.compile_seconds = None
+        self.engine = "TorchScript"  # what runs the graph, in words, for the progress bar
         self.decision = "TorchScript until a warmup round's end shows Inductor pays"
         self._since = (0, 0.0)  # (scan, explorer seconds) at the last round's end
         self._why = ""  # rank 0's case for a switch, for decision
@@ -103,7 +106,10 @@ class AutoCompile:
         return self.fast.compiled.fx_graph(point.dtype, point.device), point
 
     def _what(self, kernel):
-        return "graph + leapfrog steps" if kernel.explorer == "hmc" else "graph"
+        """What a switch compiles besides the graph: the batched HMC's fused or lockstep steps
+        (not against a fitted reference, whose steps are not fused)."""
+        steps = kernel.explorer == "hmc" and kernel._reference is None
+        return "graph + leapfrog steps" if steps else "graph"
 
     def _pays(self, kernel, t, scans, seconds):
         """Rank 0's decision at scan ``t``, with its reason in :attr:`decision`."""
@@ -153,16 +159,22 @@ class AutoCompile:
         began = time.perf_counter()
         self.switched_at = t
         if self.fast is not None:
-            self.fast.recompile("inductor")
-            groups = {}
-            for explorer in kernel._rungs.explorers:
-                explorer.replace_state()  # its cached density came from TorchScript's graph
-                groups[id(explorer.group)] = explorer.group
-            for group in groups.values():
-                kernel.explorer_info.update(engine_info(self.fast, group))  # builds the steps
+            with torch_compat.recording() as missing:
+                self.fast.recompile("inductor")
+                groups = {}
+                for explorer in kernel._rungs.explorers:
+                    explorer.replace_state()  # its cached density came from TorchScript's graph
+                    groups[id(explorer.group)] = explorer.group
+                for group in groups.values():
+                    kernel.explorer_info.update(engine_info(self.fast, group))  # builds steps
+            private = kernel.explorer_info.get("private_api", [])
+            private += [reason for reason in missing if reason not in private]
+            if private:
+                kernel.explorer_info["private_api"] = private
         self.compile_seconds = time.perf_counter() - began
         kernel.explorer_info["compile_seconds"] = self.compile_seconds
         engine = self.fast.compiled.engine if self.fast is not None else "inductor"
+        self.engine = "Inductor" if engine == "inductor" else "TorchScript (Inductor failed)"
         if engine == "inductor" and self.comm.rank == 0:
             gm, point = self._graph()
             record(gm, point.dtype, point.device, self._what(kernel),
@@ -190,6 +202,8 @@ class AutoCompile:
 # more. A device type not listed is taken as the slowest.
 COLD_SECONDS = {"cpu": 15.0, "cuda": 80.0}
 SECONDS_PER_NODE = 0.01
+# A switch from Inductor's cache over the first (cold) one: 0.13-0.17 measured (see above).
+WARM_FRACTION = 0.25
 RECORDS = "pyro_pt_compile_seconds.json"
 
 
@@ -199,6 +213,8 @@ def _key(gm, dtype, device, what):
 
 
 def _records_path():
+    if "PYRO_PT_COMPILE_RECORDS" in os.environ:
+        return os.environ["PYRO_PT_COMPILE_RECORDS"] or None
     cache_dir, _ = torch_compat.lookup("cache_dir")
     return None if cache_dir is None else os.path.join(cache_dir(), RECORDS)
 
@@ -220,14 +236,16 @@ def estimated_cold_seconds(gm, device):
 
 def expected_seconds(gm, dtype, device, what):
     """
-    ``(seconds, how)``: what compiling ``gm`` (and ``what`` with it, e.g. ``"fused"``) with
-    Inductor is expected to cost here; ``how`` is ``"measured"`` (the latest compilation
-    recorded on this machine) or ``"estimated"`` (a cold one, from the graph's size).
+    ``(seconds, how)``: what compiling ``gm`` (and ``what`` with it, e.g. ``"graph + leapfrog
+    steps"``) with Inductor is expected to cost here; ``how`` is ``"measured"`` (from the
+    switches recorded on this machine) or ``"estimated"`` (a cold one, from the graph's size).
     """
     path = _records_path()
-    seconds = path and _read(path).get(_key(gm, dtype, device, what))
-    if isinstance(seconds, (int, float)) and seconds >= 0:
-        return float(seconds), "measured"
+    entry = path and _read(path).get(_key(gm, dtype, device, what))
+    if isinstance(entry, dict) and isinstance(entry.get("seconds"), (int, float)):
+        seconds = max(float(entry["seconds"]), 0.0)
+        # after the first switch Inductor's cache holds the graph: the next one is cheaper
+        return (seconds * WARM_FRACTION if entry.get("switches") == 1 else seconds), "measured"
     return estimated_cold_seconds(gm, device), "estimated"
 
 
@@ -238,7 +256,10 @@ def record(gm, dtype, device, what, seconds):
     if path is None:
         return
     records = _read(path)
-    records[_key(gm, dtype, device, what)] = round(float(seconds), 3)
+    key = _key(gm, dtype, device, what)
+    old = records.get(key)
+    switches = old.get("switches", 0) if isinstance(old, dict) else 0
+    records[key] = {"seconds": round(float(seconds), 3), "switches": int(switches) + 1}
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         handle, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")

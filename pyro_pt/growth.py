@@ -26,8 +26,8 @@ increments of the estimated cumulative barrier
 - ``adaptation_history`` marks the round that grew the ladder with ``"grown_to"``: K'.
 
 What it costs: the added rungs' explorer moves every scan (K'/K times the local moves of the
-starting ladder); a rebuild of the model's captured graph per growth (about 1 s for the 1-20-1
-BNN of ``benchmarks/pt_bnn_bottleneck.py``; the new rungs' explorers are built on it); with
+starting ladder), whose explorers are built on the run's captured graph (not captured again);
+with
 ``explorer="hmc"``, each growth adds one batched group, so a leapfrog step makes one batched
 evaluation per group; and the warmup spent before it grows: it grows only after a quarter of
 the warmup at the earliest, and the new rungs adapt only in the warmup that is left (about

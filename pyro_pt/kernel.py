@@ -243,11 +243,10 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
                 explorer.set_beta(new_betas[k])
         if self._refitting:  # at a warmup round's end q is refitted to its cold draws
             self._refitting.after_scan(self, self._t, cold)
-        if self._autocompile:
-            self._autocompile.after_scan(self)
-        end = time.perf_counter()
         self.timings["explorers"] += explored - start
-        self.timings["total"] += end - start
+        if self._autocompile:  # with this scan's explorer time counted
+            self._autocompile.after_scan(self)
+        self.timings["total"] += time.perf_counter() - start
         self._after_scan()
         return cold
 

@@ -240,7 +240,7 @@ class Reporting:
             out["set-up"] = f"{seconds:.0f} s"
         switch = self._autocompile
         if switch and switch.compile_seconds is not None:  # compile="auto" switched
-            out["compile"] = f"Inductor, {switch.compile_seconds:.0f} s"
+            out["compile"] = f"{switch.engine}, {switch.compile_seconds:.0f} s"
         return out
 
     def diagnostics(self):

@@ -66,6 +66,7 @@ def engine_info(fast, group=None):
     if isinstance(group, HMCGroup):
         split = group.fast  # the fast split, or a reference's split over it
         leapfrog = group.engine.leapfrog  # compiles the fused or lockstep step now
+        info.update(batched=split.batched.path, batched_reason=split.batched.reason)
         info.update(leapfrog=leapfrog, leapfrog_reason="" if leapfrog == "lockstep" else (
             f"not lockstep: {split.lockstep.reason}" if leapfrog == "fused" else (
                 split.fused.reason
@@ -104,8 +105,7 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
             split = ReferencedSplit(split, reference)
         if explorer == "hmc":
             group = HMCGroup(split, explorer_kwargs)
-            info.update(explorer="hmc (batched)", batched=split.batched.path,
-                        batched_reason=split.batched.reason)
+            info["explorer"] = "hmc (batched)"
     elif reference is not None:  # only the beta = 0 rung here: it draws from q
         split = ReferencedSplit(split, reference)
     for k in rungs:

@@ -90,6 +90,7 @@ def test_the_switch_leaves_the_draws_those_of_the_engine(records, failing_induct
     assert kernel.explorer_info["compile"].startswith(
         "TorchScript: the switch to Inductor at scan 4 failed (Inductor failed")
     assert kernel.explorer_info["compile_seconds"] > 0.0
+    assert kernel.logging()["compile"].startswith("TorchScript (Inductor failed), ")
     assert torch.equal(w, w_reference)
     assert str(kernel.diagnostics()["swap_acceptance"]) == \
         str(reference.diagnostics()["swap_acceptance"])
@@ -102,13 +103,46 @@ def test_random_walk_metropolis_never_switches(records, failing_inductor, monkey
     assert failing_inductor == []
 
 
+@pytest.mark.parametrize("explorer", ["hmc", "nuts"])
+def test_a_switch_re_evaluates_every_state_and_rebuilds_every_graph(records, failing_inductor,
+                                                                   monkeypatch, explorer):
+    # The TorchScript graphs before and after a failed switch give the same numbers, so the
+    # draws cannot tell a stale state or step from a fresh one: the switch is checked here.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # replicas looped: the fused step (vmapped ones have none)
+    try:
+        kernel, _ = run("torchscript", explorer)  # a finished run, switched by hand
+        fast, explorers = kernel._fast, kernel._rungs.explorers
+        graphs = {k: v for k, v in fast.compiled._graphs.items() if k[0] == "grads"}
+        steps = dict(fast.fused._steps)
+        cleared = []
+        if explorer == "nuts":  # Pyro's kernels keep their own cache of the state's density
+            monkeypatch.setattr(type(explorers[0]), "replace_state",
+                                lambda self: cleared.append(self))
+        AutoCompile(fast, LocalComm(), [], 20, 0).switch(kernel, 20, "by hand (took {took})")
+    finally:
+        torch.set_num_threads(threads)
+    assert len(failing_inductor) == 1  # the graph was compiled again
+    # none of the old graphs or steps is kept: rebuilt, or left to be rebuilt on first use
+    assert graphs and all(fast.compiled._graphs.get(k) is not graphs[k] for k in graphs)
+    if explorer == "hmc":
+        # every slot's cached potential and gradient is recomputed at its next step
+        assert explorers[0].group.engine._stale == set(range(len(explorers)))
+        assert steps and all(fast.fused._steps.get(k) is not steps[k] for k in steps)
+        assert kernel.explorer_info["leapfrog"] == "fused"  # rebuilt, and said so
+    else:
+        assert cleared == list(explorers)
+    assert kernel.explorer_info["compile"].startswith(
+        "TorchScript: the switch to Inductor at scan 20 failed")
+
+
 def test_the_decision_is_the_compile_against_five_percent_of_the_projected_run(
         records, failing_inductor, monkeypatch):
     # Scan 4 of 20 warmup scans, 100 draws to come, 0.1 s so far: 0.025 s a scan, 116 scans
     # left, a projection of 2.9 s (5 %: 0.145 s). Scan 12: the round's 8 scans took 0.56 s,
     # 0.07 s a scan, 108 scans left: 7.56 s (5 %: 0.378 s).
     fast = FunctionalSplit(ModelSplit(models.linear_model, models.linear_data()))
-    kernel = types.SimpleNamespace(explorer="hmc", explorer_info={},
+    kernel = types.SimpleNamespace(explorer="hmc", explorer_info={}, _reference=None,
                                    _rungs=types.SimpleNamespace(explorers=[]))
     outcomes = {}
     for expected in (0.37, 0.39):
@@ -159,7 +193,11 @@ def test_records_are_per_graph_dtype_and_kind(records):
     assert cost.estimated_cold_seconds(gm, "cuda") > estimate  # Triton's compilations
     assert cost.estimated_cold_seconds(gm, "xpu") >= cost.estimated_cold_seconds(gm, "cuda")
     assert cost.expected_seconds(gm, torch.float64, "cpu", "graph") == (estimate, "estimated")
-    cost.record(gm, torch.float64, "cpu", "graph", 3.25)
+    # the first switch filled Inductor's cache: the next is expected at the warm fraction
+    cost.record(gm, torch.float64, "cpu", "graph", 12.0)
+    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph") == \
+        (12.0 * cost.WARM_FRACTION, "measured")
+    cost.record(gm, torch.float64, "cpu", "graph", 3.25)  # a later switch: what it took
     assert cost.expected_seconds(gm, torch.float64, "cpu", "graph") == (3.25, "measured")
     assert cost.expected_seconds(gm, torch.float32, "cpu", "graph")[1] == "estimated"
     assert cost.expected_seconds(gm, torch.float64, "cpu", "graph + leapfrog steps")[1] == \
@@ -167,7 +205,17 @@ def test_records_are_per_graph_dtype_and_kind(records):
     records.write_text("not json")  # a damaged file is no record, and is written anew
     assert cost.expected_seconds(gm, torch.float64, "cpu", "graph")[1] == "estimated"
     cost.record(gm, torch.float64, "cpu", "graph", 1.5)
-    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph") == (1.5, "measured")
+    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph") == \
+        (1.5 * cost.WARM_FRACTION, "measured")
+
+
+def test_the_records_file_can_be_chosen_or_turned_off(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYRO_PT_COMPILE_RECORDS", str(tmp_path / "mine.json"))
+    assert cost._records_path() == str(tmp_path / "mine.json")
+    monkeypatch.setenv("PYRO_PT_COMPILE_RECORDS", "")
+    assert cost._records_path() is None
+    monkeypatch.delenv("PYRO_PT_COMPILE_RECORDS")
+    assert cost._records_path().endswith(cost.RECORDS)
 
 
 @pytest.mark.slow
@@ -184,16 +232,17 @@ def test_a_real_switch_to_inductor_samples_the_exact_posterior(records, monkeypa
     assert z.abs().max() < 4.5, z
     ratio = w.var(0) / covariance.diagonal()
     assert ((ratio - 1).abs() < 0.25).all(), ratio
-    # the compilation was recorded: a later run of this model expects what it took
+    # the compilation was recorded: a later run of this model expects the warm fraction of it
     monkeypatch.setattr(cost, "expected_seconds", real_expected_seconds)
     kernel, _ = run("auto", "hmc")
-    took = f"{info['compile_seconds']:.0f} s" if info["compile_seconds"] >= 10 else \
-        f"{info['compile_seconds']:.1f} s"
+    seconds = info["compile_seconds"] * cost.WARM_FRACTION
+    took = f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
     assert kernel.explorer_info["compile"].startswith(
         f"TorchScript: Inductor's measured {took} compilation is over 5%"), took
 
 
 def test_without_inductors_cache_dir_nothing_is_recorded(monkeypatch, tmp_path):
+    monkeypatch.delenv("PYRO_PT_COMPILE_RECORDS", raising=False)  # the default place
     resolve = torch_compat._resolve
 
     def without(entry):
