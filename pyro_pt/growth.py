@@ -27,9 +27,8 @@ increments of the estimated cumulative barrier
 
 What it costs: the added rungs' explorer moves every scan (K'/K times the local moves of the
 starting ladder), whose explorers are built on the run's captured graph (not captured again);
-with
-``explorer="hmc"``, each growth adds one batched group, so a leapfrog step makes one batched
-evaluation per group; and the warmup spent before it grows: it grows only after a quarter of
+with ``explorer="hmc"``, each growth adds one batched group, so a leapfrog step makes one
+batched evaluation per group; and the warmup spent before it grows: it grows only after a quarter of
 the warmup at the earliest, and the new rungs adapt only in the warmup that is left (about
 half), so give an ``"auto"`` run a warmup of 1000 scans or more.
 
