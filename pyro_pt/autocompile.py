@@ -177,8 +177,7 @@ class AutoCompile:
         self.engine = "Inductor" if engine == "inductor" else "TorchScript (Inductor failed)"
         if engine == "inductor" and self.comm.rank == 0:
             gm, point = self._graph()
-            record(gm, point.dtype, point.device, self._what(kernel),
-                        self.compile_seconds)
+            record(gm, point.dtype, point.device, self._what(kernel), self.compile_seconds)
         why = why.format(took=_seconds(self.compile_seconds))
         self.decision = (f"Inductor from scan {t}: {why}" if engine == "inductor"
                          else f"TorchScript: the switch to Inductor at scan {t} failed "

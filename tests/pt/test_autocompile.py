@@ -24,8 +24,7 @@ from pyro_pt.potential import FunctionalSplit, ModelSplit, compiled, torch_compa
 from . import models
 from .distributed import run_linear, run_linear_switching, spawn
 
-cost = autocompile  # what a compilation costs: its records and estimates
-real_expected_seconds = cost.expected_seconds
+real_expected_seconds = autocompile.expected_seconds
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # short runs, tiny ladders
 
@@ -34,7 +33,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # short runs, ti
 def records(tmp_path, monkeypatch):
     """The records of compile costs in a file of the test's own."""
     path = tmp_path / "records.json"
-    monkeypatch.setattr(cost, "_records_path", lambda: str(path))
+    monkeypatch.setattr(autocompile, "_records_path", lambda: str(path))
     return path
 
 
@@ -55,7 +54,7 @@ def failing_inductor(monkeypatch):
 
 def expect(monkeypatch, seconds):
     """Every compilation expected to cost ``seconds`` (as if measured here before)."""
-    monkeypatch.setattr(cost, "expected_seconds", lambda *args: (seconds, "measured"))
+    monkeypatch.setattr(autocompile, "expected_seconds", lambda *args: (seconds, "measured"))
 
 
 def run(compile="auto", explorer="hmc", warmup=20, samples=12, seed=0):
@@ -188,34 +187,37 @@ def test_a_resumed_run_switches_where_the_checkpointed_run_had(records, failing_
 def test_records_are_per_graph_dtype_and_kind(records):
     split = FunctionalSplit(ModelSplit(models.linear_model, models.linear_data()))
     gm = split.compiled.fx_graph(torch.float64, torch.device("cpu"))
-    estimate = cost.estimated_cold_seconds(gm, "cpu")
-    assert estimate == cost.COLD_SECONDS["cpu"] + cost.SECONDS_PER_NODE * len(gm.graph.nodes)
-    assert cost.estimated_cold_seconds(gm, "cuda") > estimate  # Triton's compilations
-    assert cost.estimated_cold_seconds(gm, "xpu") >= cost.estimated_cold_seconds(gm, "cuda")
-    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph") == (estimate, "estimated")
+    cold = autocompile.estimated_cold_seconds
+    estimate = cold(gm, "cpu")
+    nodes = len(gm.graph.nodes)
+    assert estimate == autocompile.COLD_SECONDS["cpu"] + autocompile.SECONDS_PER_NODE * nodes
+    assert cold(gm, "cuda") > estimate  # Triton's compilations
+    assert cold(gm, "xpu") >= cold(gm, "cuda")  # a device not listed: the slowest
+    assert autocompile.expected_seconds(gm, torch.float64, "cpu", "graph") == \
+        (estimate, "estimated")
     # the first switch filled Inductor's cache: the next is expected at the warm fraction
-    cost.record(gm, torch.float64, "cpu", "graph", 12.0)
-    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph") == \
-        (12.0 * cost.WARM_FRACTION, "measured")
-    cost.record(gm, torch.float64, "cpu", "graph", 3.25)  # a later switch: what it took
-    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph") == (3.25, "measured")
-    assert cost.expected_seconds(gm, torch.float32, "cpu", "graph")[1] == "estimated"
-    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph + leapfrog steps")[1] == \
+    autocompile.record(gm, torch.float64, "cpu", "graph", 12.0)
+    assert autocompile.expected_seconds(gm, torch.float64, "cpu", "graph") == \
+        (12.0 * autocompile.WARM_FRACTION, "measured")
+    autocompile.record(gm, torch.float64, "cpu", "graph", 3.25)  # a later switch: what it took
+    assert autocompile.expected_seconds(gm, torch.float64, "cpu", "graph") == (3.25, "measured")
+    assert autocompile.expected_seconds(gm, torch.float32, "cpu", "graph")[1] == "estimated"
+    assert autocompile.expected_seconds(gm, torch.float64, "cpu", "graph + leapfrog steps")[1] == \
         "estimated"
     records.write_text("not json")  # a damaged file is no record, and is written anew
-    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph")[1] == "estimated"
-    cost.record(gm, torch.float64, "cpu", "graph", 1.5)
-    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph") == \
-        (1.5 * cost.WARM_FRACTION, "measured")
+    assert autocompile.expected_seconds(gm, torch.float64, "cpu", "graph")[1] == "estimated"
+    autocompile.record(gm, torch.float64, "cpu", "graph", 1.5)
+    assert autocompile.expected_seconds(gm, torch.float64, "cpu", "graph") == \
+        (1.5 * autocompile.WARM_FRACTION, "measured")
 
 
 def test_the_records_file_can_be_chosen_or_turned_off(monkeypatch, tmp_path):
     monkeypatch.setenv("PYRO_PT_COMPILE_RECORDS", str(tmp_path / "mine.json"))
-    assert cost._records_path() == str(tmp_path / "mine.json")
+    assert autocompile._records_path() == str(tmp_path / "mine.json")
     monkeypatch.setenv("PYRO_PT_COMPILE_RECORDS", "")
-    assert cost._records_path() is None
+    assert autocompile._records_path() is None
     monkeypatch.delenv("PYRO_PT_COMPILE_RECORDS")
-    assert cost._records_path().endswith(cost.RECORDS)
+    assert autocompile._records_path().endswith(autocompile.RECORDS)
 
 
 @pytest.mark.slow
@@ -233,9 +235,9 @@ def test_a_real_switch_to_inductor_samples_the_exact_posterior(records, monkeypa
     ratio = w.var(0) / covariance.diagonal()
     assert ((ratio - 1).abs() < 0.25).all(), ratio
     # the compilation was recorded: a later run of this model expects the warm fraction of it
-    monkeypatch.setattr(cost, "expected_seconds", real_expected_seconds)
+    monkeypatch.setattr(autocompile, "expected_seconds", real_expected_seconds)
     kernel, _ = run("auto", "hmc")
-    seconds = info["compile_seconds"] * cost.WARM_FRACTION
+    seconds = info["compile_seconds"] * autocompile.WARM_FRACTION
     took = f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
     assert kernel.explorer_info["compile"].startswith(
         f"TorchScript: Inductor's measured {took} compilation is over 5%"), took
@@ -253,8 +255,8 @@ def test_without_inductors_cache_dir_nothing_is_recorded(monkeypatch, tmp_path):
     monkeypatch.setattr(torch_compat, "_resolve", without)
     split = FunctionalSplit(ModelSplit(models.linear_model, models.linear_data()))
     gm = split.compiled.fx_graph(torch.float64, torch.device("cpu"))
-    cost.record(gm, torch.float64, "cpu", "graph", 1.0)
-    assert cost.expected_seconds(gm, torch.float64, "cpu", "graph")[1] == "estimated"
+    autocompile.record(gm, torch.float64, "cpu", "graph", 1.0)
+    assert autocompile.expected_seconds(gm, torch.float64, "cpu", "graph")[1] == "estimated"
     reason = torch_compat.lookup("cache_dir")[1]
     assert "records no compilation, and expects each to cost a cold one" in reason
 
