@@ -172,7 +172,7 @@ class Growth:
         self.births += len(new)
         built = build_rungs(kernel._fast or kernel._split, new, betas, seeds, kernel._split.device,
                             kernel.explorer, kernel.explorer_kwargs, self.warmup_steps - scan,
-                            compile=kernel.compile, reference=kernel._reference,
+                            reference=kernel._reference,
                             starts={j: old.states[nearest[j]] for j in new})
         added = dict(zip(new, zip(*built[:3])))
         block = RungBlock(old.comm, num, old.names)

@@ -75,12 +75,11 @@ def engine_info(fast, group=None):
 
 
 def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, warmup_steps,
-                initial_params=None, compile="auto", starts=None, reference=None):
+                initial_params=None, starts=None, reference=None):
     """
     The explorers, initial states and initial log-likelihoods of ``rungs`` (rung indices).
-    ``split`` is the model's :class:`~pyro_pt.potential.ModelSplit`, or its
-    :class:`~pyro_pt.potential.FunctionalSplit` where one was made (its graphs are reused;
-    ``compile`` then is its own).
+    ``split`` is the model's :class:`~pyro_pt.potential.FunctionalSplit` (its captured graphs,
+    the kernel's), or its :class:`~pyro_pt.potential.ModelSplit` where no rung is tempered.
     ``seeds`` and ``betas`` are indexed by rung; ``starts`` (rung -> state) gives some rungs
     their initial state instead of ``initial_params`` or a draw (rungs added to a ladder,
     :mod:`pyro_pt.growth`). ``reference`` (a
@@ -96,7 +95,7 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
     if any(betas[k] > 0.0 for k in rungs):
         # Every explorer evaluates the model through its captured graph where that is exact.
         if not isinstance(split, FunctionalSplit):
-            split = FunctionalSplit(split, compile=compile)
+            split = FunctionalSplit(split)
         fast = split
         info.update(engine_info(fast))
         if split.reason:
