@@ -259,11 +259,13 @@ def record(gm, dtype, device, what, seconds):
     old = records.get(key)
     switches = old.get("switches", 0) if isinstance(old, dict) else 0
     records[key] = {"seconds": round(float(seconds), 3), "switches": int(switches) + 1}
+    tmp = None
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        handle, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        handle, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", suffix=".tmp")
         with os.fdopen(handle, "w") as out:
             json.dump(records, out)
         os.replace(tmp, path)
-    except OSError:
-        pass
+    except OSError:  # e.g. $PYRO_PT_COMPILE_RECORDS names a folder: no record, no litter
+        if tmp is not None and os.path.exists(tmp):
+            os.remove(tmp)

@@ -216,6 +216,12 @@ def test_the_records_file_can_be_chosen_or_turned_off(monkeypatch, tmp_path):
     assert autocompile._records_path() == str(tmp_path / "mine.json")
     monkeypatch.setenv("PYRO_PT_COMPILE_RECORDS", "")
     assert autocompile._records_path() is None
+    monkeypatch.setenv("PYRO_PT_COMPILE_RECORDS", str(tmp_path))  # a folder: nothing kept
+    split = FunctionalSplit(ModelSplit(models.linear_model, models.linear_data()))
+    gm = split.compiled.fx_graph(torch.float64, torch.device("cpu"))
+    autocompile.record(gm, torch.float64, "cpu", "graph", 1.0)
+    assert autocompile.expected_seconds(gm, torch.float64, "cpu", "graph")[1] == "estimated"
+    assert list(tmp_path.iterdir()) == []
     monkeypatch.delenv("PYRO_PT_COMPILE_RECORDS")
     assert autocompile._records_path().endswith(autocompile.RECORDS)
 
