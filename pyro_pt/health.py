@@ -124,7 +124,8 @@ def _divergence_problem(diagnostics, num_scans, explorer):
             f"biased there; {done}{what}")
 
 
-def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, reference=None):
+def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, reference=None,
+           legs=None):
     """
     The problems of a run's sampling phase, from its diagnostics (the kernel's
     :meth:`~pyro_pt.ParallelTempering.diagnostics`, before review).
@@ -138,15 +139,21 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, refere
     :param str explorer: the rungs' explorer (``explorer_info["explorer"]``), for the advice.
     :param str reference: the fitted reference's description (``explorer_info["reference"]``),
         None for the prior: a stuck run against it is told to compare with the prior.
+    :param Legs legs: the ladder's legs (:mod:`pyro_pt.legs`); log Z is the first leg's.
     :returns: ``(problems, log_z_error, log_z_problem)``: a list of messages, one per
         problem; the Monte Carlo error of log Z; why log Z is unreliable (None if it is not).
     """
     temps, acceptance = diagnostics["temperatures"], diagnostics["swap_acceptance"]
-    problems, bottlenecks = [], []
+    problems, bottlenecks, blocked = [], [], set()
     for i, a in enumerate(acceptance):
         if a < LOW_SWAP_ACCEPTANCE:  # False for NaN, a pair never attempted
             bottlenecks.append(f"pair {i} (T = {_temperature(temps[i])} and "
                                f"{_temperature(temps[i + 1])}) accepted {a:.3g} of its swaps")
+            blocked.add(0 if legs is None else legs.leg_of(i))
+    # Two legs: replicas still travel while one leg has no bottleneck; log Z is the first's.
+    first_blocked = 0 in blocked
+    if legs is not None and len(blocked) < len(legs.spans):
+        bottlenecks = []
     if bottlenecks:
         problems.append(f"bottleneck: {'; '.join(bottlenecks)} (below {LOW_SWAP_ACCEPTANCE}); "
                         f"{_ladder_advice(diagnostics)}")
@@ -169,6 +176,8 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, refere
     if divergence is not None:
         problems.append(divergence)
     ll = diagnostics["tempering_record"]["log_likelihood"]
+    if legs is not None:
+        betas, ll = legs.pick(0, betas, columns=ll)
     log_z_error, log_z_problem = math.nan, None
     if len(betas) > 1 and ll.shape[0] > 0:
         forward_error, reverse_error = stepping_stone_errors(betas, ll)
@@ -183,7 +192,7 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, refere
                              f"{diagnostics['log_Z_reverse']:.4g} estimates differ by "
                              f"{gap:.3g}, more than {LOG_Z_TOLERANCE:g} times their Monte Carlo "
                              f"error {error:.3g}")
-        elif bottlenecks:
+        elif first_blocked:
             log_z_problem = "a pair is a bottleneck (see the swap acceptance)"
     if log_z_problem is not None:
         problems.append(f"the stepping-stone log Z = {diagnostics['log_Z']:.4g} is unreliable: "
@@ -191,11 +200,12 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, refere
     return problems, log_z_error, log_z_problem
 
 
-def annotate(diagnostics, betas, num_rounds, num_scans=None, explorer=None, reference=None):
+def annotate(diagnostics, betas, num_rounds, num_scans=None, explorer=None, reference=None,
+             legs=None):
     """Add the review to ``diagnostics`` (in place): ``warnings`` (a list of messages),
     ``log_Z_error``, and in ``log_Z_meaning`` why log Z is unreliable where it is."""
     problems, log_z_error, log_z_problem = review(diagnostics, betas, num_rounds, num_scans,
-                                                  explorer, reference)
+                                                  explorer, reference, legs)
     diagnostics["warnings"] = problems
     diagnostics["log_Z_error"] = log_z_error
     if log_z_problem is not None:

@@ -27,6 +27,7 @@ from .options import check_options, ladder_temperatures
 from .potential.inductor import check_compiler
 from .reference import check_reference, is_prior
 from .reference.refit import Refitting
+from .reference.stabilized import crossed_bridge, refresh
 from .recorders import TemperingRecorder
 from .report import Report, Reporting
 from .rungs import set_up_kernel
@@ -140,6 +141,8 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
         check_reference(reference)
         self.reference = reference
+        self._ladder_given = temperatures is not None or not (
+            max_temperature is None or max_temperature == math.inf)
         if not is_prior(reference) and max_temperature is None and temperatures is None:
             max_temperature = math.inf  # the hottest rung is q, drawn exactly
         num_replicas, self._max_replicas = growth_options(num_replicas, max_replicas,
@@ -207,7 +210,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self._fingerprint = None  # of this set-up's model and data, at the first checkpoint
         self._ll = self._rungs.gather(local_ll)
         self._initial_params = self._rungs.cold_state()
-        self._recorder = TemperingRecorder(num, warmup_steps)
+        self._recorder = TemperingRecorder(num, warmup_steps, self._ladder.legs)
         self._report = Report(warmup_steps, self.adapt_temperatures, comm, self.swap_interval)
         self.explorer_info["reference"] = ("prior" if self._reference is None
                                            else self._reference.describe())
@@ -253,9 +256,12 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
     def _communicate(self):
         """One swap round (the ``t // swap_interval``-th) over the ladder; returns its outcome."""
         origin, attempts = swap_round(self.swap_scheme, self._t // self.swap_interval,
-                                      self.betas, self._ll, self._swap_generator)
+                                      self.betas, self._ll, self._swap_generator,
+                                      self._ladder.legs)
         outcome = self._recorder.record_swaps(attempts)
         self._ll = [self._ll[k] for k in origin]
         if origin != sorted(origin):
             self._rungs.permute(origin)
+        if crossed_bridge(self, attempts):  # each cold rung's ll in its own leg's meaning
+            refresh(self, self._ladder.legs.colds)
         return outcome

@@ -89,11 +89,14 @@ class Ladder:
     It starts at the ladder given; an adaptation stores the betas it computes, and every reader
     sees exactly those. :meth:`reset` goes back to the start (a new run of the same kernel).
 
-    :param list temperatures: a validated ladder, cold (1.0) first.
+    :param list temperatures: a validated ladder, cold (1.0) first; with two ``legs``
+        (:mod:`pyro_pt.legs`), each leg's, cold first, one after the other.
+    :param Legs legs: the ladder's legs (default: one); each adapts on its own pairs.
     """
 
-    def __init__(self, temperatures):
+    def __init__(self, temperatures, legs=None):
         self.initial = inverse_temperatures(temperatures)
+        self.legs = legs
         self.reset()
 
     def reset(self):
@@ -129,7 +132,12 @@ class Ladder:
         })
         if unattempted:
             return None
-        self.betas = equal_barrier_betas(betas, pairs)
+        legs = getattr(self, "legs", None)
+        if legs is None or not legs.stabilized:
+            self.betas = equal_barrier_betas(betas, pairs)
+        else:
+            self.betas = [beta for leg in range(len(legs.spans))
+                          for beta in equal_barrier_betas(*legs.pick(leg, betas, pairs))]
         return list(self.betas)
 
 

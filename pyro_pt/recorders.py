@@ -12,41 +12,52 @@ import math
 import torch
 
 from .barrier import global_barrier, pair_barriers, recommended_replicas, rung_barriers
+from .ladder import temperatures_of
+from .legs import Legs
 
 
 class IndexProcess:
     """
     Which replica lineage sits at which temperature, and the round trips the lineages make.
 
-    A round trip is a lineage going cold (rung 0) -> hottest (rung K-1) -> cold. Lineage ``r``
-    starts at rung ``r``; only the one that starts cold has already "been cold".
+    A round trip is a lineage going cold (rung 0) -> hottest (rung K-1) -> cold; on the two
+    legs of a stabilized ladder (:mod:`pyro_pt.legs`), from either cold rung to either leg's
+    hottest and back to either cold rung. Lineage ``r`` starts at rung ``r``; only those that
+    start cold have already "been cold".
 
     :param int num_temperatures: K.
+    :param Legs legs: the ladder's legs (default: one).
     """
 
-    def __init__(self, num_temperatures):
+    def __init__(self, num_temperatures, legs=None):
         self.num_temperatures = num_temperatures
+        self.legs = legs or Legs.plain(num_temperatures)
         self.lineage = list(range(num_temperatures))  # lineage[k]: replica at rung k
         # Per lineage: None (not cold yet), "up" (was cold, heading hot), "down" (was hot too).
         self._phase = [None] * num_temperatures
-        self._phase[0] = "up"
+        for cold in self.legs.colds:
+            self._phase[cold] = "up"
         self.round_trips = 0
 
-    def swap(self, i):
-        """Exchange the lineages at rungs ``i`` and ``i + 1``."""
-        self.lineage[i], self.lineage[i + 1] = self.lineage[i + 1], self.lineage[i]
+    def swap(self, pair):
+        """Exchange the lineages of pair ``pair``'s rungs (``pair`` and ``pair + 1``, or the
+        bridge's)."""
+        i, j = self.legs.pairs[pair]
+        self.lineage[i], self.lineage[j] = self.lineage[j], self.lineage[i]
 
     def observe(self):
         """Update round trips from the current positions; call once after each swap round."""
         if self.num_temperatures < 2:
             return  # a lone cold rung makes no trips
-        hot = self.lineage[-1]
-        if self._phase[hot] == "up":
-            self._phase[hot] = "down"
-        cold = self.lineage[0]
-        if self._phase[cold] == "down":
-            self.round_trips += 1
-        self._phase[cold] = "up"
+        for rung in self.legs.hots:
+            hot = self.lineage[rung]
+            if self._phase[hot] == "up":
+                self._phase[hot] = "down"
+        for rung in self.legs.colds:
+            cold = self.lineage[rung]
+            if self._phase[cold] == "down":
+                self.round_trips += 1
+            self._phase[cold] = "up"
 
 
 def theoretical_round_trip_rate(rejection_rates):
@@ -99,12 +110,6 @@ class SwapStatistics:
         return sum(rates) / len(rates) if rates else math.nan
 
 
-
-
-
-
-
-
 def stepping_stone(betas, log_likelihoods):
     r"""
     Stepping-stone estimate of :math:`\log Z(\beta_0) - \log Z(\beta_{K-1})` along the ladder,
@@ -134,9 +139,39 @@ def stepping_stone(betas, log_likelihoods):
     return 0.5 * (forward + reverse), forward, reverse
 
 
+def leg_pair_barriers(legs, betas, rejection_rates, rung_lambdas):
+    """:func:`~pyro_pt.barrier.pair_barriers` of each of the ``legs``, joined (the bridge's
+    barrier is 0: its two rungs target the same distribution)."""
+    return legs.join([pair_barriers(*legs.pick(leg, betas, rejection_rates, rung_lambdas))
+                      for leg in range(len(legs.spans))])
 
 
-def ladder_statistics(betas, acceptance, round_trips, num_rounds, log_likelihoods):
+def _leg_statistics(betas, rejections, rungs, log_likelihoods):
+    """:func:`ladder_statistics` of one leg: cold first, decreasing ``betas``, its pairs'
+    rejection rates, its rungs' lambdas and ll columns."""
+    known = [r for r in rejections if not math.isnan(r)]
+    pairs = pair_barriers(betas, rejections, rungs)
+    barrier = global_barrier(pairs)
+    out = {
+        "temperatures": temperatures_of(betas),
+        "pair_barrier": pairs,
+        "barrier": barrier,
+        "local_barrier": [
+            (0.5 * (b0 + b1), b / (b0 - b1)) for b0, b1, b in zip(betas, betas[1:], pairs)
+        ],
+        "recommended_replicas": recommended_replicas(barrier),
+        "theoretical_round_trip_rate": theoretical_round_trip_rate(known)
+        if len(known) == len(rejections) and known else math.nan,
+    }
+    if log_likelihoods.shape[0] > 0 and len(betas) > 1:
+        estimate, forward, reverse = stepping_stone(betas, log_likelihoods)
+        out.update(log_Z=estimate, log_Z_forward=forward, log_Z_reverse=reverse)
+    else:
+        out.update(log_Z=math.nan, log_Z_forward=math.nan, log_Z_reverse=math.nan)
+    return out
+
+
+def ladder_statistics(betas, acceptance, round_trips, num_rounds, log_likelihoods, legs=None):
     r"""
     Summary of a tempered run's sampling phase: rejection rates, the barrier of each pair
     (``pair_barrier``: the rejection rate where it is informative, the rungs' own ll draws where
@@ -147,41 +182,46 @@ def ladder_statistics(betas, acceptance, round_trips, num_rounds, log_likelihood
     :math:`2\Lambda`, Syed et al. 2021), observed against theoretical round-trip rates, and the
     stepping-stone log Z.
 
+    On the two ``legs`` of a stabilized ladder (:mod:`pyro_pt.legs`) the per-pair lists hold
+    the bridge too (a barrier of 0, at beta = 1); the barrier, log Z and the replicas called for
+    are the reference's leg's (the replicas for a ladder whose half is that leg), the
+    theoretical round-trip rate the sum of the legs', and ``legs`` holds each leg's own.
+
     :param list betas: the (final) inverse temperatures, cold first.
     :param list acceptance: mean swap acceptance probability per pair (NaN: never attempted).
     :param int round_trips: round trips in the sampling phase.
     :param int num_rounds: swap rounds in the sampling phase.
     :param torch.Tensor log_likelihoods: ``(num_draws, K)`` record of ll per rung.
+    :param Legs legs: the ladder's legs (default: one).
     :returns: dict of floats (JSON-friendly).
     """
+    legs = legs or Legs.plain(len(betas))
     rejections = [1.0 - a for a in acceptance]
-    known = [r for r in rejections if not math.isnan(r)]
-    rungs = rung_barriers(log_likelihoods, len(betas))
-    pairs = pair_barriers(betas, rejections, rungs)
-    barrier = global_barrier(pairs)
+    ll = torch.as_tensor(log_likelihoods, dtype=torch.float64).reshape(-1, len(betas))
+    rungs = rung_barriers(ll, len(betas))
+    per_leg = [_leg_statistics(*legs.pick(leg, betas, rejections, rungs), ll[:, a:b])
+               for leg, (a, b) in enumerate(legs.spans)]
+    first = per_leg[0]
+    rates = [leg["theoretical_round_trip_rate"] for leg in per_leg]
     out = {
         "rejection_rates": rejections,
-        "pair_barrier": pairs,
+        "pair_barrier": legs.join([leg["pair_barrier"] for leg in per_leg]),
         "rung_barrier": rungs,
-        "barrier": barrier,
-        "local_barrier": [
-            (0.5 * (b0 + b1), b / (b0 - b1)) for b0, b1, b in zip(betas, betas[1:], pairs)
-        ],
-        "recommended_replicas": recommended_replicas(barrier),
+        "barrier": first["barrier"],
+        "local_barrier": legs.join([leg["local_barrier"] for leg in per_leg], (1.0, 0.0)),
+        "recommended_replicas": first["recommended_replicas"] if not legs.stabilized
+        else 2 * first["recommended_replicas"] - 1,
         "round_trip_rate": round_trips / num_rounds if num_rounds else math.nan,
-        "theoretical_round_trip_rate": theoretical_round_trip_rate(known)
-        if len(known) == len(rejections) and known else math.nan,
+        "theoretical_round_trip_rate": sum(rates),
     }
-    ll = torch.as_tensor(log_likelihoods, dtype=torch.float64)
-    if ll.shape[0] > 0 and len(betas) > 1:
-        estimate, forward, reverse = stepping_stone(betas, ll)
-        out.update(log_Z=estimate, log_Z_forward=forward, log_Z_reverse=reverse)
-    else:
-        out.update(log_Z=math.nan, log_Z_forward=math.nan, log_Z_reverse=math.nan)
+    out.update({key: first[key] for key in ("log_Z", "log_Z_forward", "log_Z_reverse")})
+    hottest = betas[legs.hots[0]]
     out["log_Z_meaning"] = (
-        "log evidence log p(y) (the hottest rung is the prior)" if betas[-1] == 0.0
-        else f"log Z(beta=1) - log Z(beta={betas[-1]:.4g}), relative to the hottest rung"
+        "log evidence log p(y) (the hottest rung is the prior)" if hottest == 0.0
+        else f"log Z(beta=1) - log Z(beta={hottest:.4g}), relative to the hottest rung"
     )
+    if legs.stabilized:
+        out["legs"] = dict(zip(legs.names, per_leg))
     return out
 
 
@@ -198,12 +238,14 @@ class TemperingRecorder:
 
     :param int num_rungs: K.
     :param int warmup_steps: scans of warmup.
+    :param Legs legs: the ladder's legs (default: one).
     """
 
-    def __init__(self, num_rungs, warmup_steps):
+    def __init__(self, num_rungs, warmup_steps, legs=None):
         self.warmup_steps = warmup_steps
         self.scans = 0
-        self.index = IndexProcess(num_rungs)
+        self.legs = legs or Legs.plain(num_rungs)
+        self.index = IndexProcess(num_rungs, self.legs)
         self.phase = SwapStatistics(num_rungs - 1)
         self.round = SwapStatistics(num_rungs - 1)
         self.round_ll = []
@@ -237,9 +279,8 @@ class TemperingRecorder:
     def round_pair_barriers(self, betas):
         """The barrier of each pair over the current round (:func:`~pyro_pt.barrier.pair_barriers`
         of its rejection rates and its rungs' ll rows)."""
-        num = len(self.index.lineage)
-        return pair_barriers(betas, self.round.rejection_rates(),
-                             rung_barriers(self.round_ll, num))
+        return leg_pair_barriers(self.legs, betas, self.round.rejection_rates(),
+                                 rung_barriers(self.round_ll, len(self.index.lineage)))
 
     def begin_round(self):
         self.round.reset()
@@ -267,7 +308,7 @@ class TemperingRecorder:
         record_ll, record_swaps = self.sampling_record()
         acceptance = self.phase.acceptance()
         out = ladder_statistics(betas, acceptance, self.index.round_trips, num_rounds,
-                                record_ll)
+                                record_ll, self.legs)
         out.update(rungs)
         out.update(swap_acceptance=acceptance, round_trips=self.index.round_trips,
                    tempering_record={"log_likelihood": record_ll, "swap_accepted": record_swaps})

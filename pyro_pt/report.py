@@ -173,15 +173,16 @@ class Report:
         acceptance = recorder.round.acceptance()
         known = [a for a in acceptance if not math.isnan(a)]
         log_z = math.nan
+        legs = recorder.legs  # log Z and the barrier: of the first leg (the reference's)
         if recorder.round_ll and len(betas) > 1:
             ll = torch.tensor(recorder.round_ll, dtype=torch.float64)
-            log_z = stepping_stone(betas, ll)[0]
+            log_z = stepping_stone(*legs.pick(0, betas, columns=ll))[0]
+        pairs = pairs or recorder.round_pair_barriers(betas)
         row = {
             "round": len(self.rows) + 1,
             "phase": phase,
             "scans": num_scans,
-            "barrier": global_barrier(pairs or recorder.round_pair_barriers(betas))
-            if known else math.nan,
+            "barrier": global_barrier(legs.pick(0, betas, pairs)[1]) if known else math.nan,
             "log_Z": log_z,
             "min_swap_acc": min(known) if known else math.nan,
             "mean_swap_acc": sum(known) / len(known) if known else math.nan,
@@ -250,14 +251,15 @@ class Reporting:
         out = self._recorder.summary(self.betas, num_rounds, rungs)
         # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
         out["adaptation_history"] = self.adaptation_history
-        if self._reference is not None and self.betas[-1] == 0.0:
+        legs = self._recorder.legs
+        if self._reference is not None and self.betas[legs.hots[0]] == 0.0:
             # the stepping stones run from q (normalized) to the posterior: still log p(y)
             out["log_Z_meaning"] = ("log evidence log p(y) (the hottest rung is the reference "
                                     f"q, a normalized {self._reference.kind} Gaussian)")
         # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
         out = annotate(out, self.betas, num_rounds, max(0, self._t - self._warmup_steps),
                        self.explorer_info.get("explorer"),
-                       self._reference and self._reference.describe())
+                       self._reference and self._reference.describe(), legs)
         unfitted = self._refitting and self._refitting.problem()
         if unfitted:
             out["warnings"].append(unfitted)

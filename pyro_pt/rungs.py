@@ -10,7 +10,8 @@ from .options import check_split, shared_settings
 from .potential import FlatLayout, FunctionalSplit, ModelSplit, torch_compat
 from .potential.layout import same_values
 from .random import reference_seed, stream_seeds
-from .reference import make_reference
+from .reference import is_prior, make_reference
+from .reference.stabilized import stabilize
 
 
 class RungBlock:
@@ -176,11 +177,16 @@ def set_up_kernel(kernel, comm, warmup_steps, args, kwargs):
     model's site (:mod:`pyro_pt.explain`).
     """
     betas = kernel.betas
+    legs = {}
 
     def make_split():
+        nonlocal betas
         with model_errors(kernel.model, args, kwargs):
             split = ModelSplit(kernel.model, args, kwargs, kernel._user_transforms,
                                init_strategy=kernel.init_strategy)
+        if not is_prior(kernel.reference):  # two legs, to q and to the prior, where allowed
+            legs["info"] = stabilize(kernel, split)
+            betas = kernel.betas
         check_split(split, betas, kernel._save_params, kernel.reference)
         if kernel._resume_from:  # before any rung is built: the checkpoint's model and data
             check_same_model(*kernel._resume_from, split)
@@ -197,11 +203,15 @@ def set_up_kernel(kernel, comm, warmup_steps, args, kwargs):
                 # (pyro_pt.autocompile), a growing ladder's new rungs reuse them
                 kernel._fast = (FunctionalSplit(split, compile=kernel.compile)
                                 if any(betas[k] > 0.0 for k in rungs) else None)
+                ladder_legs = kernel._ladder.legs
                 built = build_rungs(kernel._fast or split, rungs, betas, seeds, split.device,
                                     kernel.explorer, kernel.explorer_kwargs, warmup_steps,
-                                    kernel._user_initial_params, reference=kernel._reference)
+                                    kernel._user_initial_params, reference=kernel._reference,
+                                    referenced=ladder_legs and range(*ladder_legs.spans[0]))
             if missing:
                 built[3]["private_api"] = missing
+            if legs.get("info"):
+                built[3]["legs"] = legs["info"]
             return built
 
     return set_up_rungs(comm, len(betas), make_split, build, shared_settings(kernel, warmup_steps))

@@ -34,9 +34,11 @@ def swap_log_ratio(beta_i, beta_j, ll_i, ll_j):
     return (beta_i - beta_j) * (ll_j - ll_i)
 
 
-def swap_pairs(scheme, round_index, num_temperatures, coin=None):
+def swap_pairs(scheme, round_index, num_temperatures, coin=None, legs=None):
     """
-    The lower indices ``i`` of the adjacent pairs ``(i, i + 1)`` attempted in one swap round.
+    The lower indices ``i`` of the adjacent pairs ``(i, i + 1)`` attempted in one swap round
+    (with ``legs``, a :class:`~pyro_pt.legs.Legs`: its pair indices, each leg with its own
+    parity and the bridge on odd rounds).
 
     - ``"deo"``: deterministic even-odd (non-reversible, Syed et al. 2021): even pairs on even
       rounds, odd pairs on odd rounds.
@@ -59,6 +61,8 @@ def swap_pairs(scheme, round_index, num_temperatures, coin=None):
         return list(range(num_temperatures - 1))
     else:
         raise ValueError(f"swap_scheme must be one of {SWAP_SCHEMES}, got {scheme!r}")
+    if legs is not None and legs.stabilized:
+        return [p for p, q in enumerate(legs.parity) if q == parity]
     return list(range(parity, num_temperatures - 1, 2))
 
 
@@ -104,10 +108,13 @@ def draw_round_uniforms(generator, num_temperatures, dtype=torch.float64):
     return draws[0], draws[1:]
 
 
-def swap_round(scheme, round_index, betas, log_likelihoods, generator):
+def swap_round(scheme, round_index, betas, log_likelihoods, generator, legs=None):
     """
     One swap round over the whole ladder, the same on every process that holds the same
-    ``generator`` state and log-likelihoods.
+    ``generator`` state and log-likelihoods. With the two ``legs`` of a stabilized ladder
+    (:mod:`pyro_pt.legs`) the pairs are the legs' and the bridge, whose two rungs both target
+    the posterior: its ratio is 1 (``(1 - 1) * ...``), and a non-finite log-likelihood still
+    refuses it.
 
     Pairs are applied one after another (they are disjoint for DEO and SEO; for the sequential
     sweep a state can move several rungs), each with the current log-likelihoods.
@@ -123,11 +130,12 @@ def swap_round(scheme, round_index, betas, log_likelihoods, generator):
     num = len(betas)
     coin, uniforms = draw_round_uniforms(generator, num)
     origin, lls, attempts = list(range(num)), list(log_likelihoods), []
-    for i in swap_pairs(scheme, round_index, num, coin):
-        accepted, prob = accept_swap(swap_log_ratio(betas[i], betas[i + 1], lls[i], lls[i + 1]),
-                                     uniforms[i])
-        attempts.append((i, accepted, prob))
+    for p in swap_pairs(scheme, round_index, num, coin, legs):
+        i, j = (p, p + 1) if legs is None else legs.pairs[p]
+        accepted, prob = accept_swap(swap_log_ratio(betas[i], betas[j], lls[i], lls[j]),
+                                     uniforms[p])
+        attempts.append((p, accepted, prob))
         if accepted:
-            origin[i], origin[i + 1] = origin[i + 1], origin[i]
-            lls[i], lls[i + 1] = lls[i + 1], lls[i]
+            origin[i], origin[j] = origin[j], origin[i]
+            lls[i], lls[j] = lls[j], lls[i]
     return origin, attempts

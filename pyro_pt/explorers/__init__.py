@@ -75,7 +75,7 @@ def engine_info(fast, group=None):
 
 
 def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, warmup_steps,
-                initial_params=None, starts=None, reference=None):
+                initial_params=None, starts=None, reference=None, referenced=None):
     """
     The explorers, initial states and initial log-likelihoods of ``rungs`` (rung indices).
     ``split`` is the model's :class:`~pyro_pt.potential.FunctionalSplit` (its captured graphs,
@@ -84,15 +84,17 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
     their initial state instead of ``initial_params`` or a draw (rungs added to a ladder,
     :mod:`pyro_pt.growth`). ``reference`` (a
     :class:`~pyro_pt.reference.GaussianReference`, None for the prior) is what the beta = 0
-    rung draws and every rung's target leans towards (:mod:`pyro_pt.reference.split`).
+    rung draws and every rung's target leans towards (:mod:`pyro_pt.reference.split`); with
+    ``referenced`` (a range of rungs: the reference's leg of a stabilized ladder,
+    :mod:`pyro_pt.legs`) only those rungs, the others the prior's (a batched HMC group each).
 
     :returns: ``(explorers, states, log_likelihoods, info)``; ``info`` says which explorer and
         which potential path (fast functional graph or Pyro's trace) the rungs use, and why.
     """
     explorers, states, lls = [], [], []
-    group = None
     info = {"explorer": explorer if isinstance(explorer, str) else "callable"}
-    if any(betas[k] > 0.0 for k in rungs):
+    tempered = any(betas[k] > 0.0 for k in rungs)
+    if tempered:
         # Every explorer evaluates the model through its captured graph where that is exact.
         if not isinstance(split, FunctionalSplit):
             split = FunctionalSplit(split)
@@ -100,34 +102,38 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
         info.update(engine_info(fast))
         if split.reason:
             info["potential_detail"] = split.reason  # the capture's own message
-        if reference is not None:
-            split = ReferencedSplit(split, reference)
-        if explorer == "hmc":
-            group = HMCGroup(split, explorer_kwargs)
-            info["explorer"] = "hmc (batched)"
-    elif reference is not None:  # only the beta = 0 rung here: it draws from q
-        split = ReferencedSplit(split, reference)
+    # each rung's split: against the reference, or (the prior's leg) the model's own
+    splits = {k: ReferencedSplit(split, reference) if reference is not None and (
+        referenced is None or k in referenced) else split for k in rungs}
+    groups = {}  # id(split) -> the batched HMC group of the rungs on it
     for k in rungs:
         stream = RandomStream(seeds[k], device=device)
+        rung_split = splits[k]
         if betas[k] == 0.0:
-            rung = PriorExplorer(stream, split)
+            rung = PriorExplorer(stream, rung_split)
             z, ll = rung.move(None)
-        elif group is not None:
-            z = _start(split, stream, (starts or {}).get(k, initial_params))
+        elif explorer == "hmc":
+            if id(rung_split) not in groups:
+                groups[id(rung_split)] = HMCGroup(rung_split, explorer_kwargs)
+            group = groups[id(rung_split)]
+            z = _start(rung_split, stream, (starts or {}).get(k, initial_params))
             rung, ll = group.add(betas[k], seeds[k], z), None
+            info["explorer"] = "hmc (batched)"
         else:
-            potential = TemperedPotential(split, betas[k])
+            potential = TemperedPotential(rung_split, betas[k])
             kernel = make_kernel(explorer, potential, explorer_kwargs)
             rung = PyroKernelExplorer(kernel, stream, potential)
-            z = _start(split, stream, (starts or {}).get(k, initial_params))
+            z = _start(rung_split, stream, (starts or {}).get(k, initial_params))
             rung.setup(z, warmup_steps)
-            ll = split.log_likelihood(z)
+            ll = rung_split.log_likelihood(z)
         explorers.append(rung)
         states.append(z)
         lls.append(ll)
-    if group is not None:
-        started = iter(group.setup(warmup_steps))
-        lls = [next(started) if ll is None else ll for ll in lls]
-        # Compiles the fused step now, in the set-up, rather than at the first leapfrog.
-        info.update(engine_info(fast, group))
+    started = {id(group): iter(group.setup(warmup_steps)) for group in groups.values()}
+    lls = [next(started[id(rung.group)]) if ll is None else ll
+           for rung, ll in zip(explorers, lls)]
+    if groups:
+        # Compiles the fused step now, in the set-up, rather than at the first leapfrog; the
+        # info is of the first group (against the reference, where there is one).
+        info.update(engine_info(fast, next(iter(groups.values()))))
     return explorers, states, lls, info

@@ -15,7 +15,7 @@ import torch
 
 from ..potential import FlatLayout
 from .gaussian import MIN_FIT_DRAWS
-from .split import ReferencedSplit
+from .stabilized import refresh
 
 
 class Refitting:
@@ -48,11 +48,9 @@ class Refitting:
             self.skipped.append(scan)
             return False
         self.draws = []
-        rungs = kernel._rungs
-        for explorer in rungs.explorers:
+        for explorer in kernel._rungs.explorers:
             explorer.replace_state()  # its cached potential was against the old q
-        split = ReferencedSplit(kernel._split, self.reference)
-        kernel._ll = rungs.gather([split.log_likelihood(z) for z in rungs.states])
+        refresh(kernel)
         kernel.explorer_info["reference"] = self.reference.describe()
         return True
 

@@ -1,0 +1,99 @@
+r"""The stabilized variational run: a leg to the fitted reference and a leg to the prior.
+
+``reference="variational"`` splits the ladder into two legs that share the cold end
+(:mod:`pyro_pt.legs`; Surjanovic, Syed, Bouchard-Cote, Campbell 2022, section 3.4): rungs
+``0 .. m-1`` run from the posterior to q, rungs ``m .. K-1`` from the posterior to the prior,
+and the two cold rungs exchange their states every other swap round. A q fitted badly (a
+Gaussian on a multimodal posterior, a fit from a stuck warmup) then costs the prior leg's half
+of the rungs, never the run's ability to travel to the prior and back.
+
+It is used where the settings allow it, else the run is a single leg to q and
+``explorer_info["legs"]`` says why:
+
+- the reference is ``"variational"`` (a user's fitted guide is taken as it is);
+- the ladder is the default one (no ``temperatures``, no finite ``max_temperature``) of a fixed
+  ``num_replicas`` of at least :data:`MIN_REPLICAS` (``"auto"`` grows one leg);
+- the swaps are even-odd (``"deo"`` or ``"seo"``: a sequential sweep would move a state twice
+  through the bridge's two cold rungs in one round);
+- the prior is proper (the prior leg's hottest rung draws from it).
+"""
+
+import math
+
+from ..ladder import Ladder, geometric_ladder
+from ..legs import Legs, split_replicas
+from .split import ReferencedSplit
+
+MIN_REPLICAS = 4  # two legs of two rungs
+
+
+def _why_not(kernel, split):
+    if not isinstance(kernel.reference, str):
+        return "one leg: a fitted guide is taken as it is"
+    if kernel._max_replicas:
+        return "one leg: num_replicas='auto' grows one leg"
+    if kernel._ladder_given:
+        return "one leg: the ladder was given (temperatures or max_temperature)"
+    if kernel.num_replicas < MIN_REPLICAS:
+        return f"one leg: {kernel.num_replicas} rungs, fewer than {MIN_REPLICAS} for two legs"
+    if kernel.swap_scheme == "sequential":
+        return "one leg: the sequential sweep would move a state twice across the cold end"
+    try:
+        split.check_proper_prior()
+    except ValueError:
+        return "one leg: the prior is improper, and a prior leg ends at a draw from it"
+    return None
+
+
+def stabilize(kernel, split):
+    """
+    At set-up, before the rungs are built: give ``kernel`` the two legs of a stabilized ladder
+    where its settings allow (see the module), else keep its one. A resumed run keeps the
+    checkpoint's. Returns what ``explorer_info["legs"]`` says.
+    """
+    legs = kernel._ladder.legs
+    if legs is None and not kernel._resume_from:
+        why = _why_not(kernel, split)
+        if why is not None:
+            return why
+        legs = Legs(split_replicas(kernel.num_replicas))
+        temperatures = [t for size in legs.sizes for t in geometric_ladder(size, math.inf)]
+        kernel._ladder = Ladder(temperatures, legs)
+    return None if legs is None else legs.describe()
+
+
+def stabilized_betas(num_replicas):
+    """The starting inverse temperatures of a stabilized ladder of ``num_replicas`` rungs."""
+    legs = Legs(split_replicas(num_replicas))
+    return Ladder([t for size in legs.sizes for t in geometric_ladder(size, math.inf)],
+                  legs).initial
+
+
+def rung_log_likelihood(kernel, rung, z):
+    """The log-likelihood the swaps use at ``rung``'s state ``z``: against q on the
+    reference's leg (:class:`~pyro_pt.reference.split.ReferencedSplit`), the model's own on the
+    prior's."""
+    base = kernel._split
+    legs = kernel._ladder.legs
+    if kernel._reference is not None and (legs is None or legs.leg_of(rung) == 0):
+        base = ReferencedSplit(base, kernel._reference)
+    return float(base.log_likelihood(z))
+
+
+def refresh(kernel, rungs=None):
+    """Recompute the swaps' log-likelihoods of ``rungs`` (all by default) on their owners and
+    gather them (a collective): after q changes, or after the bridge moved the cold states
+    from one leg's meaning of ll to the other's."""
+    block = kernel._rungs
+    local = []
+    for k, z in zip(block.rungs, block.states):
+        mine = rungs is None or k in rungs
+        local.append(rung_log_likelihood(kernel, k, z) if mine else kernel._ll[k])
+    kernel._ll = block.gather(local)
+
+
+def crossed_bridge(kernel, attempts):
+    """Whether a swap round's ``attempts`` moved states across the bridge."""
+    legs = kernel._ladder.legs
+    return legs is not None and legs.stabilized and any(
+        pair == legs.bridge and accepted for pair, accepted, _ in attempts)
