@@ -6,6 +6,7 @@ import pyro_arviz
 
 from .kernel import ParallelTempering
 from .ladder import inverse_temperatures
+from .legs import Legs
 
 
 def to_inference_data(mcmc, *, log_likelihood=True):
@@ -32,9 +33,11 @@ def to_inference_data(mcmc, *, log_likelihood=True):
       :math:`\lambda(\beta) \approx \Lambda_i / (\beta_i - \beta_{i+1})` at the pair's
       mid-point ``local_barrier_beta``;
 
-    with chain 0's temperatures (and ``beta``) as coordinates, and per-chain swap acceptance,
+    with chain 0's temperatures (and ``beta``; for the two legs of a stabilized ladder, each
+    rung's ``leg``: ``"reference"`` or ``"prior"``) as coordinates, and per-chain swap acceptance,
     round trips, the observed and theoretical round-trip rates, global barrier, recommended
-    replicas and stepping-stone ``log_Z`` (with ``log_Z_meaning``) as attributes. It
+    replicas and stepping-stone ``log_Z`` (with ``log_Z_meaning``; of the reference's leg,
+    with ``barrier_prior_leg`` and ``log_Z_prior_leg`` beside them) as attributes. It
     round-trips through netCDF.
 
     :func:`pyro_arviz.from_pyro` gives the same export, and exports runs of other kernels too.
@@ -63,6 +66,11 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     # Each chain adapts its own ladder: the coordinates are chain 0's, the variables per chain.
     ladders = np.asarray([diagnostics["temperatures"][c] for c in chains], dtype=np.float64)
     pair = np.arange(len(temperatures) - 1)
+    # a stabilized ladder's two legs (pyro_pt.legs): pair m - 1 is the bridge of the cold rungs
+    legs = diagnostics.get("legs", {}).get(chains[0])
+    legs = Legs([len(leg["temperatures"]) for leg in legs.values()] if legs
+                else [len(temperatures)])
+    colder, hotter = (list(rungs) for rungs in zip(*legs.pairs)) if legs.pairs else ([], [])
     local = np.asarray([diagnostics["local_barrier"][c] for c in chains], dtype=np.float64)
     local = local.reshape(len(chains), len(pair), 2)
     record = {
@@ -87,9 +95,11 @@ def to_inference_data(mcmc, *, log_likelihood=True):
         "temperature": temperatures,
         "beta": ("temperature", _betas(temperatures)),
         "swap_pair": pair,
-        "pair_cold_temperature": ("swap_pair", temperatures[:-1]),
-        "pair_hot_temperature": ("swap_pair", temperatures[1:]),
+        "pair_cold_temperature": ("swap_pair", temperatures[colder]),
+        "pair_hot_temperature": ("swap_pair", temperatures[hotter]),
     }
+    if legs.stabilized:
+        coords["leg"] = ("temperature", [legs.names[legs.leg_of(k)] for k in range(legs.num_rungs)])
     stats = groups["sample_stats"]
     stats = stats.merge(pyro_arviz.dataset(record, dims=dims, coords=coords))
     stats = stats.merge(pyro_arviz.dataset(per_chain, sample_dims=("chain",), dims=dims, coords=coords))
@@ -103,6 +113,10 @@ def to_inference_data(mcmc, *, log_likelihood=True):
                        ("recommended_replicas", np.int64), ("round_trip_rate", np.float64),
                        ("theoretical_round_trip_rate", np.float64)):
         stats.attrs[key] = np.asarray([diagnostics[key][c] for c in chains], dtype=dtype)
+    if legs.stabilized:  # the top-level barrier and log Z are the reference leg's
+        for key in ("barrier", "log_Z"):
+            stats.attrs[f"{key}_prior_leg"] = np.asarray(
+                [diagnostics["legs"][c]["prior"][key] for c in chains], dtype=np.float64)
     stats.attrs["log_Z_meaning"] = diagnostics["log_Z_meaning"][chains[0]]
     stats.attrs["tempering"] = "likelihood-only (pyro_pt.ParallelTempering)"
     groups["sample_stats"] = stats

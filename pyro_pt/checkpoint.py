@@ -6,9 +6,9 @@ for the run: the ladder and its history, the swap generator, the recorder, the r
 scans done, the warmup, a fitted reference and whether ``compile="auto"`` switched.
 
 The file is ``MAGIC``, an 8-byte header length, a JSON header (format version, the model's
-sites and a fingerprint of its data (:mod:`pyro_pt.fingerprint`), K, the ladder, the kernel's
-settings (:mod:`pyro_pt.checkpoint_settings`), the payload's length and SHA-256) and the
-payload, written by :func:`torch.save`. Reading checks the magic, the header's fields and the
+sites and a fingerprint of its data (:mod:`pyro_pt.fingerprint`), K, the ladder and its legs,
+the kernel's settings (:mod:`pyro_pt.checkpoint_settings`), the payload's length and SHA-256)
+and the payload, written by :func:`torch.save`. Reading checks the magic, the header's fields and the
 payload's checksum before it unpickles anything (``weights_only=False``: the payload holds
 the explorers' adaptation objects), so a foreign, truncated or corrupt file is refused with a
 clear error. Writing is atomic (a temporary file, ``fsync``, ``os.replace``): a process killed
@@ -43,7 +43,6 @@ HEADER_FIELDS = ("format_version", "latent_sites", "observed_sites", "num_rungs"
 def _version():
     try:
         from importlib.metadata import version
-
         return version("pyro-pt-subnet")
     except Exception:  # not installed, run from a checkout
         return "unknown"
@@ -147,6 +146,7 @@ def _header(kernel):
         "temperatures": kernel.temperatures,
         "initial_ladder": temperatures_of(kernel._ladder.initial),
         "initial_betas": list(kernel._ladder.initial),  # exact: the ladder stores betas
+        "legs": kernel._ladder.legs and kernel._ladder.legs.sizes,
     }
 
 

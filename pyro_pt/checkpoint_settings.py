@@ -29,6 +29,7 @@ import json
 
 from .ladder import inverse_temperatures
 from .options import ladder_temperatures
+from .reference.stabilized import stabilized_betas
 
 STORED = ("explorer", "explorer_kwargs", "swap_scheme", "swap_interval", "adapt_temperatures",
           "compile", "transforms", "reference")
@@ -120,6 +121,8 @@ def _check_ladder(path, header, given):
         return
     betas = inverse_temperatures(ladder_temperatures(
         given.get("num_replicas"), given.get("max_temperature"), given.get("temperatures")))
+    if header.get("legs") and set(given) == {"num_replicas"}:  # two legs of that many rungs
+        betas = stabilized_betas(given["num_replicas"])
     if betas != header["initial_betas"]:
         raise ValueError(
             f"the checkpoint {path} was written with the ladder {header['initial_ladder']} "
@@ -140,7 +143,9 @@ def resume_arguments(path, header, kwargs):
                         f"{list(SAFE)} and the ladder's {list(LADDER)}")
     _check_ladder(path, header, {k: v for k, v in kwargs.items() if k in LADDER[:3]})
     stored = header["kernel"]
-    out = {"temperatures": header["temperatures"]}
+    # a stabilized ladder (two legs) is set up from its K, then replaced by the checkpoint's
+    out = ({"num_replicas": header["num_rungs"]} if header.get("legs")
+           else {"temperatures": header["temperatures"]})
     out.update({name: kwargs[name] for name in SAFE if name in kwargs})
     for name in SAFE_STORED:
         out[name] = kwargs[name] if name in kwargs else decode(stored[name])

@@ -18,7 +18,7 @@ from pyro_pt import ParallelTempering
 from pyro_pt.reference import GaussianReference
 from pyro_pt.reference import split as referenced
 
-from .models import (gaussian_data, gaussian_model, gaussian_tempered_ll_mean, linear_data,
+from .models import (SUM_PRIOR_SCALE, gaussian_data, gaussian_model, gaussian_tempered_ll_mean, linear_data,
                      linear_model, sum_data, sum_log_evidence, sum_model, sum_posterior)
 from .test_checkpoint import assert_continues, run
 
@@ -38,15 +38,19 @@ def _sum_run(num_replicas, explorer="hmc", reference="variational", seed=0, warm
 
 
 def _rung_errors(kernel, mcmc, y):
-    """Per rung: (mean ll' - its closed form) / its standard error, under the final q."""
+    """Per rung: (mean ll' - its closed form) / its standard error, under the final q (on the
+    prior's leg of a stabilized ladder, under the prior: ll' is then the model's ll)."""
     mean, cov = sum_posterior(y)
     q = kernel._reference
     q_cov = torch.diag(q.scale**2) if q.scale_tril is None else q.scale_tril @ q.scale_tril.T
+    prior = torch.zeros(2, dtype=y.dtype), torch.eye(2, dtype=y.dtype) * SUM_PRIOR_SCALE**2
+    legs = kernel._ladder.legs
     record = mcmc.diagnostics()["tempering_record"]["chain 0"]["log_likelihood"]
     errors = []
     for k, beta in enumerate(kernel.betas):
         column = record[:, k].to(torch.float64)
-        exact = gaussian_tempered_ll_mean(mean, cov, sum_log_evidence(y), q.mean, q_cov, beta)
+        reference = prior if legs is not None and legs.leg_of(k) == 1 else (q.mean, q_cov)
+        exact = gaussian_tempered_ll_mean(mean, cov, sum_log_evidence(y), *reference, beta)
         ess = float(effective_sample_size(column.reshape(1, -1, 1)))
         errors.append(float(column.mean() - exact) / float(column.std() / math.sqrt(ess)))
     return errors

@@ -1,0 +1,159 @@
+"""The stabilized variational run: two legs, to q and to the prior, joined at the cold end.
+
+The legs' pairs and their even-odd schedule, the bridge's swap, round trips over both legs, a
+run's exactness on every rung of both legs, planted bugs, a poor q that the prior leg makes
+up for, the export and a bitwise resume."""
+
+import math
+
+import pytest
+import torch
+
+import pyro
+from pyro.infer import MCMC
+
+from pyro_pt import ParallelTempering
+from pyro_pt.legs import Legs
+from pyro_pt.recorders import IndexProcess, ladder_statistics
+from pyro_pt.reference import stabilized
+from pyro_pt.swap import swap_pairs, swap_round
+
+from .models import (bimodal_mass_above_zero, bimodal_model, linear_model, sum_data,
+                     sum_model)
+from .test_checkpoint import assert_continues, run
+from .test_reference import _rung_errors
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def test_the_legs_pairs_and_their_even_odd_rounds():
+    legs = Legs([3, 3])
+    assert legs.pairs == [(0, 1), (1, 2), (0, 3), (3, 4), (4, 5)]
+    assert legs.bridge == 2 and legs.colds == [0, 3] and legs.hots == [2, 5]
+    for round_index in range(4):
+        pairs = swap_pairs("deo", round_index, 6, legs=legs)
+        rungs = [k for p in pairs for k in legs.pairs[p]]
+        assert len(rungs) == len(set(rungs))  # no rung in two pairs of a round
+        assert (legs.bridge in pairs) == (round_index % 2 == 1)
+    # each leg alone keeps a plain ladder's schedule; one leg is exactly the plain ladder
+    assert swap_pairs("deo", 0, 6, legs=legs) == [0, 3]
+    assert swap_pairs("deo", 1, 6, legs=legs) == [1, 2, 4]
+    plain = Legs.plain(5)
+    assert [swap_pairs("deo", r, 5, legs=plain) for r in (0, 1)] == [[0, 2], [1, 3]]
+    with pytest.raises(ValueError, match="two of at least 2"):
+        Legs([3, 1])
+
+
+def test_the_bridge_always_swaps_unless_a_log_likelihood_is_not_finite():
+    legs = Legs([2, 2])
+    betas = [1.0, 0.0, 1.0, 0.0]
+    generator = torch.Generator().manual_seed(0)
+    # the bridge (pair 1) on odd rounds; its two rungs' ll mean different things (q's, the
+    # prior's) but the targets are equal, so the ratio is 1
+    origin, attempts = swap_round("deo", 1, betas, [-5.0, -9.0, -400.0, -7.0], generator, legs)
+    assert attempts == [(1, True, 1.0)] and origin == [2, 1, 0, 3]
+    origin, attempts = swap_round("deo", 1, betas, [math.nan, -9.0, -4.0, -7.0], generator,
+                                  legs)
+    assert attempts == [(1, False, 0.0)] and origin == [0, 1, 2, 3]
+
+
+def test_a_round_trip_runs_between_either_cold_rung_and_either_hottest():
+    index = IndexProcess(4, Legs([2, 2]))  # rungs 0-1 (to q), 2-3 (to the prior)
+    trips = []
+    # lineage 0: across the bridge to rung 2 (cold: no trip yet), to the prior's end (rung
+    # 3), back to rung 2 (a trip), across to rung 0 (cold again: no second trip), to q's end
+    # (rung 1) and back to rung 0 (a trip)
+    for pair in (1, 2, 2, 1, 0, 0):
+        index.swap(pair)
+        index.observe()
+        trips.append(index.round_trips)
+    assert index.lineage[0] == 0
+    assert trips == [0, 0, 1, 1, 1, 2]
+
+
+def test_the_statistics_of_two_legs_are_each_legs_own():
+    betas = [1.0, 0.5, 0.0, 1.0, 0.0]
+    legs = Legs([3, 2])
+    generator = torch.Generator().manual_seed(1)
+    ll = torch.randn(50, 5, generator=generator, dtype=torch.float64)
+    acceptance = [0.8, 0.7, 1.0, 0.2]
+    out = ladder_statistics(betas, acceptance, 3, 50, ll, legs)
+    alone = ladder_statistics(betas[:3], acceptance[:2], 3, 50, ll[:, :3])
+    prior = ladder_statistics(betas[3:], acceptance[3:], 3, 50, ll[:, 3:])
+    assert out["barrier"] == alone["barrier"] and out["log_Z"] == alone["log_Z"]
+    assert out["legs"]["prior"]["log_Z"] == prior["log_Z"]
+    assert out["pair_barrier"] == alone["pair_barrier"] + [0.0] + prior["pair_barrier"]
+    assert out["theoretical_round_trip_rate"] == pytest.approx(
+        alone["theoretical_round_trip_rate"] + prior["theoretical_round_trip_rate"])
+
+
+def _run(num_replicas=5, seed=0, warmup=300, samples=1000, **kwargs):
+    torch.set_num_threads(1)
+    y = sum_data()
+    pyro.set_rng_seed(seed)
+    kernel = ParallelTempering(sum_model, num_replicas=num_replicas, explorer="hmc",
+                               reference="variational", **kwargs)
+    mcmc = MCMC(kernel, warmup_steps=warmup, num_samples=samples, disable_progbar=True)
+    mcmc.run(y)
+    return kernel, mcmc, y
+
+
+def test_every_rung_of_both_legs_samples_its_target():
+    kernel, mcmc, y = _run()
+    assert kernel.explorer_info["legs"].startswith("stabilized: 3 rungs from the posterior to q")
+    assert kernel.betas[2] == kernel.betas[4] == 0.0 and kernel.betas[3] == 1.0
+    errors = _rung_errors(kernel, mcmc, y)
+    assert max(abs(e) for e in errors) < 4.5, errors
+    diagnostics = kernel.diagnostics()
+    assert diagnostics["round_trips"] > 100
+    assert set(diagnostics["legs"]) == {"reference", "prior"}
+
+
+def test_a_cold_rung_whose_ll_keeps_the_other_legs_meaning_is_caught(monkeypatch):
+    """A planted bug: after the bridge the cold rungs keep the ll the other leg computed."""
+    monkeypatch.setattr("pyro_pt.kernel.crossed_bridge", lambda kernel, attempts: False)
+    kernel, mcmc, y = _run(samples=400)
+    errors = _rung_errors(kernel, mcmc, y)
+    assert abs(errors[0]) > 10 and abs(errors[3]) > 10, errors
+
+
+def test_where_the_settings_allow_no_second_leg_the_run_says_why():
+    for kwargs, why in (({"num_replicas": 3}, "fewer than 4"),
+                        ({"num_replicas": 4, "swap_scheme": "sequential"}, "sequential"),
+                        ({"temperatures": [1.0, 2.0, 4.0, math.inf]}, "ladder was given")):
+        pyro.set_rng_seed(0)
+        kernel = ParallelTempering(sum_model, explorer="rwmh", reference="variational", **kwargs)
+        MCMC(kernel, warmup_steps=2, num_samples=2, disable_progbar=True).run(sum_data())
+        assert kernel._ladder.legs is None and why in kernel.explorer_info["legs"]
+
+
+def test_a_q_on_one_mode_still_leaves_both_modes_to_the_cold_chain():
+    """On the bimodal posterior, a q fitted to one mode makes the reference leg a bottleneck;
+    the prior leg still carries replicas between the modes, and the cold chain's mass above 0
+    is the exact one."""
+    torch.set_num_threads(1)
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(bimodal_model, num_replicas=6, explorer="hmc",
+                               reference="variational")
+    mcmc = MCMC(kernel, warmup_steps=300, num_samples=1500, disable_progbar=True)
+    mcmc.run()
+    theta = mcmc.get_samples()["theta"]
+    assert abs(float((theta > 0).double().mean()) - bimodal_mass_above_zero()) < 0.06
+    assert kernel.diagnostics()["round_trips"] > 20
+
+
+@pytest.mark.parametrize("scan", [40, 65])  # inside the round a fit ends, and after the fit
+def test_a_stabilized_run_resumes_bitwise(scan, tmp_path):
+    torch.set_num_threads(1)
+    path = str(tmp_path / f"scan{scan}.pt")
+    settings = {"num_replicas": 5, "explorer": "hmc", "reference": "variational"}
+    full = run(ParallelTempering(linear_model, **settings), 70, 10, write={scan: path})
+    kernel = ParallelTempering.resume(path, linear_model)
+    resumed = run(kernel, 70 - scan, 10, seed=123)
+    assert_continues(full, resumed)
+    assert kernel._ladder.legs == Legs([3, 2]) and kernel._reference.fits == 2
+
+
+def test_the_stabilized_betas_are_those_of_a_run():
+    kernel, _, _ = _run(num_replicas=5, warmup=0, samples=3)
+    assert kernel._ladder.initial == stabilized.stabilized_betas(5)
