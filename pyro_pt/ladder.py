@@ -123,16 +123,18 @@ class Ladder:
         betas = list(self.betas)
         pairs = list(rejection_rates if pair_barriers is None else pair_barriers)
         unattempted = any(math.isnan(r) for r in rejection_rates + pairs)
+        legs = getattr(self, "legs", None)
         self.history.append({
             "scans": scan,
             "temperatures": temperatures_of(betas),
             "rejection_rates": list(rejection_rates),
             "pair_barriers": pairs,
-            "barrier": math.nan if unattempted else cumulative_barrier(pairs)[-1],
+            # of the leg to the reference, on a stabilized ladder
+            "barrier": math.nan if unattempted else cumulative_barrier(
+                pairs if legs is None else legs.pick(0, betas, pairs)[1])[-1],
         })
         if unattempted:
             return None
-        legs = getattr(self, "legs", None)
         if legs is None or not legs.stabilized:
             self.betas = equal_barrier_betas(betas, pairs)
         else:

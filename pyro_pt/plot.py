@@ -6,6 +6,7 @@ import numpy as np
 
 from .ladder import inverse_temperatures
 from .barrier import cumulative_barrier
+from .legs import Legs
 
 # A common rule of thumb: a pair accepting under 10% of its swaps is a bottleneck,
 # one accepting over 80% spends a replica that a sparser ladder would not need.
@@ -19,8 +20,11 @@ def _from_diagnostics(diag, history=()):
     if len(temperatures) < 2:
         raise ValueError("plot_tempering needs a ladder of at least two temperatures: "
                          f"this run had {list(temperatures)} and no swaps")
+    legs = diag.get("legs")  # a stabilized ladder's two legs (pyro_pt.legs)
+    legs = Legs([len(leg["temperatures"]) for leg in legs.values()] if legs
+                else [len(temperatures)])
     return {"betas": np.asarray(inverse_temperatures(temperatures.tolist())),
-            "temperatures": temperatures,
+            "temperatures": temperatures, "legs": legs,
             "acceptance": np.asarray(diag["swap_acceptance"], dtype=np.float64),
             # (beta midpoint, lambda) per pair, as ladder_statistics estimated it.
             "local": np.asarray(diag["local_barrier"], dtype=np.float64).reshape(-1, 2),
@@ -42,8 +46,8 @@ def _from_mcmc(mcmc):
     except AttributeError as error:  # Pyro's MCMC before run() has no samples to diagnose
         raise ValueError(NOT_RUN) from error
     keys = ("temperatures", "swap_acceptance", "local_barrier", "barrier",
-            "recommended_replicas")
-    data = _from_diagnostics({key: diag[key]["chain 0"] for key in keys},
+            "recommended_replicas", "legs")
+    data = _from_diagnostics({key: diag[key]["chain 0"] for key in keys if key in diag},
                              diag.get("adaptation_history", {}).get("chain 0", ()))
     data["chain"] = f"chain 0 of {mcmc.num_chains}"
     return data
@@ -52,7 +56,12 @@ def _from_mcmc(mcmc):
 def _from_inference_data(idata):
     stats = idata["sample_stats"]
     num_pairs = stats.sizes["swap_pair"]
+    legs = {}
+    if "leg" in stats.coords:  # each rung's leg: the legs' temperatures, in rung order
+        for leg, t in zip(stats["leg"].values.tolist(), stats["temperature"].values.tolist()):
+            legs.setdefault(leg, {"temperatures": []})["temperatures"].append(t)
     data = _from_diagnostics({
+        "legs": legs,
         "temperatures": stats["temperature"].values,
         # Flattened over chains, (chains * pairs,): chain 0's come first.
         "swap_acceptance": np.asarray(stats.attrs["swap_acceptance"])[:num_pairs],
@@ -171,7 +180,12 @@ def plot_tempering(source, axes=None, path=None):
     ax = axes[0]
     pairs = np.arange(len(acc))
     bottleneck = acc < BOTTLENECK  # False for NaN, a pair never attempted
-    ax.bar(pairs, acc, color=np.where(bottleneck, "tab:red", "tab:blue"), alpha=0.8)
+    legs = data["legs"]
+    # a stabilized ladder's pairs (pyro_pt.legs): the leg to q, the bridge, the prior's leg
+    leg_colors = ["tab:blue" if legs.leg_of(p) == 0 else "tab:gray" for p in pairs]
+    if legs.stabilized:
+        leg_colors[legs.bridge] = "0.8"
+    ax.bar(pairs, acc, color=np.where(bottleneck, "tab:red", leg_colors), alpha=0.8)
     for pair in pairs[bottleneck]:
         ax.annotate("bottleneck", (pair, acc[pair]), xytext=(0, 3), textcoords="offset points",
                     ha="center", va="bottom", fontsize=7, color="tab:red", rotation=90,
@@ -180,8 +194,9 @@ def plot_tempering(source, axes=None, path=None):
     ax.axhline(WASTE, color="tab:orange", ls="--", lw=1, label=f"> {WASTE}: wasted replica")
     if np.isfinite(acc).any():
         ax.axhline(np.nanmean(acc), color="k", lw=1, label=f"mean {np.nanmean(acc):.2f}")
-    ax.set_xticks(pairs, [f"{_temperature_label(a)}–{_temperature_label(b)}"
-                          for a, b in zip(temps, temps[1:])],
+    ax.set_xticks(pairs, ["bridge" if p == legs.bridge else
+                          f"{_temperature_label(temps[i])}–{_temperature_label(temps[j])}"
+                          for p, (i, j) in enumerate(legs.pairs)],
                   rotation=30 if len(acc) > 5 else 0, ha="right" if len(acc) > 5 else "center")
     ax.set_ylim(0, 1)
     ax.set_xlabel("adjacent pair (temperatures)")
@@ -191,28 +206,22 @@ def plot_tempering(source, axes=None, path=None):
     ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
 
     ax = axes[1]
-    rejections = 1.0 - acc
-    midpoints, local = data["local"][:, 0], data["local"][:, 1]
-    # stairs() wants increasing edges: the ladder runs from hot (small beta) to cold.
-    ax.stairs(local[::-1], betas[::-1], color="tab:green", lw=1.5, baseline=None)
-    ax.plot(midpoints, local, "o", color="tab:green",
-            label=r"$\lambda$ at pair midpoints", gid="local_barrier")
-    for beta in betas:
-        ax.axvline(beta, color="0.85", lw=0.8, zorder=0)
+    twin = ax.twinx()
+    for leg, color in zip(range(len(legs.spans)), ("tab:green", "tab:gray")):
+        _plot_leg(ax, twin, legs, leg, color, betas, 1.0 - acc, data["local"])
     # Zoom on the ladder (a ladder of small temperatures is a thin slice of [0, 1]); the
     # margin keeps rungs at beta = 0 and 1 off the spines.
-    margin = 0.03 * (betas[0] - betas[-1])
-    ax.set_xlim(betas[-1] - margin, betas[0] + margin)
+    margin = 0.03 * (betas.max() - betas.min())
+    ax.set_xlim(betas.min() - margin, betas.max() + margin)
     ax.set_ylim(bottom=0)
     ax.set_xlabel(r"$\beta = 1/T$")
     ax.set_ylabel(r"local barrier $\lambda(\beta)$")
-    ax.set_title(rf"Global barrier $\Lambda$ = {data['barrier']:.2f}: "
-                 rf"about {data['recommended']} replicas ($\lceil 2\Lambda \rceil$)", pad=18)
-    # From the hottest rung up, so that Lambda(beta) grows with beta and ends at Lambda.
-    known = np.nan_to_num(rejections, nan=0.0)[::-1]
-    twin = ax.twinx()
-    twin.plot(betas[::-1], cumulative_barrier(known), "--", color="tab:purple", lw=1,
-              label=r"cumulative $\Lambda(\beta)$")
+    if legs.stabilized:
+        ax.set_title(rf"Barrier of the leg to q $\Lambda$ = {data['barrier']:.2f}: about "
+                     f"{data['recommended']} replicas in two legs", pad=30)
+    else:
+        ax.set_title(rf"Global barrier $\Lambda$ = {data['barrier']:.2f}: about "
+                     rf"{data['recommended']} replicas ($\lceil 2\Lambda \rceil$)", pad=18)
     twin.set_ylim(bottom=0)
     twin.set_ylabel(r"cumulative $\Lambda(\beta)$", color="tab:purple")
     handles = [h for a in (ax, twin) for h in a.get_legend_handles_labels()[0]]
@@ -226,7 +235,9 @@ def plot_tempering(source, axes=None, path=None):
                   for i, entry in enumerate(history)] + ["sampling"]
         for row, ladder in enumerate(ladders):
             ladder_betas = inverse_temperatures(ladder)
-            ax.plot(ladder_betas, [row] * len(ladder), "|-", color="tab:blue", ms=10, lw=0.5)
+            for leg, (a, b) in enumerate(legs.spans):  # the prior's leg a little lower
+                ax.plot(ladder_betas[a:b], [row + 0.25 * leg] * (b - a), "|-", ms=10, lw=0.5,
+                        color=("tab:blue", "tab:gray")[leg])
         ax.set_yticks(range(len(ladders)), labels, fontsize=7)
         ax.set_ylim(len(ladders) - 0.5, -0.5)  # first round on top
         ax.set_xlabel(r"$\beta = 1/T$")
@@ -239,3 +250,23 @@ def plot_tempering(source, axes=None, path=None):
     if path is not None:
         fig.savefig(path, dpi=120)
     return fig
+
+
+def _plot_leg(ax, twin, legs, leg, color, betas, rejections, local):
+    """One leg's local barrier (stairs and pair midpoints) and its cumulative barrier."""
+    a, b = legs.spans[leg]
+    pairs = legs.leg_pairs(leg)
+    leg_betas, leg_local = betas[a:b], local[pairs]
+    name = f" ({legs.names[leg]}'s leg)" if legs.stabilized else ""
+    if len(pairs):
+        # stairs() wants increasing edges: the ladder runs from hot (small beta) to cold.
+        ax.stairs(leg_local[::-1, 1], leg_betas[::-1], color=color, lw=1.5, baseline=None)
+        ax.plot(leg_local[:, 0], leg_local[:, 1], "o", color=color,
+                label=rf"$\lambda$ at pair midpoints{name}", gid="local_barrier")
+    for beta in leg_betas:
+        ax.axvline(beta, color="0.85", lw=0.8, zorder=0)
+    # From the hottest rung up, so that Lambda(beta) grows with beta and ends at Lambda.
+    known = np.nan_to_num(rejections[pairs], nan=0.0)[::-1]
+    twin.plot(leg_betas[::-1], cumulative_barrier(known), "--", lw=1,
+              color="tab:purple" if leg == 0 else "tab:gray",
+              label=rf"cumulative $\Lambda(\beta)${name}")

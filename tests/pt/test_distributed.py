@@ -27,12 +27,15 @@ def assert_identical(a, b):
     assert len(a["report"]["round"]) >= 3
 
 
-# A variational reference fitted at scan 60 from the cold chain's draws: every rank the same q.
+# A variational reference fitted at scan 60 from the cold chain's draws: every rank the same q;
+# five rungs make two legs (3 to q, 2 to the prior), whose bridge (pair 2, rungs 0 and 3)
+# crosses the ranks; three make one leg.
 DEO_VARIATIONAL = {"num_replicas": 5, "explorer": "hmc", "explorer_kwargs": {"num_steps": 2},
                    "reference": "variational", "warmup_steps": 70}
+DEO_ONE_LEG = {**DEO_VARIATIONAL, "num_replicas": 3}
 
 KERNELS = {"sequential": SEQUENTIAL, "deo_prior_rung": DEO_PRIOR_RUNG, "deo_adapted": DEO_ADAPTED,
-           "deo_variational": DEO_VARIATIONAL}
+           "deo_variational": DEO_VARIATIONAL, "deo_one_leg": DEO_ONE_LEG}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,7 @@ def two_ranks(two_rank_group):
 @pytest.mark.parametrize(
     "world_size, kernel, boundary_pairs",
     [(2, "sequential", [1]), (4, "sequential", [0, 1, 2]), (2, "deo_prior_rung", [2]),
-     (2, "deo_adapted", [1]), (2, "deo_variational", [2]),
+     (2, "deo_adapted", [1]), (2, "deo_variational", [2]), (2, "deo_one_leg", [1]),
      (4, "deo_variational", [1, 2])],
 )
 def test_world_sizes_give_bitwise_identical_chains(world_size, kernel, boundary_pairs, request):
