@@ -1,10 +1,12 @@
 """The tempering reference: the prior against a fitted variational Gaussian, same K, same seeds.
 
-For each model, ``ParallelTempering(explorer="hmc", max_temperature=inf)`` with
-``reference="prior"`` and ``reference="variational"`` (pyro_pt.reference): the global barrier
-Lambda of the sampling phase, its round trips per 1000 sampling scans, log Z (against the
-analytic evidence where there is one) and the cold chain's check against the exact answer
-where there is one. Models:
+For each model, ``ParallelTempering(explorer="hmc")`` with ``reference="prior"``
+(``max_temperature=inf``), ``"variational"`` on one leg of K rungs (``temperatures`` given, so
+no second leg) and ``"stabilized"``: ``reference="variational"`` with its default ladder, two
+legs of K/2 rungs, to q and to the prior (pyro_pt.reference.stabilized). Printed: the global
+barrier Lambda of the sampling phase (of the leg to q, and the prior leg's beside it), its
+round trips per 1000 sampling scans, log Z (against the analytic evidence where there is one)
+and the cold chain's check against the exact answer where there is one. Models:
 
 - ``conjugate``: ``theta ~ N(0, 10^2 I_2)``, ``y_i ~ N(theta_1 + theta_2, 1)``, n = 10 000,
   K = 4 (targets: Lambda with the variational reference below half the prior's, exact cold
@@ -18,7 +20,7 @@ where there is one. Models:
 Prints; asserts nothing.
 
     PYTHONPATH=$PWD python benchmarks/reference.py [--models conjugate bnn] [--seeds 2]
-        [--device cuda]
+        [--references prior stabilized] [--device cuda]
 """
 
 import argparse
@@ -36,6 +38,7 @@ from pyro.infer.autoguide import init_to_value
 from pyro.ops.stats import effective_sample_size
 
 from pyro_pt import ParallelTempering
+from pyro_pt.ladder import geometric_ladder
 
 from _bnn import CountingModel, initial_params, make_data
 from funnel import SIGMA, Y, eight_schools_centered
@@ -43,6 +46,9 @@ from pt_bnn_bottleneck import BNN, data as bnn_data
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the tests' models
 from tests.pt.models import SUM_PRIOR_SCALE as PRIOR_SCALE, sum_model as conjugate  # noqa: E402
+
+
+REFERENCES = ("prior", "variational", "stabilized")
 
 
 def conjugate_exact(y):
@@ -74,15 +80,19 @@ def run(name, reference, seed, warmup, samples, device="cpu"):
     # the seed BNN from the benchmarks' small random point (its prior draws are far out)
     init = ({} if name != "seed_bnn" else {"init_strategy": init_to_value(values={
         k: v.to(device) for k, v in initial_params().items()})})
-    kernel = ParallelTempering(model, num_replicas=replicas, max_temperature=math.inf,
-                               explorer="hmc", reference=reference, **init)
+    ladder = ({"temperatures": geometric_ladder(replicas, math.inf)} if reference != "stabilized"
+              else {"num_replicas": replicas})
+    kernel = ParallelTempering(model, explorer="hmc", **ladder, **init,
+                               reference="prior" if reference == "prior" else "variational")
     began = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mcmc = MCMC(kernel, samples, warmup, disable_progbar=True)
         mcmc.run(*args)
     d = kernel.diagnostics()
+    prior_leg = d.get("legs", {}).get("prior")
     line = (f"{name:13s} {reference:11s} seed={seed} Lambda={d['barrier']:.3f} "
+            + (f"(prior leg {prior_leg['barrier']:.3f}) " if prior_leg else "") +
             f"round trips/1000 scans={1000 * d['round_trips'] / samples:.1f} "
             f"min swap acc={min(d['swap_acceptance']):.3f} log Z={d['log_Z']:.3f}")
     if exact is not None:
@@ -103,6 +113,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=["conjugate", "eight_schools", "bnn"])
     parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--references", nargs="+", default=list(REFERENCES), choices=REFERENCES)
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--device", default="cpu", help="the seed BNN's device, e.g. cuda")
@@ -111,15 +122,16 @@ def main():
     for name in args.models:
         results = {}
         for seed in range(args.seeds):
-            for reference in ("prior", "variational"):
+            for reference in args.references:
                 results.setdefault(reference, []).append(
                     run(name, reference, seed, args.warmup, args.samples, args.device))
-        prior = [b for b, _ in results["prior"]]
-        fitted = [b for b, _ in results["variational"]]
-        print(f"{name}: Lambda variational / prior per seed: "
-              f"{[round(f / p, 3) for f, p in zip(fitted, prior)]}; round trips prior "
-              f"{[t for _, t in results['prior']]}, variational "
-              f"{[t for _, t in results['variational']]}\n", flush=True)
+        prior = [b for b, _ in results.get("prior", ())]
+        for reference in set(results) - {"prior"}:
+            fitted = [b for b, _ in results[reference]]
+            print(f"{name}: Lambda {reference} / prior per seed: "
+                  f"{[round(f / p, 3) for f, p in zip(fitted, prior)]}")
+        print(f"{name}: round trips " + ", ".join(
+            f"{r} {[t for _, t in results[r]]}" for r in results) + "\n", flush=True)
 
 
 if __name__ == "__main__":
