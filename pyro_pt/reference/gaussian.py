@@ -128,10 +128,12 @@ class GaussianReference:
         noise = torch.randn(self.dim, dtype=like.dtype, device=like.device)
         return mean + (factor * noise if self.scale_tril is None else factor @ noise)
 
-    def fit(self, draws, independent=False):
+    def fit(self, draws, independent=False, lineages=None):
         """
         Moment-match the draws ``[n, D]`` of a chain (``independent``: independent draws),
-        narrowing q only where they crossed (see the module). Full where there are
+        narrowing q only where they crossed (see the module). ``lineages`` (``[n]``): the
+        replica lineage of each draw, whose own sub-sequences the effective sample size is
+        summed over (see :func:`_crossed`). Full where there are
         :data:`FULL_DRAWS_PER_DIM` draws per dimension and ``D`` is at most
         :data:`MAX_FULL_DIM`, else diagonal. Fewer than :data:`MIN_FIT_DRAWS` draws leave q as
         it is. Returns whether it changed.
@@ -149,7 +151,7 @@ class GaussianReference:
             eye = torch.eye(d, dtype=torch.float64)
             white = centred @ torch.linalg.solve_triangular(old, eye, upper=False).T
             values, vectors = torch.linalg.eigh(white.T @ white / (n - 1))
-            crossed = _crossed(white @ vectors, independent)
+            crossed = _crossed(white @ vectors, independent, lineages)
             values = torch.where(crossed, values, values.clamp_min(1.0))
             covariance = old @ (vectors * values) @ vectors.T @ old.T + floor * eye
             tril, info = torch.linalg.cholesky_ex(covariance)
@@ -158,7 +160,7 @@ class GaussianReference:
                 self.fits += 1
                 return True
         old = self.scale**2 if self.scale_tril is None else (self.scale_tril**2).sum(-1)
-        crossed = _crossed(centred, independent)
+        crossed = _crossed(centred, independent, lineages)
         variance = torch.where(crossed, variance, torch.maximum(variance, old)).clamp_min(floor)
         self._set(mean, variance.sqrt(), None)
         self.fits += 1
@@ -174,11 +176,29 @@ class GaussianReference:
         self.origin, self.fits = state["origin"], state["fits"]
 
 
-def _crossed(columns, independent):
-    """Per column of ``columns`` ``[n, k]``, whether its effective draws reach
-    :data:`MIN_NARROWING_ESS` (all of them, for that many independent draws)."""
+def _crossed(columns, independent, lineages=None):
+    """
+    Per column of ``columns`` ``[n, k]``, whether its effective draws reach
+    :data:`MIN_NARROWING_ESS` (all of them, for that many independent draws).
+
+    With ``lineages`` the effective sample size is the sum of each lineage's own (its draws in
+    time order; a lineage with fewer than 4 counts each draw). A cold rung's draws interleave
+    the lineages its swaps bring; where two cold rungs exchange their states every other scan
+    (the bridge of a stabilized ladder, :mod:`pyro_pt.legs`), two stuck chains interleaved
+    look like fast mixing between two points, while each lineage alone shows how little
+    either moved.
+    """
     n = columns.shape[0]
     if independent:
         return torch.full((columns.shape[1],), n >= MIN_NARROWING_ESS)
-    ess = effective_sample_size(columns.unsqueeze(0))
-    return torch.nan_to_num(ess, nan=0.0) >= MIN_NARROWING_ESS
+    if lineages is None:
+        lineages = torch.zeros(n, dtype=torch.long)
+    total = torch.zeros(columns.shape[1], dtype=torch.float64)
+    for lineage in torch.unique(lineages):
+        rows = columns[lineages == lineage]
+        if rows.shape[0] < 4:
+            total += rows.shape[0]
+            continue
+        ess = effective_sample_size(rows.unsqueeze(0))
+        total += torch.nan_to_num(ess, nan=0.0).clamp(max=rows.shape[0])
+    return total >= MIN_NARROWING_ESS

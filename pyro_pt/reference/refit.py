@@ -33,6 +33,7 @@ class Refitting:
         self.round_ends = set(round_ends)
         self.names = names
         self.draws = []
+        self.lineages = []  # the replica lineage of each draw (pyro_pt.recorders.IndexProcess)
         self.skipped = []  # round ends with too few draws
 
     def after_scan(self, kernel, scan, cold):
@@ -42,12 +43,14 @@ class Refitting:
             return False
         self.draws.append(FlatLayout.of(cold, self.names).flatten(cold).detach()
                           .to(device="cpu", dtype=torch.float64))
+        self.lineages.append(kernel._recorder.index.lineage[0])
         if scan not in self.round_ends:
             return False
-        if not self.reference.fit(torch.stack(self.draws)):
+        if not self.reference.fit(torch.stack(self.draws),
+                                  lineages=torch.tensor(self.lineages, dtype=torch.long)):
             self.skipped.append(scan)
             return False
-        self.draws = []
+        self.draws, self.lineages = [], []
         for explorer in kernel._rungs.explorers:
             explorer.replace_state()  # its cached potential was against the old q
         refresh(kernel)
@@ -68,6 +71,7 @@ def reference_state(kernel):
     """What a checkpoint stores of ``kernel``'s reference: q, and the draws for its next fit."""
     refitting = kernel._refitting
     return {"q": kernel._reference.state(), "draws": refitting.draws if refitting else [],
+            "lineages": refitting.lineages if refitting else [],
             "skipped": refitting.skipped if refitting else []}
 
 
@@ -78,3 +82,4 @@ def restore_reference(kernel, saved):
     if kernel._refitting:
         kernel._refitting.draws, kernel._refitting.skipped = list(saved["draws"]), list(
             saved["skipped"])
+        kernel._refitting.lineages = list(saved["lineages"])

@@ -143,7 +143,7 @@ def test_a_q_far_from_the_posterior_costs_the_reference_leg_not_the_run(monkeypa
     mass. A single leg to it never swaps its states to the cold rung, which stays in the mode
     it started in; with the prior's leg the cold chain's mass above 0 is the exact one."""
 
-    def far_fit(self, draws, independent=False):
+    def far_fit(self, draws, independent=False, lineages=None):
         self._set(torch.tensor([8.0]), torch.tensor([MODE_SCALE]), None)
         self.fits += 1
         return True
@@ -179,3 +179,21 @@ def test_a_stabilized_run_resumes_bitwise(scan, tmp_path):
 def test_the_stabilized_betas_are_those_of_a_run():
     kernel, _, _ = _run(num_replicas=5, warmup=0, samples=3)
     assert kernel._ladder.initial == stabilized.stabilized_betas(5)
+
+
+def test_two_stuck_chains_interleaved_by_the_bridge_do_not_narrow_q():
+    """Two slow chains near -3 and 3, exchanged every other scan as the bridge does: their
+    interleaving looks like fast mixing between two points, each lineage alone does not."""
+    generator = torch.Generator().manual_seed(0)
+    n = 200
+    steps = 0.05 * torch.randn(2, n, generator=generator, dtype=torch.float64).cumsum(1)
+    chains = steps + torch.tensor([[-3.0], [3.0]], dtype=torch.float64)
+    lineage = (torch.arange(n) // 2) % 2  # A, A, B, B, ...
+    draws = chains[lineage, torch.arange(n)].unsqueeze(-1)
+    old = torch.tensor([10.0], dtype=torch.float64)
+    blind = GaussianReference(torch.zeros(1), scale=old)
+    blind.fit(draws)
+    assert float(blind.scale_tril[0, 0]) < 4  # narrowed to the two points' spread
+    aware = GaussianReference(torch.zeros(1), scale=old)
+    aware.fit(draws, lineages=lineage)
+    assert float(aware.scale_tril[0, 0]) == pytest.approx(10.0)  # kept: neither crossed
