@@ -165,8 +165,10 @@ class AutoCompile:
                 for explorer in kernel._rungs.explorers:
                     explorer.replace_state()  # its cached density came from TorchScript's graph
                     groups[id(explorer.group)] = explorer.group
-                for group in groups.values():
-                    kernel.explorer_info.update(engine_info(self.fast, group))  # builds steps
+                # builds each group's steps; the info is the first group's (the reference's
+                # leg where a stabilized ladder has two, as at set-up)
+                for group in reversed(list(groups.values())):
+                    kernel.explorer_info.update(engine_info(self.fast, group))
             private = kernel.explorer_info.get("private_api", [])
             private += [reason for reason in missing if reason not in private]
             if private:

@@ -132,8 +132,8 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
     started = {id(group): iter(group.setup(warmup_steps)) for group in groups.values()}
     lls = [next(started[id(rung.group)]) if ll is None else ll
            for rung, ll in zip(explorers, lls)]
-    if groups:
-        # Compiles the fused step now, in the set-up, rather than at the first leapfrog; the
-        # info is of the first group (against the reference, where there is one).
-        info.update(engine_info(fast, next(iter(groups.values()))))
+    # Compiles the fused steps now, in the set-up, rather than at the first leapfrog; the
+    # info is the first group's (against the reference, where there is one).
+    for group in reversed(list(groups.values())):
+        info.update(engine_info(fast, group))
     return explorers, states, lls, info

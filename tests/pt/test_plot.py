@@ -177,3 +177,37 @@ def test_bottleneck_pairs_are_red_and_labelled(adapted_run):
     labels = [t for t in fig.axes[0].texts if t.get_gid() == "bottleneck"]
     assert [t.xy[0] for t in labels] == [1, 3] and {t.get_text() for t in labels} == {"bottleneck"}
     assert fig.get_suptitle() == ""  # one chain: nothing to say
+
+
+def test_a_stabilized_run_draws_each_leg_and_exports_the_rungs_legs(tmp_path):
+    """Two legs (3 rungs to q, 2 to the prior): the bridge is its own bar, each leg has its
+    local and cumulative barrier (the leg to q's ends at the barrier in the title), and the
+    export names each rung's leg and gives the bridge's rungs both at T = 1."""
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(linear_model, num_replicas=5, explorer="rwmh",
+                               reference="variational")
+    mcmc = MCMC(kernel, warmup_steps=60, num_samples=60, disable_progbar=True)
+    mcmc.run(*linear_data())
+    diagnostics = kernel.diagnostics()
+    for source in (kernel, to_inference_data(mcmc)):
+        fig = plot_tempering(source)
+        labels = [tick.get_text() for tick in fig.axes[0].get_xticklabels()]
+        assert labels[2] == "bridge" and len(labels) == 4
+        points = [line for ax in fig.axes for line in ax.lines
+                  if line.get_gid() == "local_barrier"]
+        assert len(points) == 2
+        (cumulative,) = [line for ax in fig.axes for line in ax.lines
+                         if line.get_label() == r"cumulative $\Lambda(\beta)$ (reference's leg)"]
+        assert cumulative.get_ydata()[-1] == pytest.approx(
+            sum(1 - a for a in diagnostics["swap_acceptance"][:2]), rel=1e-12)
+        assert "leg to q" in points[0].axes.get_title()
+        plt.close(fig)
+    stats = to_inference_data(mcmc).sample_stats
+    assert list(stats["leg"].values) == ["reference"] * 3 + ["prior"] * 2
+    assert list(stats["pair_cold_temperature"].values)[2] == 1.0
+    assert list(stats["pair_hot_temperature"].values)[2] == 1.0
+    assert float(stats.attrs["barrier_prior_leg"][0]) == pytest.approx(
+        diagnostics["legs"]["prior"]["barrier"])
+    path = tmp_path / "stabilized.nc"
+    to_inference_data(mcmc).to_netcdf(str(path))
+    assert list(az.from_netcdf(str(path)).sample_stats["leg"].values)[3] == "prior"
