@@ -13,28 +13,93 @@ explorers, the swaps and the records take :class:`ReferencedSplit` where they to
 
 The model is evaluated once per point, at :math:`\beta = 1`: with :math:`U_1 = -(lp + ll)` and
 its gradient from the split's fast path, :math:`U_\beta = (1-\beta)(-\log q) + \beta U_1` and
-:math:`ll' = -U_1 - \log q`. The fused and lockstep leapfrog steps, which compile the
-combination of :math:`lp` and :math:`ll` into one call, are not used against a reference
-(``explorer_info["leapfrog"] == "batched"``).
+:math:`ll' = -U_1 - \log q`. A leapfrog step against q (:class:`ReferencedFused`) is the
+model's fused step at :math:`\beta = 1` (one compiled call: the position update, the graph,
+the finiteness check) followed by q's terms and the momentum update in torch, checked bitwise
+against the unfused step; the lockstep step, which compiles the rungs' whole step into one
+call, is not used against a reference.
 """
 
 import torch
 
 from ..potential import FlatLayout
 
-NOT_FUSED = "the rungs target a fitted reference, whose density the fused step does not hold"
+NOT_LOCKSTEP = ("the rungs target a fitted reference, whose density the lockstep step does "
+                "not hold")
 
 
-class _NoStep:
-    """Stands for the fused and lockstep steps, which a reference does not use."""
+class _NoLockstep:
+    """Stands for the lockstep step, which a reference does not use."""
 
-    reason = NOT_FUSED
-
-    def step(self, dtype, device):
-        return None
+    reason = NOT_LOCKSTEP
 
     def plan(self, num_slots, dtype, device):
         return None
+
+
+class ReferencedFused:
+    """
+    A slot's leapfrog step against q (the contract of
+    :func:`~pyro_pt.explorers.hmc_dynamics.leapfrog_rows`): the model's fused step at
+    :math:`\beta = 1` and no kick gives the new position and :math:`(U_1, \nabla U_1)` in one
+    compiled call; q's terms, their combination and the momentum update follow in torch, as the
+    unfused step computes them (one row, as :meth:`ReferencedSplit.batched_potential_and_grad`
+    evaluates one). Used where the model's fused step is, once checked bitwise against the
+    unfused step at the graph's check points; otherwise :attr:`reason` says why.
+    """
+
+    def __init__(self, split):
+        self.split = split
+        self.reason = ""
+        self._steps = {}  # (dtype, device, the model's step) -> the step, or None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_steps": {}}
+
+    def step(self, dtype, device):
+        fused = self.split.base.fused
+        base_step = fused.step(dtype, device)
+        if base_step is None:
+            self.reason = fused.reason
+            return None
+        key = (dtype, device, id(base_step))  # a recompiled graph gives a new model step
+        if key not in self._steps:
+            self._steps = {key: self._checked(self._compose(base_step, dtype, device),
+                                              dtype, device)}
+        return self._steps[key]
+
+    def _compose(self, base_step, dtype, device):
+        split = self.split
+        zero, one = (torch.tensor(v, dtype=dtype, device=device) for v in (0.0, 1.0))
+
+        def step(z, p, scaled_eps, kick, beta):
+            z_new, _, potential_1, grad_1, _, ok = base_step(z, p, scaled_eps, zero, one)
+            log_q, grad_q = split.reference.log_prob_and_grad(z_new[None])
+            potential, grad, ll = split._combine(potential_1, grad_1, log_q[0], grad_q[0], beta)
+            ok = ok & torch.isfinite(potential) & torch.isfinite(grad).all()
+            return z_new, p - grad * kick, potential, grad, ll, ok
+
+        return step
+
+    def _checked(self, step, dtype, device):
+        points = self.split.base.compiled.check_points(dtype, device)
+        kw = {"dtype": dtype, "device": device}
+        p = points[-1] - points[0]
+        for z in points:
+            for beta in (torch.tensor(1.0, **kw), torch.tensor(0.5, **kw)):
+                scaled_eps, kick = torch.full_like(z, 1e-3), torch.tensor(1e-3, **kw)
+                with torch.no_grad():
+                    out = step(z, p, scaled_eps, kick, beta)
+                z_new = z + scaled_eps * p
+                potential, grad, ll = self.split.batched_potential_and_grad(z_new[None],
+                                                                            beta[None])
+                expected = (z_new, p - grad[0] * kick, potential[0], grad[0], ll[0])
+                if not bool(out[-1]) or not all(torch.equal(a, b)
+                                                for a, b in zip(out, expected)):
+                    self.reason = ("the leapfrog step against the reference is not bitwise "
+                                   "the unfused one")
+                    return None
+        return step
 
 
 class ReferencedSplit:
@@ -50,11 +115,12 @@ class ReferencedSplit:
         self.base = base
         self.reference = reference
         self.model_split = getattr(base, "split", base)
-        # the fused and lockstep steps combine lp and ll without q: not used here
-        self.fused = self.lockstep = _NoStep()
+        self.fused = ReferencedFused(self)
+        self.lockstep = _NoLockstep()
 
     def __getattr__(self, name):  # the rest (flatten, path, compiled, device, ...) is base's
-        if name in ("base", "model_split", "reference") or name.startswith("__"):
+        if name in ("base", "model_split", "reference", "fused", "lockstep") or \
+                name.startswith("__"):
             raise AttributeError(name)  # not set yet (unpickling)
         return getattr(self.base, name)
 
