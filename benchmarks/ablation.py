@@ -9,7 +9,9 @@ inside that process (no package option exists for it):
 - ``native loop``: the C++ loop of a lockstep trajectory's calls (``native_loop`` gives None);
 - ``inlining``: constants with all entries equal written as ``full`` nodes
   (``potential/constants.py``; the identity instead);
-- ``fused``: the fused leapfrog step (``potential/fused.py``; ``FusedSteps.step`` gives None);
+- ``fused``: the fused leapfrog step (``potential/fused.py``; ``FusedSteps.step`` gives None,
+  and with it the step against a fitted reference, ``reference/split.py``'s
+  ``ReferencedFused``, which calls it);
 - ``lockstep``: all slots in one call per leapfrog step (``MAX_FLOPS = -1``: it refuses);
 - ``direct call``: the call past Inductor's wrappers (``direct_call`` gives None; the C++ loop
   needs its entry point, so this also turns the native loop off).
@@ -25,7 +27,8 @@ off. Settings are interleaved in rounds; the table
 gives min-max over rounds, and each setting's slowdown against "all on" of the same round.
 Workloads: (a) the seed BNN (``_bnn.py``, K = 8), (b) the 25-weight BNN of
 ``vs_numpyro_ess.py`` (K = 4, T = 4), (c) non-centered eight schools (``funnel.py``'s
-LocScaleReparam setting, K = 4, T = 10). Without ``--quick``, one untimed pass of tiny runs
+LocScaleReparam setting, K = 4, T = 10), (d) the BNN of (b) with ``reference="variational"``
+(two legs of 2 rungs, to q and to the prior; ``--workloads d --settings "all on,fused"``). Without ``--quick``, one untimed pass of tiny runs
 first warms Inductor's on-disk cache.
 
     PYTHONPATH=$PWD python benchmarks/ablation.py --quick        # seconds per run
@@ -45,10 +48,11 @@ sys.path.insert(0, HERE)
 
 SETTINGS = ("all on", "matmul", "native loop", "inlining", "fused", "lockstep",
             "direct call")
-WORKLOADS = {"a": "seed BNN, K=8", "b": "25-weight BNN, K=4", "c": "eight schools NC, K=4"}
+WORKLOADS = {"a": "seed BNN, K=8", "b": "25-weight BNN, K=4", "c": "eight schools NC, K=4",
+             "d": "25-weight BNN against q, K=4"}
 # (W, N) per workload: full run, --quick
 STEPS = {"a": ((100, 100), (10, 10)), "b": ((1000, 2000), (20, 20)),
-         "c": ((1000, 2000), (20, 20))}
+         "c": ((1000, 2000), (20, 20)), "d": ((1000, 2000), (20, 20))}
 # accelerator -> (its code: module[:function], ...), the torch_compat entries it needs
 CODE = {
     "matmul": (("matmul", "matmul.cpp"), ("CppCodeCache", "custom_ops_to_c_shims")),
@@ -122,12 +126,13 @@ def workload(name):
         from _bnn import CountingModel, make_data
         return CountingModel(), make_data(), dict(num_replicas=8,
                                                   init_strategy=init_to_uniform(radius=0.1))
-    if name == "b":
+    if name in "bd":
         from vs_numpyro_ess import NOISE, NUM_DATA, bnn
         x = torch.linspace(-2.0, 2.0, NUM_DATA)
         eps = torch.randn(NUM_DATA, generator=torch.Generator().manual_seed(0))
-        return bnn(8), (x, torch.sin(2 * x) + NOISE * eps), dict(num_replicas=4,
-                                                                  max_temperature=4.0)
+        ladder = (dict(max_temperature=4.0) if name == "b"  # d: two legs, to q and the prior
+                  else dict(reference="variational"))
+        return bnn(8), (x, torch.sin(2 * x) + NOISE * eps), dict(num_replicas=4, **ladder)
     from funnel import SIGMA, Y, non_centered
     return non_centered, (Y, SIGMA), dict(num_replicas=4, max_temperature=10.0)
 
