@@ -151,3 +151,10 @@ def rung_barriers(log_likelihoods, num_rungs):
     ``(num_draws, K)`` (NaN for all without draws)."""
     ll = torch.as_tensor(log_likelihoods, dtype=torch.float64).reshape(-1, num_rungs)
     return [local_barrier(ll[:, k]) for k in range(num_rungs)]
+
+
+def leg_pair_barriers(legs, betas, rejection_rates, rung_lambdas):
+    """:func:`~pyro_pt.barrier.pair_barriers` of each of the ``legs``, joined (the bridge's
+    barrier is 0: its two rungs target the same distribution)."""
+    return legs.join([pair_barriers(*legs.pick(leg, betas, rejection_rates, rung_lambdas))
+                      for leg in range(len(legs.spans))])

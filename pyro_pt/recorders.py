@@ -11,7 +11,8 @@ import math
 
 import torch
 
-from .barrier import global_barrier, pair_barriers, recommended_replicas, rung_barriers
+from .barrier import (global_barrier, leg_pair_barriers, pair_barriers, recommended_replicas,
+                      rung_barriers)
 from .ladder import temperatures_of
 from .legs import Legs
 
@@ -137,13 +138,6 @@ def stepping_stone(betas, log_likelihoods):
         forward += float(torch.logsumexp(delta * ll[:, i + 1], 0) - math.log(n))
         reverse -= float(torch.logsumexp(-delta * ll[:, i], 0) - math.log(n))
     return 0.5 * (forward + reverse), forward, reverse
-
-
-def leg_pair_barriers(legs, betas, rejection_rates, rung_lambdas):
-    """:func:`~pyro_pt.barrier.pair_barriers` of each of the ``legs``, joined (the bridge's
-    barrier is 0: its two rungs target the same distribution)."""
-    return legs.join([pair_barriers(*legs.pick(leg, betas, rejection_rates, rung_lambdas))
-                      for leg in range(len(legs.spans))])
 
 
 def _leg_statistics(betas, rejections, rungs, log_likelihoods):
