@@ -99,7 +99,8 @@ def to_inference_data(mcmc, *, log_likelihood=True):
         "pair_hot_temperature": ("swap_pair", temperatures[hotter]),
     }
     if legs.stabilized:
-        coords["leg"] = ("temperature", [legs.names[legs.leg_of(k)] for k in range(legs.num_rungs)])
+        coords["leg"] = ("temperature",
+                         [legs.names[legs.leg_of(k)] for k in range(legs.num_rungs)])
     stats = groups["sample_stats"]
     stats = stats.merge(pyro_arviz.dataset(record, dims=dims, coords=coords))
     stats = stats.merge(pyro_arviz.dataset(per_chain, sample_dims=("chain",), dims=dims, coords=coords))
