@@ -29,7 +29,7 @@ import json
 
 from .ladder import inverse_temperatures
 from .options import ladder_temperatures
-from .reference.stabilized import stabilized_betas
+from .reference.stabilized import stabilized_ladder
 
 STORED = ("explorer", "explorer_kwargs", "swap_scheme", "swap_interval", "adapt_temperatures",
           "compile", "transforms", "reference")
@@ -122,7 +122,7 @@ def _check_ladder(path, header, given):
     betas = inverse_temperatures(ladder_temperatures(
         given.get("num_replicas"), given.get("max_temperature"), given.get("temperatures")))
     if header.get("legs") and set(given) == {"num_replicas"}:  # two legs of that many rungs
-        betas = stabilized_betas(given["num_replicas"])
+        betas = stabilized_ladder(given["num_replicas"]).initial
     if betas != header["initial_betas"]:
         raise ValueError(
             f"the checkpoint {path} was written with the ladder {header['initial_ladder']} "

@@ -102,9 +102,10 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
         info.update(engine_info(fast))
         if split.reason:
             info["potential_detail"] = split.reason  # the capture's own message
-    # each rung's split: against the reference, or (the prior's leg) the model's own
-    splits = {k: ReferencedSplit(split, reference) if reference is not None and (
-        referenced is None or k in referenced) else split for k in rungs}
+    # each rung's split: against the reference (one for all such rungs, so that they form one
+    # batched HMC group), or (the prior's leg) the model's own
+    against_q = split if reference is None else ReferencedSplit(split, reference)
+    splits = {k: against_q if referenced is None or k in referenced else split for k in rungs}
     groups = {}  # id(split) -> the batched HMC group of the rungs on it
     for k in rungs:
         stream = RandomStream(seeds[k], device=device)

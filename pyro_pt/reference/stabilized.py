@@ -56,17 +56,16 @@ def stabilize(kernel, split):
         why = _why_not(kernel, split)
         if why is not None:
             return why
-        legs = Legs(split_replicas(kernel.num_replicas))
-        temperatures = [t for size in legs.sizes for t in geometric_ladder(size, math.inf)]
-        kernel._ladder = Ladder(temperatures, legs)
+        kernel._ladder = stabilized_ladder(kernel.num_replicas)
+        legs = kernel._ladder.legs
     return None if legs is None else legs.describe()
 
 
-def stabilized_betas(num_replicas):
-    """The starting inverse temperatures of a stabilized ladder of ``num_replicas`` rungs."""
+def stabilized_ladder(num_replicas):
+    """The starting ladder of two legs of ``num_replicas`` rungs in all, each from beta = 1 to
+    0 in equal steps."""
     legs = Legs(split_replicas(num_replicas))
-    return Ladder([t for size in legs.sizes for t in geometric_ladder(size, math.inf)],
-                  legs).initial
+    return Ladder([t for size in legs.sizes for t in geometric_ladder(size, math.inf)], legs)
 
 
 def rung_log_likelihood(kernel, rung, z):

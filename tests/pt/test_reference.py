@@ -15,6 +15,7 @@ from pyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
 from pyro.ops.stats import effective_sample_size
 
 from pyro_pt import ParallelTempering
+from pyro_pt.legs import Legs
 from pyro_pt.reference import GaussianReference
 from pyro_pt.reference import split as referenced
 
@@ -237,15 +238,17 @@ def test_a_prior_run_is_unchanged_by_the_option():
 
 
 @pytest.mark.parametrize("scan", [40, 65])  # inside the round a fit ends, and after the fit
-def test_a_variational_run_resumes_bitwise(scan, tmp_path):
+@pytest.mark.parametrize("num_replicas, legs", [(3, None), (5, [3, 2])])  # one leg, or two
+def test_a_variational_run_resumes_bitwise(scan, num_replicas, legs, tmp_path):
     torch.set_num_threads(1)
     path = str(tmp_path / f"scan{scan}.pt")
-    settings = {"num_replicas": 3, "explorer": "hmc", "reference": "variational"}
+    settings = {"num_replicas": num_replicas, "explorer": "hmc", "reference": "variational"}
     full = run(ParallelTempering(linear_model, **settings), 70, 10, write={scan: path})
     kernel = ParallelTempering.resume(path, linear_model)
     resumed = run(kernel, 70 - scan, 10, seed=123)
     assert_continues(full, resumed)
     assert kernel._reference.fits == 2  # at the ends of scans 28 and 60
+    assert kernel._ladder.legs == (legs and Legs(legs))
 
 
 def test_a_stuck_run_against_a_fitted_reference_says_to_compare_with_the_prior():

@@ -2,7 +2,7 @@
 
 The legs' pairs and their even-odd schedule, the bridge's swap, round trips over both legs, a
 run's exactness on every rung of both legs, a planted bug, a q far from the posterior that
-the prior's leg makes up for, and a bitwise resume."""
+the prior's leg makes up for (a bitwise resume: test_reference.py)."""
 
 import math
 
@@ -13,15 +13,14 @@ import pyro
 from pyro.infer import MCMC
 
 from pyro_pt import ParallelTempering
+from pyro_pt.explorers.hmc_group import HMCRung
 from pyro_pt.ladder import geometric_ladder
 from pyro_pt.legs import Legs
 from pyro_pt.recorders import IndexProcess, ladder_statistics
 from pyro_pt.reference import GaussianReference, stabilized
 from pyro_pt.swap import swap_pairs, swap_round
 
-from .models import (MODE_SCALE, bimodal_mass_above_zero, bimodal_model, linear_model, sum_data,
-                     sum_model)
-from .test_checkpoint import assert_continues, run
+from .models import MODE_SCALE, bimodal_mass_above_zero, bimodal_model, sum_data, sum_model
 from .test_reference import _rung_errors
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -113,6 +112,12 @@ def test_every_rung_of_both_legs_samples_its_target():
     kernel, mcmc, y = _run()
     assert kernel.explorer_info["legs"].startswith("stabilized: 3 rungs from the posterior to q")
     assert kernel.betas[2] == kernel.betas[4] == 0.0 and kernel.betas[3] == 1.0
+    # one batched group per leg: rungs 0-1 against q, rung 3 the prior's
+    groups = {}
+    for k, explorer in enumerate(kernel._rungs.explorers):
+        if isinstance(explorer, HMCRung):
+            groups.setdefault(id(explorer.group), []).append(k)
+    assert sorted(groups.values()) == [[0, 1], [3]]
     errors = _rung_errors(kernel, mcmc, y)
     assert max(abs(e) for e in errors) < 4.5, errors
     assert _cold_ll_gap(kernel, mcmc) < 1e-6
@@ -164,21 +169,9 @@ def test_a_q_far_from_the_posterior_costs_the_reference_leg_not_the_run(monkeypa
     assert abs(found["one"][0] - exact) > 0.3 and found["one"][1] == 0, found
 
 
-@pytest.mark.parametrize("scan", [40, 65])  # inside the round a fit ends, and after the fit
-def test_a_stabilized_run_resumes_bitwise(scan, tmp_path):
-    torch.set_num_threads(1)
-    path = str(tmp_path / f"scan{scan}.pt")
-    settings = {"num_replicas": 5, "explorer": "hmc", "reference": "variational"}
-    full = run(ParallelTempering(linear_model, **settings), 70, 10, write={scan: path})
-    kernel = ParallelTempering.resume(path, linear_model)
-    resumed = run(kernel, 70 - scan, 10, seed=123)
-    assert_continues(full, resumed)
-    assert kernel._ladder.legs == Legs([3, 2]) and kernel._reference.fits == 2
-
-
-def test_the_stabilized_betas_are_those_of_a_run():
+def test_the_stabilized_ladder_is_that_of_a_run():
     kernel, _, _ = _run(num_replicas=5, warmup=0, samples=3)
-    assert kernel._ladder.initial == stabilized.stabilized_betas(5)
+    assert kernel._ladder.initial == stabilized.stabilized_ladder(5).initial
 
 
 def test_two_stuck_chains_interleaved_by_the_bridge_do_not_narrow_q():
