@@ -28,8 +28,10 @@ gives min-max over rounds, and each setting's slowdown against "all on" of the s
 Workloads: (a) the seed BNN (``_bnn.py``, K = 8), (b) the 25-weight BNN of
 ``vs_numpyro_ess.py`` (K = 4, T = 4), (c) non-centered eight schools (``funnel.py``'s
 LocScaleReparam setting, K = 4, T = 10), (d) the BNN of (b) with ``reference="variational"``
-(two legs of 2 rungs, to q and to the prior; ``--workloads d --settings "all on,fused"``). Without ``--quick``, one untimed pass of tiny runs
-first warms Inductor's on-disk cache.
+(two legs of 2 rungs, to q and to the prior; ``--workloads d --settings
+"all on,lockstep,lockstep+fused"``: the lockstep step against q, then the fused step against q
+with lockstep off). A setting ``a+b`` switches both off. Without ``--quick``, one untimed pass
+of tiny runs first warms Inductor's on-disk cache.
 
     PYTHONPATH=$PWD python benchmarks/ablation.py --quick        # seconds per run
     PYTHONPATH=$PWD python benchmarks/ablation.py --rounds 3     # ~33 minutes on 2 cores
@@ -86,30 +88,32 @@ def lines_of(spec):
 
 
 def switch_off(setting, counts):
-    """Switch ``setting`` off (``"all on"``: nothing), and count what the others do."""
+    """Switch ``setting`` off (``"all on"``: nothing; ``"a+b"``: both), and count what the
+    others do."""
     from pyro_pt.potential import fused, inductor, lockstep
-    if setting == "matmul":
+    off = setting.split("+")
+    if "matmul" in off:
         os.environ["PYRO_PT_MATMUL"] = "aten"
-    if setting == "lockstep":
+    if "lockstep" in off:
         lockstep.MAX_FLOPS = -1.0
-    if setting == "fused":
+    if "fused" in off:
         fused.FusedSteps.step = lambda self, dtype, device: None
     loop, direct, inline = lockstep.native_loop, inductor.direct_call, \
         inductor.inline_uniform_constants
 
     def counted_loop(run):
-        out = None if setting == "native loop" else loop(run)
+        out = None if "native loop" in off else loop(run)
         counts["native loops"] = counts.get("native loops", 0) + (out is not None)
         return out
 
     def counted_direct(fn, example):
-        out = None if setting == "direct call" else direct(fn, example)
+        out = None if "direct call" in off else direct(fn, example)
         counts["direct calls"] = counts.get("direct calls", 0) + (out is not None)
         return out
 
     def counted_inline(gm):
         before = sum(n.op == "get_attr" for n in gm.graph.nodes)
-        if setting != "inlining":
+        if "inlining" not in off:
             inline(gm)
         after = sum(n.op == "get_attr" for n in gm.graph.nodes)
         counts["inlined"] = counts.get("inlined", 0) + before - after

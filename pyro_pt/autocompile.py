@@ -106,10 +106,12 @@ class AutoCompile:
         return self.fast.compiled.fx_graph(point.dtype, point.device), point
 
     def _what(self, kernel):
-        """What a switch compiles besides the graph: the batched HMC's fused or lockstep steps
-        (not against a fitted reference, whose steps are not fused)."""
-        steps = kernel.explorer == "hmc" and kernel._reference is None
-        return "graph + leapfrog steps" if steps else "graph"
+        """What a switch compiles besides the graph: the batched HMC's fused or lockstep steps,
+        against a fitted reference too (:mod:`pyro_pt.reference.graph`; a different step,
+        so a different record)."""
+        if kernel.explorer != "hmc":
+            return "graph"
+        return "graph + leapfrog steps" + ("" if kernel._reference is None else " against q")
 
     def _pays(self, kernel, t, scans, seconds):
         """Rank 0's decision at scan ``t``, with its reason in :attr:`decision`."""

@@ -228,7 +228,7 @@ def _in_lockstep(plan, state, fixed, n, steps=None):
             take = lambda t: t[index]  # noqa: E731
         carried = [take(t) for t in state] + [torch.zeros(size, dtype=torch.bool,
                                                           device=device)]
-        given = [take(t) for t in fixed]
+        given = [take(t) for t in fixed] + step.extra()  # then what all slots share
         count = take(n)
         # the compiled call without per-step Python layers (one call per leapfrog step), in
         # a C++ loop where the step has one

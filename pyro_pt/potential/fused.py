@@ -22,15 +22,16 @@ from .inductor import inductor_compile
 def leapfrog_step(gm):
     """
     One leapfrog step of one point as one function of tensors, for capture:
-    ``(z, p, scaled_eps, kick, beta) -> (z', p', potential, grad, ll, ok)`` with
+    ``(z, p, scaled_eps, kick, beta, *extra) -> (z', p', potential, grad, ll, ok)`` with
     ``z' = z + scaled_eps p``, the tempered potential at ``z'`` as
     :func:`~pyro_pt.potential.batched.combine` makes it, ``p' = p - kick grad`` and ``ok``
-    whether the densities and the gradient are finite.
+    whether the densities and the gradient are finite; ``extra``: more inputs of ``gm`` after
+    the point (a fitted reference's parameters, :mod:`pyro_pt.reference.graph`).
     """
 
-    def step(z, p, scaled_eps, kick, beta):
+    def step(z, p, scaled_eps, kick, beta, *extra):
         z_new = z + scaled_eps * p
-        lp, ll, grad_lp, grad_ll = gm(z_new)
+        lp, ll, grad_lp, grad_ll = gm(z_new, *extra)
         potential, grad = batched.combine(lp, ll, grad_lp, grad_ll, beta)
         ok = (torch.isfinite(lp) & torch.isfinite(ll) & torch.isfinite(potential)
               & torch.isfinite(grad).all())

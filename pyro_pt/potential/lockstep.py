@@ -48,18 +48,20 @@ def graph_flops(gm, point):
     return counter.get_total_flops()
 
 
-def lockstep_step(gm):
+def lockstep_step(gm, num_extra=0):
     """
     One leapfrog step of a batch of slots, for capture: ``(i, n, z, p, potential, grad, ll,
-    bad, scaled_eps, eps, half_eps, betas) -> (z, p, potential, grad, ll, bad)``. Slot r takes
-    step ``i`` (a scalar, from 1) of its ``n[r]``, with the half kick at its last, while
-    ``i <= n[r]`` and it has not gone ``bad`` (met a non-finite density or gradient).
+    bad, scaled_eps, eps, half_eps, betas, *extra) -> (z, p, potential, grad, ll, bad)``. Slot
+    r takes step ``i`` (a scalar, from 1) of its ``n[r]``, with the half kick at its last,
+    while ``i <= n[r]`` and it has not gone ``bad`` (met a non-finite density or gradient).
+    ``extra``: ``num_extra`` inputs of ``gm`` shared by all slots (not batched).
     """
-    step = torch.func.vmap(leapfrog_step(gm))
+    step = torch.func.vmap(leapfrog_step(gm), in_dims=(0,) * 5 + (None,) * num_extra)
 
-    def batch_step(i, n, z, p, potential, grad, ll, bad, scaled_eps, eps, half_eps, betas):
+    def batch_step(i, n, z, p, potential, grad, ll, bad, scaled_eps, eps, half_eps, betas,
+                   *extra):
         kick = torch.where(i == n, half_eps, eps)
-        z_new, p_new, u_new, g_new, ll_new, ok = step(z, p, scaled_eps, kick, betas)
+        z_new, p_new, u_new, g_new, ll_new, ok = step(z, p, scaled_eps, kick, betas, *extra)
         live = (i <= n) & ~bad
         keep = live & ok
         col = keep[:, None]
@@ -73,7 +75,10 @@ def lockstep_step(gm):
 class Lockstep:
     """
     The lockstep steps of a :class:`~pyro_pt.potential.batched.BatchedEvaluator`'s model, one
-    compiled graph per batch size, checked on first use.
+    compiled graph per batch size, checked on first use. Each step's ``extra()`` gives the
+    inputs its callers append to the per-slot ones (none here; a fitted reference's
+    parameters in :class:`~pyro_pt.reference.graph.ReferencedLockstep`, which overrides the
+    hooks :meth:`_key`, :meth:`_graph`, :meth:`_extra` and :meth:`_evaluate`).
 
     :param evaluator: the batched evaluator (its single-point graphs and check points).
     """
@@ -96,13 +101,29 @@ class Lockstep:
         self._plans.clear()
         self.reason = ""
 
+    def _key(self, dtype, device):
+        """What a compiled step is specific to."""
+        return self.evaluator.compiled.graph_key(dtype, device)
+
+    def _graph(self, dtype, device):
+        """The single-point graph ``z -> (lp, ll, grad lp, grad ll)`` a step is built on."""
+        return self.evaluator.compiled.fx_graph(dtype, device)
+
+    def _extra(self, dtype, device):
+        """The inputs of :meth:`_graph` after the point, the same for every slot."""
+        return []
+
+    def _evaluate(self, z, betas):
+        """``(potential, grad, ll)`` of the unfused evaluation the steps are checked against."""
+        return self.evaluator(z, betas)
+
     def plan(self, num_slots, dtype, device):
         """
         ``[(first, last, size, step)]``: slots ``first:last`` as one batch of ``size`` (one
         more than the slots where a lone slot is padded) stepped by ``step``; None where
         lockstep does not apply (:attr:`reason` says why). Made once per number of slots.
         """
-        key = (num_slots,) + self.evaluator.compiled.graph_key(dtype, device)
+        key = (num_slots,) + self._key(dtype, device)
         if key not in self._plans:
             self._plans[key] = self._plan(num_slots, dtype, device)
         return self._plans[key]
@@ -139,7 +160,7 @@ class Lockstep:
         return plan
 
     def _step(self, size, dtype, device):
-        key = (size,) + self.evaluator.compiled.graph_key(dtype, device)
+        key = (size,) + self._key(dtype, device)
         if key not in self._steps:
             try:
                 self._steps[key] = self._compile(size, dtype, device)
@@ -151,15 +172,17 @@ class Lockstep:
     def _compile(self, size, dtype, device):
         compiled = self.evaluator.compiled
         points = compiled.check_points(dtype, device)
-        example = _inputs(list(range(size)), points)
-        graph = compiled.fx_graph(dtype, device)
+        extra = self._extra(dtype, device)
+        example = _inputs(list(range(size)), points, extra)
+        graph = self._graph(dtype, device)
         with forked_rng(device), keeping_validation():
-            gm = capture(lockstep_step(graph), *example)
+            gm = capture(lockstep_step(graph, len(extra)), *example)
             # its one caller, leapfrog_lockstep, gathers every input by index (contiguous, the
             # example's layout), so the per-call layout checks are dropped; its many small
             # buffers come from one allocation per call
             step = inductor_compile(gm, *example, asserts=False, pooled=True)
         step.loop = _checked_loop(step, example)
+        step.extra = lambda: self._extra(dtype, device)
         if size == 2:
             self._check_pairs(step, points, dtype)
         else:
@@ -175,7 +198,7 @@ class Lockstep:
         for i, (example, out) in enumerate(runs):
             z, p, scaled_eps, eps, betas = (example[k][:1] for k in (2, 3, 8, 9, 11))
             z_new = z + scaled_eps * p
-            potential, grad, ll = self.evaluator(z_new, betas)
+            potential, grad, ll = self._evaluate(z_new, betas)
             reference = (z_new, p - grad * eps[:, None], potential, grad, ll)
             if bool(out[5].any()):
                 raise Uncapturable("the lockstep step met a non-finite point at a check point")
@@ -193,7 +216,7 @@ class Lockstep:
         reference = _pairs(self._step(2, dtype, device), points)
         n = len(points)
         with torch.no_grad():
-            out = step(*_inputs(list(range(size)), points))
+            out = step(*_inputs(list(range(size)), points, step.extra()))
         for slot in range(size):
             first = reference[slot % n][1]
             if not all(torch.equal(a[slot], b[0]) for a, b in zip(out, first)):
@@ -226,10 +249,10 @@ def _checked_loop(step, example):
     return loop if same and len(native) == len(python) else None
 
 
-def _inputs(slots, points):
+def _inputs(slots, points, extra=()):
     """One full step (``i = 1 < n = 2``) from check point ``s % len(points)`` for each ``s`` in
     ``slots``, at an inverse temperature of 1 or 0.5 by that point (as the fused step's
-    checks: momentum ``points[-1] - points[0]``, steps of 1e-3)."""
+    checks: momentum ``points[-1] - points[0]``, steps of 1e-3), then ``extra``."""
     n = len(points)
     z = torch.stack([points[s % n] for s in slots])
     kw = {"dtype": z.dtype, "device": z.device}
@@ -240,7 +263,7 @@ def _inputs(slots, points):
     return (torch.tensor(1, device=z.device), torch.full((size,), 2, device=z.device), z,
             (points[-1] - points[0]).expand(size, -1).clone(), zeros, torch.zeros_like(z),
             zeros.clone(), torch.zeros(size, dtype=torch.bool, device=z.device),
-            torch.full_like(z, 1e-3), eps, 0.5 * eps, betas)
+            torch.full_like(z, 1e-3), eps, 0.5 * eps, betas, *extra)
 
 
 def _pairs(step, points):
@@ -249,6 +272,6 @@ def _pairs(step, points):
     runs = []
     with torch.no_grad():
         for i in range(n):
-            example = _inputs([i, (i + 1) % n], points)
+            example = _inputs([i, (i + 1) % n], points, step.extra())
             runs.append((example, step(*example)))
     return runs

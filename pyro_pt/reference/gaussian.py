@@ -99,6 +99,28 @@ class GaussianReference:
                                     for t in (self.mean, factor, log_norm))
         return self._cast[key]
 
+    @property
+    def graph_kind(self):
+        """The form of q's density in a compiled graph (:mod:`~pyro_pt.reference.graph`):
+        ``"full-rank"`` wherever a fit may be full-rank (a diagonal q in that form too, so a
+        refit from diagonal to full-rank compiles nothing again), else ``"diagonal"``."""
+        return "full-rank" if self.dim <= MAX_FULL_DIM else "diagonal"
+
+    def graph_params(self, dtype, device):
+        """``(mean, factor, log_norm)`` as :func:`~pyro_pt.reference.graph.referenced_graph`
+        takes them for :attr:`graph_kind`: the standard deviations, or :math:`L^{-1}`."""
+        key = ("graph", dtype, device)
+        if key not in self._cast:
+            like = torch.empty((), dtype=dtype, device=device)
+            mean, factor, log_norm = self._params(like)
+            if self.graph_kind == "full-rank":
+                tril = torch.diag(self.scale) if self.scale_tril is None else self.scale_tril
+                eye = torch.eye(self.dim, dtype=torch.float64)
+                factor = torch.linalg.solve_triangular(tril, eye, upper=False)
+                factor = factor.to(dtype=dtype, device=device)
+            self._cast[key] = (mean, factor.contiguous(), log_norm)
+        return self._cast[key]
+
     def _whiten(self, flat):
         mean, factor, log_norm = self._params(flat)
         centred = flat - mean

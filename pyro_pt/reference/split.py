@@ -17,19 +17,19 @@ its gradient from the split's fast path, :math:`U_\beta = (1-\beta)(-\log q) + \
 model's fused step at :math:`\beta = 1` (one compiled call: the position update, the graph,
 the finiteness check) followed by q's terms and the momentum update in torch, checked bitwise
 against the unfused step; the lockstep step, which compiles the rungs' whole step into one
-call, is not used against a reference.
+call, holds q's density in its graph (:mod:`~pyro_pt.reference.graph`).
 """
 
 import torch
 
 from ..potential import FlatLayout
+from .graph import ReferencedLockstep
 
-NOT_LOCKSTEP = ("the rungs target a fitted reference, whose density the lockstep step does "
-                "not hold")
+NOT_LOCKSTEP = "the model's potential is not a captured graph"
 
 
 class _NoLockstep:
-    """Stands for the lockstep step, which a reference does not use."""
+    """Stands for the lockstep step over a split without a captured graph."""
 
     reason = NOT_LOCKSTEP
 
@@ -119,7 +119,7 @@ class ReferencedSplit:
         self.reference = reference
         self.model_split = getattr(base, "split", base)
         self.fused = ReferencedFused(self)
-        self.lockstep = _NoLockstep()
+        self.lockstep = ReferencedLockstep(self) if hasattr(base, "batched") else _NoLockstep()
 
     def __getattr__(self, name):  # the rest (flatten, path, compiled, device, ...) is base's
         if name in ("base", "model_split", "reference", "fused", "lockstep") or \
