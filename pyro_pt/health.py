@@ -124,6 +124,22 @@ def _divergence_problem(diagnostics, num_scans, explorer):
             f"biased there; {done}{what}")
 
 
+def _further_than_the_prior(diagnostics, reference):
+    """On a stabilized ladder, where the leg to q has the higher barrier: q is further from
+    the posterior than the prior is, and its rungs would serve better on the prior's path."""
+    legs = diagnostics.get("legs")
+    if reference is None or not legs:
+        return None
+    to_q, to_prior = legs["reference"]["barrier"], legs["prior"]["barrier"]
+    if not to_q > to_prior:  # False for NaN
+        return None
+    return (f"the fitted Gaussian ({reference}) is further from this posterior than the prior "
+            f"is: the leg to it has a barrier Lambda = {to_q:.3g}, the leg to the prior "
+            f"{to_prior:.3g}, so its rungs add little (a posterior that is not Gaussian-shaped, "
+            "such as a funnel or a multimodal network); run with reference='prior', giving all "
+            "the rungs to the prior's path")
+
+
 def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, reference=None,
            legs=None):
     """
@@ -162,7 +178,10 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, refere
         problems.append(f"no round trip (cold -> hottest -> cold) in the {num_rounds} swap "
                         "rounds of the sampling phase: the cold chain has not seen what the hot "
                         f"rungs explore; {_ladder_advice(diagnostics)}, or sample longer")
-    if reference is not None and (bottlenecks or no_round_trip):
+    further = _further_than_the_prior(diagnostics, reference)
+    if further is not None:
+        problems.append(further)
+    elif reference is not None and (bottlenecks or no_round_trip):
         problems.append(f"the hot end is a fitted Gaussian ({reference}), and a posterior that "
                         "is not Gaussian-shaped (a funnel, a multimodal network) can be further "
                         "from it than from the prior: run with reference='prior' and compare")

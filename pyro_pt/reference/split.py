@@ -47,8 +47,9 @@ class ReferencedFused:
     evaluates one). Used where the model's fused step is, once checked bitwise against the
     unfused step at the graph's check points; otherwise :attr:`reason` says why. Measured gain
     (``benchmarks/ablation.py --workloads d``: a whole run of the 25-weight BNN against q, two
-    legs of 2 rungs, Inductor, one thread, 3 interleaved rounds on machine C): without it the
-    sampling phase takes 1.49-1.55x as long.
+    legs of 2 rungs, Inductor, one thread, 3 interleaved rounds on machine C, lockstep off in
+    both): without it the sampling phase takes 2.2-2.35x as long (28.1-32.7 s with it,
+    65.9-76.9 s without).
     """
 
     def __init__(self, split):

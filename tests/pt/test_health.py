@@ -117,3 +117,19 @@ def test_log_z_whose_forward_and_reverse_disagree_is_unreliable():
     together = torch.tensor([-1.0, -1.0], dtype=torch.float64) + noise
     problems, _, why = review(_diagnostics(betas, together, [0.5]), betas, 400)
     assert why is None and problems == []
+
+
+@pytest.mark.parametrize("to_q, warned", [(5.0, True), (1.0, False)])
+def test_a_fitted_reference_further_than_the_prior_says_so(to_q, warned):
+    """On two legs, the leg to q with the higher barrier tells the user to use the prior."""
+    betas = [1.0, 0.5]
+    generator = torch.Generator().manual_seed(0)
+    ll = -1.0 + 0.01 * torch.randn(400, 2, generator=generator, dtype=torch.float64)
+    diagnostics = _diagnostics(betas, ll, [0.5])
+    diagnostics["legs"] = {"reference": {"barrier": to_q}, "prior": {"barrier": 2.0}}
+    problems, _, _ = review(diagnostics, betas, 400, reference="full-rank Gaussian")
+    further = [p for p in problems if "further from this posterior than the prior" in p]
+    assert len(further) == warned and problems == further
+    if warned:
+        assert "Lambda = 5, the leg to the prior 2" in further[0]
+        assert "reference='prior'" in further[0]
