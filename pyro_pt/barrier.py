@@ -122,10 +122,13 @@ def global_barrier(pair_barriers):
     return sum(b for b in pair_barriers if not math.isnan(b))
 
 
-def recommended_replicas(barrier):
+def recommended_replicas(barrier, stabilized=False):
     r"""About :math:`2\Lambda` rungs keep every pair's rejection rate near 1/2 or below
-    (Syed et al. 2021, Sec. 5.3); at least 2."""
-    return max(2, math.ceil(2 * barrier)) if math.isfinite(barrier) else 2
+    (Syed et al. 2021, Sec. 5.3); at least 2. ``stabilized``: ``barrier`` is the leg to q of a
+    two-leg ladder, which gets ``ceil(K / 2)`` of the K rungs (:mod:`pyro_pt.legs`), so K is
+    twice its rungs less one; at least 4."""
+    rungs = max(2, math.ceil(2 * barrier)) if math.isfinite(barrier) else 2
+    return max(4, 2 * rungs - 1) if stabilized else rungs
 
 
 def cumulative_barrier(pair_barriers):

@@ -203,8 +203,7 @@ def ladder_statistics(betas, acceptance, round_trips, num_rounds, log_likelihood
         "rung_barrier": rungs,
         "barrier": first["barrier"],
         "local_barrier": legs.join([leg["local_barrier"] for leg in per_leg], (1.0, 0.0)),
-        "recommended_replicas": first["recommended_replicas"] if not legs.stabilized
-        else max(4, 2 * first["recommended_replicas"] - 1),
+        "recommended_replicas": recommended_replicas(first["barrier"], legs.stabilized),
         "round_trip_rate": round_trips / num_rounds if num_rounds else math.nan,
         "theoretical_round_trip_rate": sum(rates),
     }

@@ -112,7 +112,7 @@ class Report:
             self._begin_round(scan, trips)
         elif scan == self.warmup_steps:
             self._add_row("warmup", scan, ladder.betas, recorder)
-            self._check_replicas(len(ladder.betas))
+            self._check_replicas(recorder.legs)
             recorder.begin_sampling()
             self._begin_round(scan, 0)  # the sampling phase is reported from its start
         elif scan - self.warmup_steps == self._next_sampling_row:
@@ -135,7 +135,7 @@ class Report:
         if scan > self.warmup_steps and scan - self.warmup_steps != done:
             self._add_row("sampling", scan, ladder.betas, recorder)
         if self.rows:
-            self._check_replicas(len(ladder.betas))
+            self._check_replicas(recorder.legs)
         if not problems or not self.rows:
             return
         self.rows[-1]["warnings"] = "\n".join(problems)
@@ -145,19 +145,24 @@ class Report:
         if self.comm.rank == 0:  # the numbers are the same on every rank: one warning per run
             warnings.warn(warning_text(problems), TemperingWarning, stacklevel=2)
 
-    def _check_replicas(self, num_rungs):
+    def _check_replicas(self, legs):
         """Warn once, on rank 0, when the last row's barrier needs more rungs than there are
-        (about 2 Lambda): the end of warmup, or the end of a run without warmup."""
-        needed = recommended_replicas(self.rows[-1]["barrier"])
-        if self._warned_replicas or self.comm.rank != 0 or needed <= num_rungs:
+        (about 2 Lambda; on two legs, on the leg to q, which holds about half of them): the end
+        of warmup, or the end of a run without warmup."""
+        barrier = self.rows[-1]["barrier"]
+        needed = recommended_replicas(barrier, legs.stabilized)
+        if self._warned_replicas or self.comm.rank != 0 or needed <= legs.num_rungs:
             return
         self._warned_replicas = True
+        where = (f"the ladder has {legs.num_rungs}" if not legs.stabilized else
+                 f"the leg to q has {legs.sizes[0]} of the ladder's {legs.num_rungs} (about "
+                 "half the rungs go to it)")
         warnings.warn(
-            f"ParallelTempering: the estimated global barrier Lambda = "
-            f"{self.rows[-1]['barrier']:.2f} needs about {needed} rungs (2 Lambda) and the "
-            f"ladder has {num_rungs}: some pairs will rarely swap and the cold chain may not "
-            f"leave its mode; run with num_replicas={needed} (or more temperatures; a "
-            f"num_replicas='auto' run stops at max_replicas: raise it to {needed})",
+            f"ParallelTempering: the estimated global barrier Lambda = {barrier:.2f} needs "
+            f"about {recommended_replicas(barrier)} rungs (2 Lambda) and {where}: some pairs "
+            f"will rarely swap and the cold chain may not leave its mode; run with "
+            f"num_replicas={needed} (or more temperatures; a num_replicas='auto' run stops at "
+            f"max_replicas: raise it to {needed})",
             stacklevel=2)
 
     def _cold_acceptance(self, num_scans):

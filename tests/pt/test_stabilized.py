@@ -13,6 +13,7 @@ import pyro
 from pyro.infer import MCMC
 
 from pyro_pt import ParallelTempering
+from pyro_pt.barrier import recommended_replicas
 from pyro_pt.explorers.hmc_group import HMCRung
 from pyro_pt.ladder import geometric_ladder
 from pyro_pt.legs import Legs
@@ -190,3 +191,30 @@ def test_two_stuck_chains_interleaved_by_the_bridge_do_not_narrow_q():
     aware = GaussianReference(torch.zeros(1), scale=old)
     aware.fit(draws, lineages=lineage)
     assert float(aware.scale_tril[0, 0]) == pytest.approx(10.0)  # kept: neither crossed
+
+
+def test_too_few_rungs_on_the_leg_to_q_ask_for_twice_its_need(monkeypatch, recwarn):
+    """A q far from the posterior (fitted at theta = (20, 20), sd 0.1) gives the leg to q a
+    barrier its 2 rungs cannot carry. The advice counts the rungs the leg needs (about
+    2 Lambda) and asks for twice as many less one, since the leg to q gets ceil(K / 2) of K:
+    asking for what the leg needs would leave it short again."""
+
+    def far_fit(self, draws, independent=False, lineages=None):
+        self._set(torch.full([2], 20.0), torch.full([2], 0.1), None)
+        self.fits += 1
+        return True
+
+    monkeypatch.setattr(GaussianReference, "fit", far_fit)
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(sum_model, num_replicas=4, explorer="rwmh",
+                               reference="variational")
+    MCMC(kernel, warmup_steps=100, num_samples=100, disable_progbar=True).run(sum_data())
+    said = [str(w.message) for w in recwarn if "global barrier" in str(w.message)]
+    assert len(said) == 1, said
+    barrier = kernel.report.query("phase == 'warmup'").barrier.iloc[-1]
+    leg_needs = recommended_replicas(barrier)
+    assert leg_needs > 2
+    assert f"needs about {leg_needs} rungs" in said[0] and "the leg to q has 2 of" in said[0]
+    assert f"run with num_replicas={2 * leg_needs - 1}" in said[0]
+    assert kernel.diagnostics()["recommended_replicas"] == recommended_replicas(
+        kernel.diagnostics()["barrier"], stabilized=True)
