@@ -90,6 +90,14 @@ def _temperature(t):
     return "inf" if math.isinf(t) else f"{t:.3g}"
 
 
+def _rung(temps, rung, legs, reference):
+    """A rung's temperature, or ``q`` for the hottest rung of the leg to a fitted q (its
+    T = inf is q's density, not the prior's)."""
+    if reference is not None and rung == (len(temps) - 1 if legs is None else legs.hots[0]):
+        return "q"
+    return _temperature(temps[rung])
+
+
 def _ladder_advice(diagnostics):
     return (f"add rungs (num_replicas={len(diagnostics['temperatures'])} now; the barrier "
             f"Lambda = {diagnostics['barrier']:.2f} calls for about "
@@ -163,8 +171,8 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, refere
     problems, bottlenecks, blocked = [], [], set()
     for i, a in enumerate(acceptance):
         if a < LOW_SWAP_ACCEPTANCE:  # False for NaN, a pair never attempted
-            bottlenecks.append(f"pair {i} (T = {_temperature(temps[i])} and "
-                               f"{_temperature(temps[i + 1])}) accepted {a:.3g} of its swaps")
+            bottlenecks.append(f"pair {i} (T = {_rung(temps, i, legs, reference)} and "
+                               f"{_rung(temps, i + 1, legs, reference)}) accepted {a:.3g} of its swaps")
             blocked.add(0 if legs is None else legs.leg_of(i))
     # Two legs: replicas still travel while one leg has no bottleneck; log Z is the first's.
     first_blocked = 0 in blocked

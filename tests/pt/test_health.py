@@ -96,7 +96,8 @@ def test_a_cold_rung_that_does_not_move_warns():
 
 def _diagnostics(betas, ll, acceptance):
     forward_reverse = stepping_stone(betas, ll)
-    return {"temperatures": [1.0 / b for b in betas], "swap_acceptance": acceptance,
+    return {"temperatures": [1.0 / b if b else math.inf for b in betas],
+            "swap_acceptance": acceptance,
             "round_trips": 3, "local_acceptance": [0.5] * len(betas), "barrier": 0.5,
             "recommended_replicas": 2, "log_Z": forward_reverse[0],
             "log_Z_forward": forward_reverse[1], "log_Z_reverse": forward_reverse[2],
@@ -133,3 +134,15 @@ def test_a_fitted_reference_further_than_the_prior_says_so(to_q, warned):
     if warned:
         assert "Lambda = 5, the leg to the prior 2" in further[0]
         assert "reference='prior'" in further[0]
+
+
+def test_a_bottleneck_at_the_hot_end_names_q_or_the_prior():
+    """The hottest rung's T = inf is q's density with a fitted reference, the prior's
+    without: the bottleneck message says which."""
+    betas = [1.0, 0.1, 0.0]
+    generator = torch.Generator().manual_seed(0)
+    ll = -1.0 + 0.01 * torch.randn(400, 3, generator=generator, dtype=torch.float64)
+    diagnostics = _diagnostics(betas, ll, [0.5, 0.01])
+    for reference, hot in ((None, "inf"), ("diagonal Gaussian", "q")):
+        problems, _, _ = review(dict(diagnostics), betas, 400, reference=reference)
+        assert f"pair 1 (T = 10 and {hot}) accepted 0.01" in problems[0], problems
