@@ -69,12 +69,7 @@ def conjugate_exact(y):
     return cov @ (ones.T @ y), cov, log_z
 
 
-def case(name, device, replicas=None):
-    model, args, default, exact = _case(name, device)
-    return model, args, replicas or default, exact
-
-
-def _case(name, device):
+def case(name, device):
     if name == "seed_bnn":
         x, y = (t.to(device) for t in make_data())
         return CountingModel(device=device), (x, y), 8, None
@@ -127,7 +122,8 @@ def matched_guide(model, args, draws):
 def run(name, reference, seed, warmup, samples, device="cpu", draws=None, replicas=None):
     """One run; ``draws``: the prior reference's cold draws of the same seed, which the
     ``"matched"`` reference is the moments of."""
-    model, args, replicas, exact = case(name, device, replicas)
+    model, args, default, exact = case(name, device)
+    replicas = replicas or default
     matched = reference == "matched" and matched_guide(model, args, draws)
     pyro.set_rng_seed(seed)
     # the seed BNN from the benchmarks' small random point (its prior draws are far out)

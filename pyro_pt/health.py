@@ -171,8 +171,9 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, refere
     problems, bottlenecks, blocked = [], [], set()
     for i, a in enumerate(acceptance):
         if a < LOW_SWAP_ACCEPTANCE:  # False for NaN, a pair never attempted
-            bottlenecks.append(f"pair {i} (T = {_rung(temps, i, legs, reference)} and "
-                               f"{_rung(temps, i + 1, legs, reference)}) accepted {a:.3g} of its swaps")
+            ends = (_rung(temps, i, legs, reference), _rung(temps, i + 1, legs, reference))
+            bottlenecks.append(f"pair {i} (T = {ends[0]} and {ends[1]}) accepted {a:.3g} of "
+                               "its swaps")
             blocked.add(0 if legs is None else legs.leg_of(i))
     # Two legs: replicas still travel while one leg has no bottleneck; log Z is the first's.
     first_blocked = 0 in blocked
