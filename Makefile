@@ -18,7 +18,15 @@ STAMP_NEW := $(VENV_NEW)/.installed
 ARVIZ1_TESTS := tests/arviz tests/subnet/test_arviz.py tests/subnet/test_loo.py tests/subnet/test_diagonal.py tests/subnet/test_predict.py \
   tests/pt/test_swap.py tests/pt/test_ladder.py tests/pt/test_recorders.py tests/pt/test_barrier.py tests/pt/test_purity.py
 
-.PHONY: test test-arviz1 demo venv clean
+# `make test-wheel` tests what `pip install .` gives a user: the wheel, built by pip in an isolated
+# build env from a copy of the tree without build outputs (a stale build/lib would fill in what
+# the configuration leaves out), installed (not editable) into a fresh .venv-wheel with torch as
+# in .venv, then README.md's two quickstarts run from a temporary folder outside the tree.
+VENV_WHEEL := .venv-wheel
+PY_WHEEL := $(VENV_WHEEL)/bin/python
+WHEEL_DIR := build/wheel
+
+.PHONY: test test-wheel test-arviz1 demo venv clean
 
 venv: $(STAMP)
 
@@ -36,6 +44,20 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q tests
 
+test-wheel:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or make PYTHON=...)"; exit 1; }
+	rm -rf $(VENV_WHEEL) $(WHEEL_DIR)
+	mkdir -p $(WHEEL_DIR)/src
+	tar -c --exclude=./.git --exclude='./.venv*' --exclude=./build --exclude='*.egg-info' \
+	  --exclude=__pycache__ . | tar -x -C $(WHEEL_DIR)/src
+	@if $(PYTHON) -c "import torch" 2>/dev/null; \
+	  then $(PYTHON) -m venv --system-site-packages $(VENV_WHEEL); else $(PYTHON) -m venv $(VENV_WHEEL); fi
+	$(PY_WHEEL) -m pip install --upgrade --quiet pip
+	@$(PY_WHEEL) -c "import torch" 2>/dev/null || $(PY_WHEEL) -m pip install --quiet torch==2.13.0
+	$(PY_WHEEL) -m pip wheel --quiet --no-deps -w $(WHEEL_DIR)/dist $(WHEEL_DIR)/src
+	$(PY_WHEEL) -m pip install --quiet $(WHEEL_DIR)/dist/*.whl
+	$(PY_WHEEL) .ci/quickstarts.py README.md
+
 $(STAMP_NEW): pyproject.toml
 	@test -n "$(PYTHON_NEW)" || { echo "need python$(NEW) (make test-arviz1 NEW=3.12 or PYTHON_NEW=/path/to/python)"; exit 1; }
 	@test -x $(PY_NEW) || $(PYTHON_NEW) -m venv $(VENV_NEW)
@@ -52,4 +74,4 @@ demo: $(STAMP)
 	$(PY) examples/subnet_regression.py
 
 clean:
-	rm -rf $(VENV) $(VENV_NEW)
+	rm -rf $(VENV) $(VENV_NEW) $(VENV_WHEEL) $(WHEEL_DIR)
