@@ -1,5 +1,7 @@
 """Export a ParallelTempering run to ArviZ (both generations), tempering record included."""
 
+import math
+
 import numpy as np
 
 import pyro_arviz
@@ -35,7 +37,8 @@ def to_inference_data(mcmc, *, log_likelihood=True):
 
     with chain 0's temperatures (and ``beta``; for the two legs of a stabilized ladder, each
     rung's ``leg``: ``"reference"`` or ``"prior"``) as coordinates, and per-chain swap acceptance,
-    round trips, the observed and theoretical round-trip rates, global barrier, recommended
+    round trips, tempered restarts (NaN where the hot end is a finite temperature, whose
+    restarts are not counted), the observed and theoretical round-trip rates, global barrier, recommended
     replicas and stepping-stone ``log_Z`` (with ``log_Z_meaning``; of the reference's leg,
     with ``barrier_prior_leg`` and ``log_Z_prior_leg`` beside them) as attributes. It
     round-trips through netCDF.
@@ -110,6 +113,10 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     stats.attrs["round_trips"] = np.asarray(
         [diagnostics["round_trips"][c] for c in chains], dtype=np.int64
     )
+    # tempered restarts (pyro_pt.lineages); NaN where the hot end is not drawn exactly
+    stats.attrs["restarts"] = np.asarray(
+        [math.nan if diagnostics["restarts"][c] is None else diagnostics["restarts"][c]
+         for c in chains], dtype=np.float64)
     for key, dtype in (("barrier", np.float64), ("log_Z", np.float64),
                        ("recommended_replicas", np.int64), ("round_trip_rate", np.float64),
                        ("theoretical_round_trip_rate", np.float64)):

@@ -169,8 +169,8 @@ def save(kernel, path):
     for blob in gathered:
         per_rung.update(torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False))
     report = {k: v for k, v in vars(kernel._report).items() if k not in ("comm", "_printing")}
-    scan, trips, started = report["_round_start"]
-    report["_round_start"] = (scan, trips, time.perf_counter() - started)  # seconds elapsed
+    *counts, started = report["_round_start"]  # the round's first scan, trips, restarts
+    report["_round_start"] = (*counts, time.perf_counter() - started)  # seconds elapsed
     payload = {
         "rungs": [per_rung[k] for k in range(kernel.num_replicas)], "ll": list(kernel._ll),
         "swap_generator": kernel._swap_generator.get_state(),
@@ -283,8 +283,8 @@ class Checkpointing:
         self._swap_generator.set_state(payload["swap_generator"])
         vars(self._recorder).update(payload["recorder"])
         report = dict(payload["report"], _finished=False)
-        scan, trips, elapsed = report["_round_start"]
-        report["_round_start"] = (scan, trips, time.perf_counter() - elapsed)
+        *counts, elapsed = report["_round_start"]
+        report["_round_start"] = (*counts, time.perf_counter() - elapsed)
         vars(self._report).update(report)
         self.timings = dict(payload["timings"])
         if self._reference is not None:

@@ -188,9 +188,12 @@ class Growth:
             block.add(explorer, state)
             lls.append(ll)
         kernel._rungs, kernel._ll = block, lls
-        trips = kernel._recorder.index.round_trips
-        kernel._recorder = TemperingRecorder(num, self.warmup_steps)
+        index = kernel._recorder.index
+        kernel._recorder = TemperingRecorder(num, self.warmup_steps,
+                                             exact_hots=kernel._ladder.exact_hots)
         kernel._recorder.scans = scan
-        kernel._recorder.index.round_trips = trips  # the report counts trips from its rows
+        # the report counts trips and restarts from its rows
+        kernel._recorder.index.round_trips = index.round_trips
+        kernel._recorder.index.restarts = index.restarts
         return True
 

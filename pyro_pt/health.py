@@ -43,6 +43,10 @@ import torch
 LOW_SWAP_ACCEPTANCE = 0.1
 LOW_COLD_ACCEPTANCE = 0.01
 LOG_Z_TOLERANCE = 3.0
+# Fewer tempered restarts than this in the sampling phase warn: a mode's share is then known
+# to worse than +-0.07 (share_error), and in the mixture battery (benchmarks/restarts.py)
+# shares were off by more than 0.1 only below it.
+MIN_RESTARTS = 100
 # What log_Z_meaning gains when the estimate is not to be trusted.
 UNRELIABLE = " -- UNRELIABLE: "
 # Keys the review adds to the kernel's diagnostics.
@@ -99,10 +103,37 @@ def _rung(temps, rung, legs, reference):
 
 
 def _ladder_advice(diagnostics):
+    hotter = "" if math.isinf(diagnostics["temperatures"][-1]) else "raise max_temperature, "
     return (f"add rungs (num_replicas={len(diagnostics['temperatures'])} now; the barrier "
             f"Lambda = {diagnostics['barrier']:.2f} calls for about "
-            f"{diagnostics['recommended_replicas']}), raise max_temperature, warm up longer "
+            f"{diagnostics['recommended_replicas']}), {hotter}warm up longer "
             "(warmup_steps) with adapt_temperatures=True")
+
+
+def share_error(restarts):
+    r"""The standard error a mode's share of the cold draws has at most when ``restarts``
+    independent labels made it: :math:`\sqrt{2 w (1 - w) / R}` at :math:`w = 1/2`, the factor
+    2 for sojourns of random (exponential) length; inf for none."""
+    return math.sqrt(0.5 / restarts) if restarts else math.inf
+
+
+def _restart_problem(diagnostics, num_rounds):
+    """Too few tempered restarts in the sampling phase for the weights of separated modes."""
+    restarts = diagnostics.get("restarts")
+    if restarts is None or num_rounds == 0 or restarts >= MIN_RESTARTS:
+        return None
+    rate = restarts / num_rounds
+    longer = (f"about {math.ceil(MIN_RESTARTS / rate)} swap rounds at this run's rate of "
+              f"{rate:.3g}" if rate > 0 else "much longer")
+    known = (f"a mode's share of the cold draws is known to about +-{share_error(restarts):.2f}"
+             if restarts else "no draw from the hot end has reached the cold chain")
+    rungs = (f"{_ladder_advice(diagnostics)}, or sample longer"
+             if diagnostics["recommended_replicas"] > len(diagnostics["temperatures"]) else
+             "the ladder has the rungs its barrier calls for: sample longer")
+    return (f"only {restarts} tempered restarts (states drawn exactly at the hot end that "
+            f"reached the cold rung) in the {num_rounds} swap rounds of the sampling phase, "
+            f"fewer than {MIN_RESTARTS}: the cold chain's weights of modes it cannot cross "
+            f"between on its own rest on them, and {known}; {rungs} ({longer})")
 
 
 def _divergence_problem(diagnostics, num_scans, explorer):
@@ -187,6 +218,9 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, refere
         problems.append(f"no round trip (cold -> hottest -> cold) in the {num_rounds} swap "
                         "rounds of the sampling phase: the cold chain has not seen what the hot "
                         f"rungs explore; {_ladder_advice(diagnostics)}, or sample longer")
+    restart = _restart_problem(diagnostics, num_rounds)
+    if restart is not None:
+        problems.append(restart)
     further = _further_than_the_prior(diagnostics, reference)
     if further is not None:
         problems.append(further)

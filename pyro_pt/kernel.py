@@ -10,6 +10,7 @@ Pyro's ``initial_params`` / ``save_params`` are :class:`~pyro_pt.compat.KernelPa
 
 import math
 import time
+import warnings
 
 import torch
 
@@ -21,9 +22,10 @@ from .checkpoint import Checkpointing, check_checkpointing
 from .comm import make_comm
 from .compat import KernelParams, refuse_multichain_mcmc
 from .explain import missing_sites
-from .growth import Growth, growth_options
-from .ladder import Ladder
-from .options import check_options, ladder_temperatures
+from .growth import AUTO, Growth, growth_options
+from .health import TemperingWarning
+from .ladder import Ladder, geometric_ladder
+from .options import DEFAULT_MAX_TEMPERATURE, check_options, ladder_temperatures
 from .potential.inductor import check_compiler
 from .reference import check_reference, is_prior
 from .reference.refit import Refitting
@@ -44,7 +46,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
 
     with ``lp`` the log prior plus log-det-Jacobian in unconstrained space and ``ll`` the log
     probability of the observed sites. Each scan, every rung takes one step of its own explorer
-    (NUTS by default); every ``swap_interval`` scans, adjacent rungs exchange their states with
+    (batched HMC by default); every ``swap_interval`` scans, adjacent rungs exchange their states with
     probability :math:`\min(1, \exp((\beta_i - \beta_j)(ll(z_j) - ll(z_i))))`. The cold rung
     (:math:`T_0 = 1`) samples the posterior and is what :class:`~pyro.infer.MCMC` records.
 
@@ -65,21 +67,28 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
     [2] Earl, Deem (2005), "Parallel tempering: theory, applications, and new perspectives".
 
     :param callable model: a Pyro model with at least one observed site.
-    :param int num_replicas: K, the number of rungs of a geometric ladder (default 8), or
-        ``"auto"``: start there (or at ``temperatures``) and add rungs in warmup while the
-        barrier calls for more, up to ``max_replicas`` (:mod:`pyro_pt.growth`; one process).
-    :param int max_replicas: the cap of ``num_replicas="auto"`` (default 32).
+    :param int num_replicas: K, the number of rungs of the ladder, or ``"auto"``: start at 8
+        (or at ``temperatures``) and add rungs in warmup while the barrier calls for more, up
+        to ``max_replicas`` (:mod:`pyro_pt.growth`; one process). Default: ``"auto"`` with the
+        prior as reference and ``adapt_temperatures=True`` in one process, else 8.
+    :param int max_replicas: the cap of a growing ladder (default 32).
     :param float max_temperature: the hottest temperature of the geometric ladder
-        :math:`T_k = T_{max}^{k/(K-1)}` (default 50); ``float("inf")`` makes the hottest
-        rung the prior, sampled exactly.
+        :math:`T_k = T_{max}^{k/(K-1)}`; ``float("inf")`` (the default) makes the hottest
+        rung the prior, drawn exactly, with the rungs equally spaced in beta to start, so that
+        tempered restarts carry the weights of separated modes to the cold chain
+        (:mod:`pyro_pt.lineages`). Where a latent site's prior cannot be drawn exactly
+        (improper, scaled or masked), the default falls back to 50 with a
+        :class:`~pyro_pt.TemperingWarning` naming the site. A finite hottest rung is an MCMC
+        chain that may not cross between modes: its restarts are not counted.
     :param list temperatures: an explicit ladder instead, cold first: ``[1.0, ...]``
         increasing; the last may be ``inf``. With it, ``num_replicas`` and
         ``max_temperature`` may be left out; given, they must agree with it.
-    :param explorer: the local kernel of each rung: ``"nuts"`` (Pyro's NUTS on every rung,
-        default), ``"hmc"`` (HMC with per-rung step size, diagonal mass matrix and trajectory
-        length (ChEES) adapted in warmup; all the rungs of a process advance together,
-        one batched evaluation of a captured graph of the model per leapfrog step, see
-        :attr:`explorer_info`), ``"rwmh"`` (random-walk Metropolis with a scale adapted in
+    :param explorer: the local kernel of each rung: ``"hmc"`` (default: HMC with per-rung
+        step size, diagonal mass matrix and trajectory length (ChEES) adapted in warmup; all
+        the rungs of a process advance together, one batched evaluation of a captured graph
+        of the model per leapfrog step, see :attr:`explorer_info`; chosen by
+        ``benchmarks/explorers.py``, docs/design.md), ``"nuts"`` (Pyro's NUTS on every rung),
+        ``"rwmh"`` (random-walk Metropolis with a scale adapted in
         warmup), or a callable ``potential_fn -> MCMCKernel``.
     :param dict explorer_kwargs: keyword arguments for every rung's explorer (e.g.
         ``{"max_tree_depth": 6}`` for NUTS; for ``"hmc"``: ``num_steps`` (default: none, the
@@ -133,7 +142,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
     """
 
     def __init__(self, model, num_replicas=None, max_temperature=None, temperatures=None,
-                 explorer="nuts", explorer_kwargs=None, swap_scheme="deo", swap_interval=1,
+                 explorer="hmc", explorer_kwargs=None, swap_scheme="deo", swap_interval=1,
                  adapt_temperatures=True, init_strategy=init_to_uniform, transforms=None,
                  process_group=None, compile="auto", max_replicas=None, checkpoint_every=None,
                  checkpoint_path=None, reference="prior"):
@@ -143,8 +152,17 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self.reference = reference
         self._ladder_given = temperatures is not None or not (
             max_temperature is None or max_temperature == math.inf)
-        if not is_prior(reference) and max_temperature is None and temperatures is None:
-            max_temperature = math.inf  # the hottest rung is q, drawn exactly
+        # By default the hottest rung is drawn exactly (the prior, or q): tempered restarts
+        # then carry the mode weights to the cold chain (pyro_pt.lineages). Where the prior
+        # cannot be drawn, the set-up falls back to a finite one and says so (_finite_hot_end).
+        self._exact_hot_end_default = max_temperature is None and temperatures is None
+        if self._exact_hot_end_default:
+            max_temperature = math.inf
+        # By default the ladder grows to the rungs its barrier calls for (one process).
+        self._grows_by_default = (num_replicas is None and temperatures is None
+                                  and is_prior(reference) and adapt_temperatures is True)
+        if self._grows_by_default:
+            num_replicas = AUTO
         num_replicas, self._max_replicas = growth_options(num_replicas, max_replicas,
                                                           temperatures, adapt_temperatures)
         self._ladder = Ladder(ladder_temperatures(num_replicas, max_temperature, temperatures))
@@ -197,8 +215,11 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         if self._resume_from:  # the checkpoint's ladder, and the run's warmup from what is left
             warmup_steps = self._resume_warmup(warmup_steps)
         num = self.num_replicas
-        self._growth = self._max_replicas and Growth(self._max_replicas, comm, warmup_steps, num,
-                                                     self.swap_interval)
+        # A default ladder grows in one process only: over several, the rungs' blocks are
+        # fixed at set-up, and the end of warmup says when the barrier calls for more rungs.
+        grows = self._max_replicas and not (self._grows_by_default and comm.world_size > 1)
+        self._growth = grows and Growth(self._max_replicas, comm, warmup_steps, num,
+                                        self.swap_interval)
         start = time.perf_counter()
         self._rungs, self._split, local_ll, self.explorer_info, seeds = set_up_kernel(
             self, comm, warmup_steps, args, kwargs)
@@ -210,7 +231,8 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self._fingerprint = None  # of this set-up's model and data, at the first checkpoint
         self._ll = self._rungs.gather(local_ll)
         self._initial_params = self._rungs.cold_state()
-        self._recorder = TemperingRecorder(num, warmup_steps, self._ladder.legs)
+        self._recorder = TemperingRecorder(num, warmup_steps, self._ladder.legs,
+                                           self._ladder.exact_hots)
         self._report = Report(warmup_steps, self.adapt_temperatures, comm, self.swap_interval)
         self.explorer_info["reference"] = ("prior" if self._reference is None
                                            else self._reference.describe())
@@ -222,6 +244,20 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self.timings = {"explorers": 0.0, "total": 0.0}
         if self._resume_from:
             self._restore(comm)
+
+    def _finite_hot_end(self, why):
+        """The default ladder's fallback where the prior cannot be drawn exactly (``why``
+        names the site): the geometric ladder to T = 50, said once per run."""
+        self._ladder = Ladder(geometric_ladder(self.num_replicas, DEFAULT_MAX_TEMPERATURE))
+        warnings.warn(
+            f"ParallelTempering: the default hottest rung is the prior, drawn exactly, but "
+            f"{why}. Falling back to a finite hottest temperature T = "
+            f"{DEFAULT_MAX_TEMPERATURE:g}: it is an MCMC chain that may not cross between "
+            "modes, so the cold chain's mode weights rest on it and tempered restarts are not "
+            "counted. Give the site a proper, unscaled prior for an exact hot end, or pass "
+            "max_temperature= (or temperatures=) to choose the hot end yourself",
+            TemperingWarning, stacklevel=4)
+        return self.betas
 
     @property
     def _t(self):

@@ -107,6 +107,14 @@ class Ladder:
     def temperatures(self):
         return temperatures_of(self.betas)
 
+    @property
+    def exact_hots(self):
+        """The hottest rungs at beta = 0 (the prior, or a fitted q), drawn exactly: where
+        tempered restarts begin (:mod:`pyro_pt.lineages`). Adaptation keeps the ends fixed."""
+        legs = getattr(self, "legs", None)
+        hots = legs.hots if legs is not None else [len(self.betas) - 1]
+        return [h for h in hots if h > 0 and self.betas[h] == 0.0]
+
     def adapt(self, scan, rejection_rates, pair_barriers=None):
         """
         The end of a warmup round at ``scan``: record it, and move the rungs to equal

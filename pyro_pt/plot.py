@@ -30,7 +30,24 @@ def _from_diagnostics(diag, history=()):
             "local": np.asarray(diag["local_barrier"], dtype=np.float64).reshape(-1, 2),
             "barrier": float(diag["barrier"]),
             "recommended": int(diag["recommended_replicas"]),
+            "restarts": _count(diag.get("restarts")),
+            "round_trips": _count(diag.get("round_trips")),
             "history": list(history)}
+
+
+def _count(value):
+    """A count of the diagnostics or the export (NaN there: not counted) -> int or None."""
+    if value is None:
+        return None
+    value = float(np.asarray(value, dtype=np.float64).ravel()[0])
+    return None if math.isnan(value) else int(value)
+
+
+def _restarts_text(data):
+    trips = "" if data["round_trips"] is None else f", {data['round_trips']} round trips"
+    if data["restarts"] is None:
+        return f"restarts not counted (a finite hot end){trips}"
+    return f"{data['restarts']} tempered restarts{trips}"
 
 
 def _from_mcmc(mcmc):
@@ -46,7 +63,7 @@ def _from_mcmc(mcmc):
     except AttributeError as error:  # Pyro's MCMC before run() has no samples to diagnose
         raise ValueError(NOT_RUN) from error
     keys = ("temperatures", "swap_acceptance", "local_barrier", "barrier",
-            "recommended_replicas", "legs")
+            "recommended_replicas", "legs", "restarts", "round_trips")
     data = _from_diagnostics({key: diag[key]["chain 0"] for key in keys if key in diag},
                              diag.get("adaptation_history", {}).get("chain 0", ()))
     data["chain"] = f"chain 0 of {mcmc.num_chains}"
@@ -69,6 +86,8 @@ def _from_inference_data(idata):
                                    stats["local_barrier"].values[0]], -1),
         "barrier": np.asarray(stats.attrs["barrier"]).ravel()[0],
         "recommended_replicas": np.asarray(stats.attrs["recommended_replicas"]).ravel()[0],
+        "restarts": stats.attrs.get("restarts"),
+        "round_trips": stats.attrs.get("round_trips"),
     })
     num_chains = stats.sizes.get("chain", 1)
     if num_chains > 1:
@@ -201,7 +220,7 @@ def plot_tempering(source, axes=None, path=None):
     ax.set_ylim(0, 1)
     ax.set_xlabel("adjacent pair (temperatures)")
     ax.set_ylabel("swap acceptance")
-    ax.set_title("Swap acceptance per adjacent pair", pad=18)
+    ax.set_title(f"Swap acceptance per adjacent pair\n{_restarts_text(data)}", pad=18)
     # Above the axes, where no bar can hide under it (a bottleneck bar is the one that matters).
     ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
 

@@ -15,63 +15,7 @@ from .barrier import (global_barrier, leg_pair_barriers, pair_barriers, recommen
                       rung_barriers)
 from .ladder import temperatures_of
 from .legs import Legs
-
-
-class IndexProcess:
-    """
-    Which replica lineage sits at which temperature, and the round trips the lineages make.
-
-    A round trip is a lineage going cold (rung 0) -> hottest (rung K-1) -> cold; on the two
-    legs of a stabilized ladder (:mod:`pyro_pt.legs`), from either cold rung to either leg's
-    hottest and back to either cold rung. Lineage ``r`` starts at rung ``r``; only those that
-    start cold have already "been cold".
-
-    :param int num_temperatures: K.
-    :param Legs legs: the ladder's legs (default: one).
-    """
-
-    def __init__(self, num_temperatures, legs=None):
-        self.num_temperatures = num_temperatures
-        self.legs = legs or Legs.plain(num_temperatures)
-        self.lineage = list(range(num_temperatures))  # lineage[k]: replica at rung k
-        # Per lineage: None (not cold yet), "up" (was cold, heading hot), "down" (was hot too).
-        self._phase = [None] * num_temperatures
-        for cold in self.legs.colds:
-            self._phase[cold] = "up"
-        self.round_trips = 0
-
-    def swap(self, pair):
-        """Exchange the lineages of pair ``pair``'s rungs (``pair`` and ``pair + 1``, or the
-        bridge's)."""
-        i, j = self.legs.pairs[pair]
-        self.lineage[i], self.lineage[j] = self.lineage[j], self.lineage[i]
-
-    def observe(self):
-        """Update round trips from the current positions; call once after each swap round."""
-        if self.num_temperatures < 2:
-            return  # a lone cold rung makes no trips
-        for rung in self.legs.hots:
-            hot = self.lineage[rung]
-            if self._phase[hot] == "up":
-                self._phase[hot] = "down"
-        for rung in self.legs.colds:
-            cold = self.lineage[rung]
-            if self._phase[cold] == "down":
-                self.round_trips += 1
-            self._phase[cold] = "up"
-
-
-def theoretical_round_trip_rate(rejection_rates):
-    r"""
-    Round trips per swap round of deterministic even-odd tempering (Syed et al. 2021, Thm. 3):
-    :math:`\tau = 1 / (2 + 2 \sum_i r_i / (1 - r_i))`, ``r_i`` the rejection rate of pair i.
-    """
-    total = 0.0
-    for r in rejection_rates:
-        if r >= 1.0:
-            return 0.0
-        total += r / (1.0 - r)
-    return 1.0 / (2.0 + 2.0 * total)
+from .lineages import IndexProcess, theoretical_round_trip_rate  # noqa: F401 (public here too)
 
 
 class SwapStatistics:
@@ -232,13 +176,15 @@ class TemperingRecorder:
     :param int num_rungs: K.
     :param int warmup_steps: scans of warmup.
     :param Legs legs: the ladder's legs (default: one).
+    :param exact_hots: the hot ends drawn exactly (:class:`~pyro_pt.lineages.IndexProcess`:
+        restarts are counted from them).
     """
 
-    def __init__(self, num_rungs, warmup_steps, legs=None):
+    def __init__(self, num_rungs, warmup_steps, legs=None, exact_hots=()):
         self.warmup_steps = warmup_steps
         self.scans = 0
         self.legs = legs or Legs.plain(num_rungs)
-        self.index = IndexProcess(num_rungs, self.legs)
+        self.index = IndexProcess(num_rungs, self.legs, exact_hots)
         self.phase = SwapStatistics(num_rungs - 1)
         self.round = SwapStatistics(num_rungs - 1)
         self.round_ll = []
@@ -284,6 +230,7 @@ class TemperingRecorder:
         self.begin_round()
         self.phase.reset()
         self.index.round_trips = 0
+        self.index.restarts = 0
 
     def sampling_record(self):
         """``(ll [draws, K], swap outcomes [draws, K - 1])`` of the sampling phase, float64."""
@@ -304,5 +251,6 @@ class TemperingRecorder:
                                 record_ll, self.legs)
         out.update(rungs)
         out.update(swap_acceptance=acceptance, round_trips=self.index.round_trips,
+                   restarts=self.index.restarts,
                    tempering_record={"log_likelihood": record_ll, "swap_accepted": record_swaps})
         return out

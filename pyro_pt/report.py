@@ -24,12 +24,12 @@ from .barrier import global_barrier, recommended_replicas
 from .recorders import stepping_stone
 
 COLUMNS = ("round", "phase", "scans", "barrier", "log_Z", "min_swap_acc", "mean_swap_acc",
-           "cold_local_acc", "round_trips", "seconds", "warnings")
+           "cold_local_acc", "round_trips", "restarts", "seconds", "warnings")
 # The printed table: the DataFrame's column names and (decimals) formats; the warnings, text,
 # are printed as lines under the closing row.
 _PRINTED = (("round", None), ("phase", None), ("scans", None), ("barrier", 3), ("log_Z", 3),
             ("min_swap_acc", 3), ("mean_swap_acc", 3), ("cold_local_acc", 3),
-            ("round_trips", None), ("seconds", 2))
+            ("round_trips", None), ("restarts", None), ("seconds", 2))
 _WIDTHS = {name: max(len(name), 10 if name == "log_Z" else 8) for name, _ in _PRINTED}
 _HEADER = " ".join(f"{name:>{_WIDTHS[name]}}" for name, _ in _PRINTED)
 
@@ -38,7 +38,9 @@ def _format_row(row):
     cells = []
     for name, digits in _PRINTED:
         value, width = row[name], _WIDTHS[name]
-        if digits is None:
+        if value is None:  # restarts where the hot end is not drawn exactly
+            cells.append(f"{'-':>{width}}")
+        elif digits is None:
             cells.append(f"{value:>{width}}")
         else:
             cells.append(f"{value:>{width}.{digits}f}" if not math.isnan(value)
@@ -88,11 +90,12 @@ class Report:
         self._next_sampling_row = 16
         self._finished = False
         self._warned_replicas = False
-        self._begin_round(0, 0)
-
-    def _begin_round(self, scan, round_trips):
         self._cold_moves = 0
-        self._round_start = (scan, round_trips, time.perf_counter())
+        self._round_start = (0, 0, 0, time.perf_counter())
+
+    def _begin_round(self, scan, index):
+        self._cold_moves = 0
+        self._round_start = (scan, index.round_trips, index.restarts, time.perf_counter())
 
     def after_scan(self, ladder, recorder, cold_moved):
         """
@@ -100,7 +103,7 @@ class Report:
         explorer moved (None on ranks without rung 0). At the end of a warmup round, with
         adaptation on, the ladder adapts: returns its new betas (None if it stays).
         """
-        scan, trips = recorder.scans, recorder.index.round_trips
+        scan = recorder.scans
         self._cold_moves += bool(cold_moved)
         moved = None
         if scan in self.round_ends:
@@ -109,12 +112,12 @@ class Report:
             if self.adapt:
                 moved = ladder.adapt(scan, recorder.round.rejection_rates(), pairs)
             recorder.begin_round()
-            self._begin_round(scan, trips)
+            self._begin_round(scan, recorder.index)
         elif scan == self.warmup_steps:
             self._add_row("warmup", scan, ladder.betas, recorder)
             self._check_replicas(recorder.legs)
             recorder.begin_sampling()
-            self._begin_round(scan, 0)  # the sampling phase is reported from its start
+            self._begin_round(scan, recorder.index)  # the sampling phase from its start
         elif scan - self.warmup_steps == self._next_sampling_row:
             self._add_row("sampling", scan, ladder.betas, recorder)
             self._next_sampling_row *= 2
@@ -161,9 +164,10 @@ class Report:
             f"ParallelTempering: the estimated global barrier Lambda = {barrier:.2f} needs "
             f"about {recommended_replicas(barrier)} rungs (2 Lambda) and {where}: some pairs "
             f"will rarely swap and the cold chain may not leave its mode; run with "
-            f"num_replicas={needed} (or more temperatures; a num_replicas='auto' run stops at "
-            f"max_replicas: raise it to {needed})",
-            stacklevel=2)
+            f"num_replicas={needed} (or more temperatures; a growing ladder, the default, "
+            f"grows at the ends of the last two warmup rounds of 32+ scans up to max_replicas: "
+            f"warm up longer, or raise max_replicas to {needed} where it stopped there)",
+            TemperingWarning, stacklevel=2)
 
     def _cold_acceptance(self, num_scans):
         # Only rank 0 saw rung 0 move; one scalar per round is all the traffic this costs.
@@ -173,7 +177,8 @@ class Report:
         return float(moves[0]) / num_scans if num_scans else math.nan
 
     def _add_row(self, phase, scan, betas, recorder, pairs=None):
-        start_scan, start_trips, start_time = self._round_start
+        start_scan, start_trips, start_restarts, start_time = self._round_start
+        restarts = recorder.index.restarts
         num_scans = scan - start_scan
         acceptance = recorder.round.acceptance()
         known = [a for a in acceptance if not math.isnan(a)]
@@ -193,6 +198,7 @@ class Report:
             "mean_swap_acc": sum(known) / len(known) if known else math.nan,
             "cold_local_acc": self._cold_acceptance(num_scans),
             "round_trips": recorder.index.round_trips - start_trips,
+            "restarts": None if restarts is None else restarts - (start_restarts or 0),
             "seconds": time.perf_counter() - start_time,
             "warnings": "",
         }
@@ -241,6 +247,8 @@ class Reporting:
         out = dict(cold.logging() or {}) if cold is not None else {}
         out["swap acc."] = f"{self._recorder.phase.mean_acceptance():.3f}"
         out["round trips"] = self._recorder.index.round_trips
+        if self._recorder.index.restarts is not None:
+            out["restarts"] = self._recorder.index.restarts
         seconds = self.explorer_info.get("setup_seconds", 0.0)
         if seconds >= SHOWN_SETUP_SECONDS:  # a long compile, said where the run's progress is
             out["set-up"] = f"{seconds:.0f} s"

@@ -170,6 +170,18 @@ def set_up_rungs(comm, num_rungs, make_split, build, settings):
     return block, split, lls, info, seeds
 
 
+def default_hot_end_refusal(kernel, split, betas):
+    """Why the default ladder's exact prior rung cannot be drawn for this model (the site and
+    its reason), or None where it can or was not the default."""
+    if not (kernel._exact_hot_end_default and is_prior(kernel.reference) and betas[-1] == 0.0):
+        return None
+    try:
+        split.check_proper_prior()
+    except ValueError as error:
+        return str(error).split(", so ")[0]
+    return None
+
+
 def set_up_kernel(kernel, comm, warmup_steps, args, kwargs):
     """
     :func:`set_up_rungs` for a :class:`~pyro_pt.ParallelTempering` ``kernel`` and the model call
@@ -187,6 +199,9 @@ def set_up_kernel(kernel, comm, warmup_steps, args, kwargs):
         if not is_prior(kernel.reference):  # two legs, to q and to the prior, where allowed
             legs["info"] = stabilize(kernel, split)
             betas = kernel.betas
+        why = default_hot_end_refusal(kernel, split, betas)
+        if why is not None:
+            betas = kernel._finite_hot_end(why)
         check_split(split, betas, kernel._save_params, kernel.reference)
         if kernel._resume_from:  # before any rung is built: the checkpoint's model and data
             check_same_model(*kernel._resume_from, split)

@@ -169,8 +169,10 @@ def test_agreeing_ladder_arguments_are_accepted():
     kernel = ParallelTempering(linear_model, temperatures=[1.0, 2.0, 4.0], num_replicas=3,
                                max_temperature=4.0)
     assert kernel.temperatures == [1.0, 2.0, 4.0]
-    assert ParallelTempering(linear_model).temperatures == pytest.approx(
-        [50.0 ** (k / 7) for k in range(8)])  # the defaults: 8 rungs up to 50
+    # the defaults: 8 rungs to the prior (T = inf), equally spaced in beta
+    assert ParallelTempering(linear_model).betas == pytest.approx([1 - k / 7 for k in range(8)])
+    assert ParallelTempering(linear_model, max_temperature=50.0).temperatures == pytest.approx(
+        [50.0 ** (k / 7) for k in range(8)])
 
 
 def test_explorer_given_as_a_kernel_class_is_its_factory():

@@ -102,6 +102,8 @@ def run_config(name):
     assert diagnostics.pop("raised_target_accept_probs") == [
         e.diagnostics().get("target accept prob") for e in kernel._rungs.explorers]
     diagnostics["log_Z_meaning"] = diagnostics["log_Z_meaning"].split(UNRELIABLE)[0]
+    # Tempered restarts, counted after the record: the index process's own count.
+    assert diagnostics.pop("restarts") == kernel._recorder.index.restarts
     # Wall-clock seconds, added after the record (and shown on the progress bar when long).
     explorer_info = dict(kernel.explorer_info)
     assert explorer_info.pop("setup_seconds") > 0.0
@@ -110,7 +112,9 @@ def run_config(name):
     assert explorer_info.pop("compile").startswith("TorchScript")
     logging = kernel.logging()
     logging.pop("set-up", None)
-    report = kernel.report.drop(columns=["seconds", "warnings"]).to_dict(orient="list")
+    logging.pop("restarts", None)  # added after the record
+    report = kernel.report.drop(columns=["seconds", "warnings", "restarts"]).to_dict(
+        orient="list")
     return _plain({
         "samples": mcmc.get_samples(),
         "diagnostics": diagnostics,

@@ -146,3 +146,26 @@ def test_a_bottleneck_at_the_hot_end_names_q_or_the_prior():
     for reference, hot in ((None, "inf"), ("diagonal Gaussian", "q")):
         problems, _, _ = review(dict(diagnostics), betas, 400, reference=reference)
         assert f"pair 1 (T = 10 and {hot}) accepted 0.01" in problems[0], problems
+
+
+def test_too_few_restarts_warn_with_their_count_and_what_to_do():
+    """The prior rung: a healthy conjugate run with few draws has fewer restarts than the
+    review asks for, and says so; with more draws it has enough and says nothing; a finite
+    hot end counts none and is not told about restarts."""
+    short, _, caught = run(num_data=10, noise=1.0, samples=120, num_replicas=3,
+                           max_temperature=math.inf)
+    restarts = short.diagnostics()["restarts"]
+    assert 0 < restarts < 100 and len(caught) == 1
+    message = str(caught[0].message)
+    assert f"only {restarts} tempered restarts" in message and "in the 120 swap rounds" in message
+    assert "sample longer" in message and "max_temperature" not in message
+    rate = restarts / 120
+    assert f"about {math.ceil(100 / rate)} swap rounds" in message
+    assert f"+-{math.sqrt(0.5 / restarts):.2f}" in message
+    long, _, caught = run(num_data=10, noise=1.0, samples=1000, num_replicas=3,
+                          max_temperature=math.inf)
+    assert long.diagnostics()["restarts"] >= 100 and caught == []
+    finite, _, caught = run(num_data=10, noise=1.0, samples=120, num_replicas=3,
+                            max_temperature=10.0)
+    assert finite.diagnostics()["restarts"] is None
+    assert not any("restarts" in str(w.message) for w in caught)

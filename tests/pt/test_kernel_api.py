@@ -5,6 +5,7 @@ import math
 import pickle
 
 import arviz as az
+import numpy as np
 import pytest
 import torch
 
@@ -157,8 +158,16 @@ def test_prior_rung_temperatures_survive_netcdf(tmp_path, data):
     idata = to_inference_data(run(kernel, *data))
     path = tmp_path / "prior.nc"
     idata.to_netcdf(str(path))
-    temps = az.from_netcdf(str(path)).sample_stats.temperature.values
+    loaded = az.from_netcdf(str(path)).sample_stats
+    temps = loaded.temperature.values
     assert temps[0] == 1.0 and math.isinf(temps[-1])
+    # restarts, counted from the prior rung, survive too; a finite hot end's are NaN
+    restarts = kernel.diagnostics()["restarts"]
+    assert float(np.ravel(loaded.attrs["restarts"])[0]) == restarts > 0  # netCDF: a scalar
+    finite = ParallelTempering(linear_model, num_replicas=3, max_temperature=4.0,
+                               explorer="rwmh")
+    assert math.isnan(np.ravel(to_inference_data(run(finite, *data)).sample_stats.attrs[
+        "restarts"])[0])
 
 
 def test_to_inference_data_rejects_other_kernels(data):

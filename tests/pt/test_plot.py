@@ -100,6 +100,11 @@ def test_mcmc_and_inference_data_inputs(adapted_run, tmp_path):
     # The same run through ArviZ draws the same picture as through the kernel.
     assert plotted(fig)[0] == pytest.approx(diag["swap_acceptance"], rel=1e-12)
     assert plotted(fig)[1:4] == expected[1:4]
+    # The restarts and round trips, the kernel's, in the swap panel's title, from all three.
+    said = f"{diag['restarts']} tempered restarts, {diag['round_trips']} round trips"
+    assert diag["restarts"] > 0 and float(stats.attrs["restarts"][0]) == diag["restarts"]
+    for source in (kernel, mcmc, idata):
+        assert said in plot_tempering(source).axes[0].get_title()
     # Nothing in InferenceData records the adaptation: two panels and a twin axis only.
     assert not [ax for ax in fig.axes if "adaptation" in ax.get_title()]
     with open(path, "rb") as f:

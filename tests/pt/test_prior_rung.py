@@ -7,6 +7,7 @@ the cold chain to about 1.37 (seeds 0 and 1).
 """
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ import pyro.distributions as dist
 import pyro.poutine as poutine
 from pyro.infer import MCMC
 
-from pyro_pt import ParallelTempering
+from pyro_pt import ParallelTempering, TemperingWarning
 from pyro_pt.potential import ModelSplit
 
 EXACT_VARIANCE = 1.0 / (0.5 + 1.0 / 9.0)
@@ -74,3 +75,23 @@ def test_unit_scale_and_an_all_true_mask_keep_the_prior_rung():
         pyro.sample("y", dist.Normal(theta.sum(), 3.0), obs=y)
 
     ModelSplit(model, (torch.tensor(0.0),)).check_proper_prior()  # no error
+
+
+def test_the_default_falls_back_to_a_finite_hot_end_naming_the_site():
+    """The default ladder ends at the prior, drawn exactly; where a site's prior cannot be
+    drawn, the set-up says which and why, and runs to T = 50 with restarts not counted."""
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(scaled_model, explorer="rwmh")
+    assert kernel.temperatures[-1] == math.inf
+    mcmc = MCMC(kernel, num_samples=20, warmup_steps=20, disable_progbar=True)
+    with pytest.warns(TemperingWarning, match=r"latent site 'theta' has its log density scaled"
+                      r".*finite hottest temperature T = 50.*restarts are not counted"):
+        mcmc.run(torch.tensor(0.0))
+    assert kernel.temperatures[-1] == pytest.approx(50.0)
+    assert kernel.diagnostics()["restarts"] is None
+    # a finite hot end given by the user is the user's choice: no fallback, no such warning
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        MCMC(ParallelTempering(scaled_model, explorer="rwmh", max_temperature=9.0), 5, 5,
+             disable_progbar=True).run(torch.tensor(0.0))
+    assert not any("Falling back" in str(w.message) for w in said)

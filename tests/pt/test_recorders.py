@@ -56,3 +56,43 @@ def test_swap_statistics():
     assert stats.acceptance()[0] == 0.6 and stats.accepts == [1, 0]
     assert stats.acceptance()[1] != stats.acceptance()[1]  # never attempted: NaN
     assert stats.mean_acceptance() == 0.6
+
+
+def test_restarts_by_hand():
+    """A restart is a lineage that sat at the exact hot end and then reached the cold rung;
+    the lineage that starts there was drawn there. Round trips need a cold start instead."""
+    index = IndexProcess(3, exact_hots=[2])
+    index.swap(1)  # lineage 2 (drawn at the hot end) moves down, lineage 1 goes hot
+    index.observe()
+    assert index.lineage == [0, 2, 1] and index.restarts == 0
+    index.swap(0)  # lineage 2 reaches the cold rung: one restart, no round trip
+    index.observe()
+    assert index.lineage == [2, 0, 1] and (index.restarts, index.round_trips) == (1, 0)
+    index.swap(0)  # back and forth between the two colder rungs: nothing new
+    index.swap(0)
+    index.observe()
+    assert index.restarts == 1
+    index.swap(1)  # lineage 1, drawn afresh at the hot end, comes down to the cold rung
+    index.observe()
+    index.swap(0)
+    index.observe()
+    assert index.lineage == [1, 2, 0] and index.restarts == 2
+    # without an exact hot end (a finite hottest temperature) restarts are not counted
+    assert IndexProcess(3).restarts is None
+
+
+def test_restarts_are_the_round_trip_rate_under_deo():
+    """Each lineage that reaches the hot end restarts once at the cold end: over a long DEO
+    run restarts and round trips come at the same rate, the theoretical one."""
+    generator = torch.Generator().manual_seed(1)
+    num, rounds = 6, 40000
+    index = IndexProcess(num, exact_hots=[num - 1])
+    for round_index in range(rounds):
+        coin, uniforms = draw_round_uniforms(generator, num)
+        for i in swap_pairs("deo", round_index, num, coin):
+            if uniforms[i] < 0.6:
+                index.swap(i)
+        index.observe()
+    theory = theoretical_round_trip_rate([0.4] * (num - 1))
+    assert abs(index.restarts / rounds - theory) < 0.05 * theory
+    assert abs(index.restarts - index.round_trips) <= num  # lineages still on their way

@@ -31,7 +31,7 @@ def test_report_rows_follow_the_rounds_and_match_the_diagnostics():
     report = kernel.report
     assert list(report.columns) == ["round", "phase", "scans", "barrier", "log_Z",
                                     "min_swap_acc", "mean_swap_acc", "cold_local_acc",
-                                    "round_trips", "seconds", "warnings"]
+                                    "round_trips", "restarts", "seconds", "warnings"]
     # Warmup rounds end after 4, 12, 28 scans, the last warmup row closes the warmup at 40;
     # sampling rows are cumulative at 16, 32, 64 sampling scans and at the end.
     assert list(report.phase) == ["warmup"] * 4 + ["sampling"] * 4
@@ -47,6 +47,8 @@ def test_report_rows_follow_the_rounds_and_match_the_diagnostics():
     assert final.mean_swap_acc == pytest.approx(sum(acceptance) / len(acceptance), rel=1e-12)
     assert final.min_swap_acc == pytest.approx(min(acceptance), rel=1e-12)
     assert final.round_trips == diag["round_trips"]["chain 0"]
+    # a finite hot end: restarts are not counted
+    assert diag["restarts"]["chain 0"] is None and report.restarts.isna().all()
     # "Moved" counted by the kernel equals the random walk's own acceptance count.
     assert final.cold_local_acc == pytest.approx(diag["acceptance rate"]["chain 0"], rel=1e-12)
 
@@ -63,6 +65,31 @@ def test_report_rows_follow_the_rounds_and_match_the_diagnostics():
     # The sampling rows' log Z uses the sampling draws on the final ladder.
     row = report.iloc[5]  # 32 sampling scans
     assert row.log_Z == pytest.approx(stepping_stone(kernel.betas, ll[40:72])[0], rel=1e-12)
+
+
+def test_restarts_per_round_follow_the_lineages():
+    """With the prior rung, each row counts the restarts of its own round (warmup) or of the
+    sampling phase so far: a lineage that sat at the hot end and then reached the cold rung,
+    counted here again from the lineages' positions after every scan."""
+    pyro.set_rng_seed(5)
+    kernel = ParallelTempering(linear_model, num_replicas=3, max_temperature=math.inf,
+                               explorer="rwmh")
+    positions = []
+    mcmc = MCMC(kernel, 60, 40, disable_progbar=True,
+                hook_fn=lambda k, params, stage, i: positions.append(
+                    list(k._recorder.index.lineage)))
+    mcmc.run(*linear_data())
+    fresh, restarts = {2}, []  # lineage 2 starts at the hot end, drawn from the prior
+    for lineage in positions:
+        fresh.add(lineage[2])
+        restarts.append(int(lineage[0] in fresh))
+        fresh.discard(lineage[0])
+    report = kernel.report
+    # rounds end after 4, 12, 28 scans, the warmup at 40; sampling rows are cumulative
+    expected = [sum(restarts[a:b]) for a, b in ((0, 4), (4, 12), (12, 28), (28, 40))]
+    expected += [sum(restarts[40:40 + n]) for n in (16, 32, 60)]
+    assert list(report.restarts) == expected
+    assert mcmc.diagnostics()["restarts"]["chain 0"] == expected[-1] > 0
 
 
 def test_fixed_ladder_still_reports_its_rounds():
@@ -89,6 +116,7 @@ def test_report_prints_whole_lines_above_the_progress_bar(monkeypatch, capsys):
         fields = line.split()
         assert int(fields[0]) == row.round and fields[1] == row.phase
         assert int(fields[2]) == row.scans and int(fields[8]) == row.round_trips
+        assert fields[9] == "-"  # restarts: not counted on a finite hot end
 
 
 def test_no_report_lines_without_a_progress_bar(capsys):
