@@ -25,7 +25,7 @@ whole run when it was measured, so it was removed), with ``explorer_info`` and
 counters of what each accelerator did, so the table shows that the one switched off really was
 off. Settings are interleaved in rounds; the table
 gives min-max over rounds, and each setting's slowdown against "all on" of the same round.
-Workloads: (a) the seed BNN (``_bnn.py``, K = 8), (b) the 25-weight BNN of
+Workloads: (a) the seed BNN (``_bnn.py``, K = 8, T = 50), (b) the 25-weight BNN of
 ``vs_numpyro_ess.py`` (K = 4, T = 4), (c) non-centered eight schools (``funnel.py``'s
 LocScaleReparam setting, K = 4, T = 10), (d) the BNN of (b) with ``reference="variational"``
 (two legs of 2 rungs, to q and to the prior; ``--workloads d --settings
@@ -128,7 +128,7 @@ def workload(name):
     from pyro.infer.autoguide import init_to_uniform
     if name == "a":
         from _bnn import CountingModel, make_data
-        return CountingModel(), make_data(), dict(num_replicas=8,
+        return CountingModel(), make_data(), dict(num_replicas=8, max_temperature=50.0,
                                                   init_strategy=init_to_uniform(radius=0.1))
     if name in "bd":
         from vs_numpyro_ess import NOISE, NUM_DATA, bnn

@@ -1,9 +1,11 @@
-"""compile="auto" on a whole default run: does the switch to Inductor pay, and when does it come?
+"""compile="auto" on a whole run: does the switch to Inductor pay, and when does it come?
 
 The seed BNN (benchmarks/_bnn.py, 4929 weights, 500 points) under
-``ParallelTempering(model, explorer="hmc")`` with every other setting at its default (K = 8,
-adapted step sizes, mass matrices and trajectory lengths), started from the benchmarks' small
-random point, one torch thread. Each setting is a fresh process, in this order:
+``ParallelTempering(model, num_replicas=8, max_temperature=50.0, explorer="hmc")`` (the
+geometric ladder of 8 rungs to T = 50 that the recorded figures ran with, when it was the
+default) with every other setting at its default (the ladder, step sizes, mass matrices and
+trajectory lengths adapted in warmup), started from the benchmarks' small random point, one
+torch thread. Each setting is a fresh process, in this order:
 
 - ``torchscript``: ``compile="torchscript"``, what ``"auto"`` ran before it could switch;
 - ``auto, cold``: ``compile="auto"`` with an empty ``TORCHINDUCTOR_CACHE_DIR`` (a first run);
@@ -44,7 +46,8 @@ def child(compile, warmup, samples, device, force):
     torch.set_num_threads(1)
     x, y = (t.to(device) for t in make_data())
     pyro.set_rng_seed(0)
-    kernel = ParallelTempering(CountingModel(device=device), explorer="hmc", compile=compile)
+    kernel = ParallelTempering(CountingModel(device=device), num_replicas=8, max_temperature=50.0,
+                               explorer="hmc", compile=compile)
     began = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a short BNN run warns of its barrier; not measured here

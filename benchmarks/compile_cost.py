@@ -1,8 +1,9 @@
 """Where the set-up of an Inductor-compiled kernel spends its time, cold and warm.
 
 Each measurement is a fresh process that sets up ``ParallelTempering(seed BNN,
-num_replicas=K, explorer="hmc", compile="inductor")`` (``kernel.setup``: capture, checks and
-every compilation; nothing is sampled) under cProfile:
+num_replicas=K, max_temperature=50.0, explorer="hmc", compile="inductor",
+adapt_temperatures=False)`` (``kernel.setup``: capture, checks and every compilation; nothing
+is sampled) under cProfile:
 
 - ``cold``: an empty ``TORCHINDUCTOR_CACHE_DIR``, as on a user's first run;
 - ``warm``: the cache the cold process left, as on every later run of the same model.
@@ -65,8 +66,8 @@ def child(replicas, top):
         helpers[label] = time.perf_counter() - start
     x, y = make_data()
     pyro.set_rng_seed(0)
-    kernel = ParallelTempering(CountingModel(), num_replicas=replicas, explorer="hmc",
-                               compile="inductor", adapt_temperatures=False,
+    kernel = ParallelTempering(CountingModel(), num_replicas=replicas, max_temperature=50.0,
+                               explorer="hmc", compile="inductor", adapt_temperatures=False,
                                init_strategy=init_to_uniform(radius=0.1))
     profile = cProfile.Profile()
     start = time.perf_counter()

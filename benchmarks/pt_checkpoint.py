@@ -1,6 +1,6 @@
 """What a checkpoint costs on the seed BNN: one write against 100 scans of the run it saves.
 
-``ParallelTempering(num_replicas=8, explorer="hmc")`` on the seed BNN
+``ParallelTempering(num_replicas=8, max_temperature=50.0, explorer="hmc")`` on the seed BNN
 (``benchmarks/_bnn.py``: 10 -> 64 -> 64 -> 1, ReLU, 4929 latents, 500 points), one torch thread.
 A short run sets the kernel up and warms it; then, interleaved in rounds, a stretch of timed
 scans (``kernel.sample`` wall time, from ``kernel.timings``) and timed checkpoint writes
