@@ -35,13 +35,14 @@ def to_inference_data(mcmc, *, log_likelihood=True):
       :math:`\lambda(\beta) \approx \Lambda_i / (\beta_i - \beta_{i+1})` at the pair's
       mid-point ``local_barrier_beta``;
 
-    with chain 0's temperatures (and ``beta``; for the two legs of a stabilized ladder, each
-    rung's ``leg``: ``"reference"`` or ``"prior"``) as coordinates, and per-chain swap acceptance,
-    round trips, tempered restarts (NaN where the hot end is a finite temperature, whose
-    restarts are not counted), the observed and theoretical round-trip rates, global barrier, recommended
-    replicas and stepping-stone ``log_Z`` (with ``log_Z_meaning``; of the reference's leg,
-    with ``barrier_prior_leg`` and ``log_Z_prior_leg`` beside them) as attributes. It
-    round-trips through netCDF.
+    with the temperatures of the chain with the most rungs as coordinates (chains whose
+    ladders grew to different sizes are padded with NaN; with ``beta``, and for the two legs of
+    a stabilized ladder each rung's ``leg``: ``"reference"`` or ``"prior"``), and per-chain
+    swap acceptance, round trips, tempered restarts (NaN where the hot end is a finite
+    temperature, whose restarts are not counted), the observed and theoretical round-trip
+    rates, global barrier, recommended replicas and stepping-stone ``log_Z`` (with
+    ``log_Z_meaning``; of the reference's leg, with ``barrier_prior_leg`` and
+    ``log_Z_prior_leg`` beside them) as attributes. It round-trips through netCDF.
 
     :func:`pyro_arviz.from_pyro` gives the same export, and exports runs of other kernels too.
 
@@ -65,30 +66,32 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     groups = pyro_arviz.mcmc_groups(mcmc, log_likelihood=log_likelihood)
     chains = sorted(diagnostics["tempering_record"], key=lambda c: int(c.split()[-1]))
     records = [diagnostics["tempering_record"][c] for c in chains]
-    temperatures = np.asarray(diagnostics["temperatures"][chains[0]], dtype=np.float64)
-    # Each chain adapts its own ladder: the coordinates are chain 0's, the variables per chain.
-    ladders = np.asarray([diagnostics["temperatures"][c] for c in chains], dtype=np.float64)
-    pair = np.arange(len(temperatures) - 1)
+    # Each chain adapts (and may grow) its own ladder: the coordinates are those of the chain
+    # with the most rungs (the first such), the variables per chain, NaN past a chain's rungs.
+    sizes = [len(diagnostics["temperatures"][c]) for c in chains]
+    widest = chains[sizes.index(max(sizes))]
+    temperatures = np.asarray(diagnostics["temperatures"][widest], dtype=np.float64)
+    rungs, pairs = len(temperatures), len(temperatures) - 1
+    ladders = _padded([diagnostics["temperatures"][c] for c in chains], rungs)
+    pair = np.arange(pairs)
     # a stabilized ladder's two legs (pyro_pt.legs): pair m - 1 is the bridge of the cold rungs
-    legs = diagnostics.get("legs", {}).get(chains[0])
+    legs = diagnostics.get("legs", {}).get(widest)
     legs = Legs([len(leg["temperatures"]) for leg in legs.values()] if legs
                 else [len(temperatures)])
     colder, hotter = (list(rungs) for rungs in zip(*legs.pairs)) if legs.pairs else ([], [])
-    local = np.asarray([diagnostics["local_barrier"][c] for c in chains], dtype=np.float64)
-    local = local.reshape(len(chains), len(pair), 2)
+    local = _padded([np.reshape(diagnostics["local_barrier"][c], (-1, 2)) for c in chains],
+                    pairs, axis=0)
     record = {
-        "tempered_log_likelihood": np.stack([r["log_likelihood"].numpy() for r in records]),
-        "swap_accepted": np.stack([r["swap_accepted"].numpy() for r in records]),
+        "tempered_log_likelihood": _padded([r["log_likelihood"].numpy() for r in records], rungs),
+        "swap_accepted": _padded([r["swap_accepted"].numpy() for r in records], pairs),
     }
     per_chain = {
         "ladder_temperature": ladders,
         "ladder_beta": _betas(ladders),
         "local_barrier_beta": local[..., 0],
         "local_barrier": local[..., 1],
-        "pair_barrier": np.asarray([diagnostics["pair_barrier"][c] for c in chains],
-                                   dtype=np.float64).reshape(len(chains), len(pair)),
-        "rung_barrier": np.asarray([diagnostics["rung_barrier"][c] for c in chains],
-                                   dtype=np.float64).reshape(len(chains), len(temperatures)),
+        "pair_barrier": _padded([diagnostics["pair_barrier"][c] for c in chains], pairs),
+        "rung_barrier": _padded([diagnostics["rung_barrier"][c] for c in chains], rungs),
     }
     dims = {"tempered_log_likelihood": ["temperature"], "swap_accepted": ["swap_pair"],
             "ladder_temperature": ["temperature"], "ladder_beta": ["temperature"],
@@ -107,9 +110,8 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     stats = groups["sample_stats"]
     stats = stats.merge(pyro_arviz.dataset(record, dims=dims, coords=coords))
     stats = stats.merge(pyro_arviz.dataset(per_chain, sample_dims=("chain",), dims=dims, coords=coords))
-    stats.attrs["swap_acceptance"] = np.asarray(
-        [diagnostics["swap_acceptance"][c] for c in chains], dtype=np.float64
-    ).ravel()
+    stats.attrs["swap_acceptance"] = _padded(
+        [diagnostics["swap_acceptance"][c] for c in chains], pairs).ravel()
     stats.attrs["round_trips"] = np.asarray(
         [diagnostics["round_trips"][c] for c in chains], dtype=np.int64
     )
@@ -129,6 +131,18 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     stats.attrs["tempering"] = "likelihood-only (pyro_pt.ParallelTempering)"
     groups["sample_stats"] = stats
     return pyro_arviz.build(groups)
+
+
+def _padded(rows, size, axis=-1):
+    """One array of the chains' ``rows`` (arrays whose ``axis`` has each chain's rungs or
+    pairs), NaN past each chain's own ``size``: chains of a growing ladder can end apart."""
+    out = []
+    for row in rows:
+        row = np.asarray(row, dtype=np.float64)
+        widths = [(0, 0)] * row.ndim
+        widths[axis] = (0, size - row.shape[axis])
+        out.append(np.pad(row, widths, constant_values=np.nan))
+    return np.stack(out)
 
 
 def _betas(temperatures):

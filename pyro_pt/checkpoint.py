@@ -24,7 +24,8 @@ import time
 
 import torch
 
-from .checkpoint_settings import KERNEL_FIELDS, kernel_settings, resume_arguments
+from .checkpoint_settings import (KERNEL_FIELDS, check_checkpointing,  # noqa: F401 (kernel)
+                                  kernel_settings, resume_arguments)
 from .checkpoint_state import capture, restore
 from .compat import mcmc_num_samples
 from .explorers.hmc_group import HMCRung
@@ -33,11 +34,11 @@ from .ladder import temperatures_of
 from .reference.refit import reference_state, restore_reference
 
 MAGIC = b"PYRO_PT_CHECKPOINT\n"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # What the header of every checkpoint of this format holds (``kernel``: :data:`KERNEL_FIELDS`).
 HEADER_FIELDS = ("format_version", "latent_sites", "observed_sites", "num_rungs", "scans",
                  "warmup_steps", "world_size", "num_samples", "temperatures", "initial_ladder",
-                 "initial_betas", "kernel", "payload_bytes", "payload_sha256")
+                 "initial_betas", "kernel", "growth", "payload_bytes", "payload_sha256")
 
 
 def _version():
@@ -147,6 +148,9 @@ def _header(kernel):
         "initial_ladder": temperatures_of(kernel._ladder.initial),
         "initial_betas": list(kernel._ladder.initial),  # exact: the ladder stores betas
         "legs": kernel._ladder.legs and kernel._ladder.legs.sizes,
+        # a ladder that still grows (pyro_pt.growth): how far, and whether by default
+        "growth": kernel._growth and {"max_replicas": kernel._growth.max_replicas,
+                                      "by_default": kernel._grows_by_default} or None,
     }
 
 
@@ -177,23 +181,12 @@ def save(kernel, path):
         "ladder": dict(vars(kernel._ladder)), "recorder": dict(vars(kernel._recorder)),
         "report": report, "timings": dict(kernel.timings),
         "compile": kernel._autocompile and kernel._autocompile.state(),  # did "auto" switch?
+        # the seed of the next rung a growing ladder adds: its birth index and the base seed
+        "growth": kernel._growth and (kernel._growth.births, kernel._rungs.base_seed),
     }
     if kernel._reference is not None:  # q as fitted so far, and the draws for its next fit
         payload["reference"] = reference_state(kernel)
     write_checkpoint(path, _header(kernel), payload)
-
-
-def check_checkpointing(every, path):
-    """Validate ``checkpoint_every`` / ``checkpoint_path`` (given together, or neither)."""
-    if every is None and path is None:
-        return None, None
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(f"checkpoint_every must be a positive int (scans between checkpoints) "
-                         f"when checkpoint_path is given, got {every!r}")
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"checkpoint_path must be a file path when checkpoint_every is given, "
-                        f"got {path!r}")
-    return every, os.fspath(path)
 
 
 class Checkpointing:
@@ -246,6 +239,7 @@ class Checkpointing:
         header, _ = read_checkpoint(path, payload=False)
         kernel = cls(model, **resume_arguments(path, header, kwargs))
         kernel._resume_from = (path, header)
+        kernel._grows_by_default = bool((header["growth"] or {}).get("by_default"))
         return kernel
 
     def _resume_warmup(self, warmup_steps):
@@ -289,6 +283,8 @@ class Checkpointing:
         self.timings = dict(payload["timings"])
         if self._reference is not None:
             restore_reference(self, payload["reference"])
+        if self._growth:
+            self._growth.births, rungs.base_seed = payload["growth"]
         if self._autocompile and payload.get("compile"):
             self._autocompile.restore(self, payload["compile"])
         self._initial_params = rungs.cold_state()

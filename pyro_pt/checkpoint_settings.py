@@ -26,9 +26,10 @@ Which arguments may differ from the checkpointed run's:
 """
 
 import json
+import os
 
 from .ladder import inverse_temperatures
-from .options import ladder_temperatures
+from .options import FALLBACK_MAX_TEMPERATURE, ladder_temperatures
 from .reference.stabilized import stabilized_ladder
 
 STORED = ("explorer", "explorer_kwargs", "swap_scheme", "swap_interval", "adapt_temperatures",
@@ -123,6 +124,10 @@ def _check_ladder(path, header, given):
         given.get("num_replicas"), given.get("max_temperature"), given.get("temperatures")))
     if header.get("legs") and set(given) == {"num_replicas"}:  # two legs of that many rungs
         betas = stabilized_ladder(given["num_replicas"]).initial
+    if set(given) == {"num_replicas"} and header["initial_betas"][-1] > 0.0:
+        # the default ladder that fell back to a finite hot end (an improper prior)
+        betas = inverse_temperatures(ladder_temperatures(given["num_replicas"],
+                                                         FALLBACK_MAX_TEMPERATURE, None))
     if betas != header["initial_betas"]:
         raise ValueError(
             f"the checkpoint {path} was written with the ladder {header['initial_ladder']} "
@@ -146,6 +151,8 @@ def resume_arguments(path, header, kwargs):
     # a stabilized ladder (two legs) is set up from its K, then replaced by the checkpoint's
     out = ({"num_replicas": header["num_rungs"]} if header.get("legs")
            else {"temperatures": header["temperatures"]})
+    if header["growth"]:  # a ladder that grows in warmup goes on growing from the one it has
+        out.update(num_replicas="auto", max_replicas=header["growth"]["max_replicas"])
     out.update({name: kwargs[name] for name in SAFE if name in kwargs})
     for name in SAFE_STORED:
         out[name] = kwargs[name] if name in kwargs else decode(stored[name])
@@ -172,3 +179,16 @@ def resume_arguments(path, header, kwargs):
             f"hold: pass the checkpointed run's again, ParallelTempering.resume(path, model, "
             f"{', '.join(m.split(' ')[0] + '=...' for m in missing)})")
     return out
+
+
+def check_checkpointing(every, path):
+    """Validate ``checkpoint_every`` / ``checkpoint_path`` (given together, or neither)."""
+    if every is None and path is None:
+        return None, None
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f"checkpoint_every must be a positive int (scans between checkpoints) "
+                         f"when checkpoint_path is given, got {every!r}")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"checkpoint_path must be a file path when checkpoint_every is given, "
+                        f"got {path!r}")
+    return every, os.fspath(path)

@@ -32,9 +32,12 @@ batched evaluation per group; and the warmup spent before it grows: it grows onl
 the warmup at the earliest, and the new rungs adapt only in the warmup that is left (about
 half), so give an ``"auto"`` run a warmup of 1000 scans or more.
 
-One process only: under ``torch.distributed`` with more than one rank the rungs' blocks are
-fixed at set-up, and ``"auto"`` is refused (run once in one process, then give the number of
-rungs it grew to).
+It is the default ladder's behaviour with the prior as reference (``num_replicas`` and
+``temperatures`` left out, ``adapt_temperatures=True``). One process only: under
+``torch.distributed`` with more than one rank the rungs' blocks are fixed at set-up, so an
+explicit ``"auto"`` (or ``max_replicas``) is refused, and the default keeps its 8 rungs (run
+once in one process, then give the number of rungs it grew to). A run resumed from a checkpoint
+written before its growth rounds goes on growing as the uninterrupted run would.
 
 **References**
 

@@ -44,8 +44,8 @@ LOW_SWAP_ACCEPTANCE = 0.1
 LOW_COLD_ACCEPTANCE = 0.01
 LOG_Z_TOLERANCE = 3.0
 # Fewer tempered restarts than this in the sampling phase warn: a mode's share is then known
-# to worse than +-0.07 (share_error), and in the mixture battery (benchmarks/restarts.py)
-# shares were off by more than 0.1 only below it.
+# to worse than +-0.07 (share_error: at most 0.1 off at 1.4 standard errors); the mixtures of
+# benchmarks/explorers.py and tests/pt/test_multimodal.py measure the shares against it.
 MIN_RESTARTS = 100
 # What log_Z_meaning gains when the estimate is not to be trusted.
 UNRELIABLE = " -- UNRELIABLE: "

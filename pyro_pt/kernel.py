@@ -25,7 +25,7 @@ from .explain import missing_sites
 from .growth import AUTO, Growth, growth_options
 from .health import TemperingWarning
 from .ladder import Ladder, geometric_ladder
-from .options import DEFAULT_MAX_TEMPERATURE, check_options, ladder_temperatures
+from .options import FALLBACK_MAX_TEMPERATURE, check_options, ladder_temperatures
 from .potential.inductor import check_compiler
 from .reference import check_reference, is_prior
 from .reference.refit import Refitting
@@ -46,16 +46,19 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
 
     with ``lp`` the log prior plus log-det-Jacobian in unconstrained space and ``ll`` the log
     probability of the observed sites. Each scan, every rung takes one step of its own explorer
-    (batched HMC by default); every ``swap_interval`` scans, adjacent rungs exchange their states with
-    probability :math:`\min(1, \exp((\beta_i - \beta_j)(ll(z_j) - ll(z_i))))`. The cold rung
-    (:math:`T_0 = 1`) samples the posterior and is what :class:`~pyro.infer.MCMC` records.
+    (batched HMC by default); every ``swap_interval`` scans, adjacent rungs exchange their
+    states with probability :math:`\min(1, \exp((\beta_i - \beta_j)(ll(z_j) - ll(z_i))))`.
+    The cold rung (:math:`T_0 = 1`) samples the posterior and is what
+    :class:`~pyro.infer.MCMC` records.
 
     Adapted explorer state (step size, mass matrix, proposal scale) stays with its rung; replica
     states move. Every rung has its own random stream and the swaps one shared stream, all
     derived from Pyro's seed, so a seeded run is reproducible.
 
     At the end of a run its sampling phase is reviewed (:mod:`pyro_pt.health`): a bottleneck
-    pair, no round trip, a cold rung that does not move or an unreliable log Z gives one
+    pair, no round trip, too few tempered restarts (prior draws that reached the cold rung:
+    what the weights of separated modes rest on), a cold rung that does not move or an
+    unreliable log Z gives one
     :class:`~pyro_pt.TemperingWarning` (rank 0), the ``warnings`` of the report's closing row
     and of :meth:`diagnostics`, each with what to do.
 
@@ -158,11 +161,13 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self._exact_hot_end_default = max_temperature is None and temperatures is None
         if self._exact_hot_end_default:
             max_temperature = math.inf
-        # By default the ladder grows to the rungs its barrier calls for (one process).
-        self._grows_by_default = (num_replicas is None and temperatures is None
-                                  and is_prior(reference) and adapt_temperatures is True)
-        if self._grows_by_default:
+        # By default the ladder grows to the rungs its barrier calls for (in one process; a
+        # max_replicas given asks for growth, refused over several processes as "auto" is).
+        grows = (num_replicas is None and temperatures is None and is_prior(reference)
+                 and adapt_temperatures is True)
+        if grows:
             num_replicas = AUTO
+        self._grows_by_default = grows and max_replicas is None
         num_replicas, self._max_replicas = growth_options(num_replicas, max_replicas,
                                                           temperatures, adapt_temperatures)
         self._ladder = Ladder(ladder_temperatures(num_replicas, max_temperature, temperatures))
@@ -245,18 +250,19 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         if self._resume_from:
             self._restore(comm)
 
-    def _finite_hot_end(self, why):
+    def _finite_hot_end(self, why, rank=0):
         """The default ladder's fallback where the prior cannot be drawn exactly (``why``
-        names the site): the geometric ladder to T = 50, said once per run."""
-        self._ladder = Ladder(geometric_ladder(self.num_replicas, DEFAULT_MAX_TEMPERATURE))
-        warnings.warn(
-            f"ParallelTempering: the default hottest rung is the prior, drawn exactly, but "
-            f"{why}. Falling back to a finite hottest temperature T = "
-            f"{DEFAULT_MAX_TEMPERATURE:g}: it is an MCMC chain that may not cross between "
-            "modes, so the cold chain's mode weights rest on it and tempered restarts are not "
-            "counted. Give the site a proper, unscaled prior for an exact hot end, or pass "
-            "max_temperature= (or temperatures=) to choose the hot end yourself",
-            TemperingWarning, stacklevel=4)
+        names the site): the geometric ladder to T = 50, said at the first set-up (rank 0)."""
+        self._ladder = Ladder(geometric_ladder(self.num_replicas, FALLBACK_MAX_TEMPERATURE))
+        if rank == 0:  # one warning per run, as the review's
+            warnings.warn(
+                f"ParallelTempering: the default hottest rung is the prior, drawn exactly, but "
+                f"{why}. Falling back to a finite hottest temperature T = "
+                f"{FALLBACK_MAX_TEMPERATURE:g}: it is an MCMC chain that may not cross between "
+                "modes, so the cold chain's mode weights rest on it and tempered restarts are not "
+                "counted. Give the site a proper, unscaled prior for an exact hot end, or pass "
+                "max_temperature= (or temperatures=) to choose the hot end yourself",
+                TemperingWarning, stacklevel=4)
         return self.betas
 
     @property

@@ -9,7 +9,9 @@ from .ladder import geometric_ladder, validate_temperatures
 from .reference import is_prior
 from .swap import SWAP_SCHEMES
 
-DEFAULT_NUM_REPLICAS, DEFAULT_MAX_TEMPERATURE = 8, 50.0
+DEFAULT_NUM_REPLICAS = 8
+# The default hottest rung is the prior, drawn exactly; where it cannot be, a finite one.
+DEFAULT_MAX_TEMPERATURE, FALLBACK_MAX_TEMPERATURE = math.inf, 50.0
 
 
 def _refuse_text(name, value):
@@ -22,7 +24,8 @@ def _refuse_text(name, value):
 def ladder_temperatures(num_replicas, max_temperature, temperatures):
     """
     The starting ladder from the constructor's arguments: ``temperatures`` as given, or the
-    geometric ladder of ``num_replicas`` (default 8) up to ``max_temperature`` (default 50).
+    geometric ladder of ``num_replicas`` (default 8) up to ``max_temperature`` (default inf: the
+    prior rung).
     Given together, they must agree (else a ValueError: conflicting ladder arguments).
     """
     if max_temperature is not None:

@@ -31,6 +31,7 @@ def _from_diagnostics(diag, history=()):
             "barrier": float(diag["barrier"]),
             "recommended": int(diag["recommended_replicas"]),
             "restarts": _count(diag.get("restarts")),
+            "restarts_recorded": "restarts" in diag,  # not in an export from before they were
             "round_trips": _count(diag.get("round_trips")),
             "history": list(history)}
 
@@ -45,6 +46,8 @@ def _count(value):
 
 def _restarts_text(data):
     trips = "" if data["round_trips"] is None else f", {data['round_trips']} round trips"
+    if not data["restarts_recorded"]:
+        return trips[2:]
     if data["restarts"] is None:
         return f"restarts not counted (a finite hot end){trips}"
     return f"{data['restarts']} tempered restarts{trips}"
@@ -86,8 +89,8 @@ def _from_inference_data(idata):
                                    stats["local_barrier"].values[0]], -1),
         "barrier": np.asarray(stats.attrs["barrier"]).ravel()[0],
         "recommended_replicas": np.asarray(stats.attrs["recommended_replicas"]).ravel()[0],
-        "restarts": stats.attrs.get("restarts"),
         "round_trips": stats.attrs.get("round_trips"),
+        **({"restarts": stats.attrs["restarts"]} if "restarts" in stats.attrs else {}),
     })
     num_chains = stats.sizes.get("chain", 1)
     if num_chains > 1:

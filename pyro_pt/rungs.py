@@ -201,7 +201,7 @@ def set_up_kernel(kernel, comm, warmup_steps, args, kwargs):
             betas = kernel.betas
         why = default_hot_end_refusal(kernel, split, betas)
         if why is not None:
-            betas = kernel._finite_hot_end(why)
+            betas = kernel._finite_hot_end(why, comm.rank)
         check_split(split, betas, kernel._save_params, kernel.reference)
         if kernel._resume_from:  # before any rung is built: the checkpoint's model and data
             check_same_model(*kernel._resume_from, split)

@@ -159,7 +159,8 @@ def run_failing_on_rank_1(where):
         return RandomWalkMetropolis(potential_fn, **kwargs)
 
     pyro.set_rng_seed(0)
-    kernel = ParallelTempering(model, num_replicas=2,
+    # a finite hot end: rank 1's rung is explored (a prior rung would build no explorer)
+    kernel = ParallelTempering(model, num_replicas=2, max_temperature=10.0,
                                explorer=explorer if where == "explorer" else "rwmh")
     MCMC(kernel, 5, 2, disable_progbar=True).run(*linear_data())
     return "finished"

@@ -177,7 +177,7 @@ def test_agreeing_ladder_arguments_are_accepted():
 
 def test_explorer_given_as_a_kernel_class_is_its_factory():
     pyro.set_rng_seed(0)
-    kernel = ParallelTempering(linear_model, num_replicas=2, explorer=NUTS,
+    kernel = ParallelTempering(linear_model, num_replicas=2, max_temperature=10.0, explorer=NUTS,
                                explorer_kwargs={"max_tree_depth": 2})
     MCMC(kernel, 3, 3, disable_progbar=True).run(*linear_data())
     assert all(isinstance(e.kernel, NUTS) for e in kernel._rungs.explorers)

@@ -2,6 +2,7 @@
 
 import json
 import math
+import warnings
 import pickle
 
 import arviz as az
@@ -226,8 +227,8 @@ def test_single_cold_rung_is_plain_sampling(data):
 
 
 def test_hmc_num_steps_stays_fixed_while_the_step_size_adapts(data):
-    kernel = ParallelTempering(linear_model, num_replicas=3, explorer="hmc",
-                               explorer_kwargs={"num_steps": 3})
+    kernel = ParallelTempering(linear_model, num_replicas=3, max_temperature=10.0,
+                               explorer="hmc", explorer_kwargs={"num_steps": 3})
     run(kernel, *data, num_samples=5, warmup_steps=30)
     step_sizes = [explorer.step_size for explorer in kernel._rungs.explorers]
     assert [explorer.num_steps for explorer in kernel._rungs.explorers] == [3, 3, 3]
@@ -251,3 +252,28 @@ def test_the_set_up_time_is_in_explorer_info_and_a_long_one_on_the_progress_bar(
     assert "set-up" not in kernel.logging()  # a short set-up is not news
     kernel.explorer_info["setup_seconds"] = 42.4  # as after a cold Inductor compile
     assert kernel.logging()["set-up"] == "42 s"
+
+
+def test_chains_whose_ladders_grew_apart_export_padded():
+    """The default ladder grows per chain: two chains can end with different K; the export
+    holds each chain's ladder and records, NaN past its own rungs."""
+    from .test_kernel_barrier import sufficient_model
+
+    pyro.set_rng_seed(0)
+    mcmc = MCMC(ParallelTempering(sufficient_model, explorer="rwmh"), 30, 300, num_chains=2,
+                disable_progbar=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(10**6)
+    diag = mcmc.diagnostics()
+    sizes = [len(diag["temperatures"][f"chain {c}"]) for c in (0, 1)]
+    assert sizes[0] != sizes[1]
+    stats = to_inference_data(mcmc).sample_stats
+    assert stats.sizes["temperature"] == max(sizes)
+    for c, size in enumerate(sizes):
+        ladder = stats["ladder_temperature"].values[c]
+        assert list(ladder[:size]) == diag["temperatures"][f"chain {c}"]
+        assert np.isnan(ladder[size:]).all()
+        assert np.isnan(stats["tempered_log_likelihood"].values[c, :, size:]).all()
+        assert np.isnan(stats["swap_accepted"].values[c, :, size - 1:]).all()
+        assert not np.isnan(stats["tempered_log_likelihood"].values[c, :, :size]).any()

@@ -208,7 +208,7 @@ def without(*keys):
                                           "'kernel'; resume from an earlier checkpoint"),
     (without("kernel.explorer"), "its header has no field 'kernel.explorer'"),
     (lambda header: dict(header, format_version=1), "has format version 1; this pyro_pt reads "
-                                                    "version 2"),
+                                                    "version 3"),
 ])
 def test_a_header_that_is_not_a_checkpoints_is_refused_naming_the_field(written, edit, match,
                                                                         tmp_path):
@@ -216,3 +216,30 @@ def test_a_header_that_is_not_a_checkpoints_is_refused_naming_the_field(written,
     with pytest.raises(ValueError, match=match) as error:
         ParallelTempering.resume(path, linear_model)
     assert str(path) in str(error.value)
+
+
+def test_a_default_run_resumed_before_it_grows_grows_as_the_uninterrupted_run(tmp_path):
+    """The default ladder grows in warmup (pyro_pt.growth): a run resumed from a checkpoint
+    written before its growth rounds grows the same way and gives the same draws, bitwise;
+    resuming with the starting ladder's num_replicas, the default's, is accepted."""
+    from .test_kernel_barrier import sufficient_model
+
+    def kernel(**kwargs):
+        return ParallelTempering(sufficient_model, explorer="rwmh", **kwargs)
+
+    torch.set_num_threads(1)
+    path = str(tmp_path / "grows.pt")
+    pyro.set_rng_seed(0)
+    whole = MCMC(kernel(), 40, 300, disable_progbar=True,
+                 hook_fn=lambda k, *_: k._t == 100 and k.checkpoint(path))
+    whole.run(10**6)
+    grown = whole.kernel.num_replicas
+    assert grown > 8  # the barrier of 10^6 points calls for more than the 8 it starts with
+    for overrides in ({}, {"num_replicas": 8}):
+        resumed = ParallelTempering.resume(path, sufficient_model, **overrides)
+        mcmc = MCMC(resumed, 40, 200, disable_progbar=True)
+        mcmc.run(10**6)
+        assert resumed.num_replicas == grown
+        assert torch.equal(mcmc.get_samples()["theta"], whole.get_samples()["theta"])
+        assert resumed.diagnostics()["restarts"] == whole.kernel.diagnostics()["restarts"]
+
