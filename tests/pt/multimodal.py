@@ -122,7 +122,7 @@ def shares(labels, exact):
     return {label: sum(x == label for x in labels) / len(labels) for label in exact}
 
 
-def share_bound(weight, restarts, sds=4.0):
+def share_bound(weight, restarts, sds=3.5):
     """How far a mode's share may be from its ``weight`` after ``restarts`` tempered restarts:
     ``sds`` standard errors of :func:`pyro_pt.health.share_error`'s model, each restart an
     independent label and sojourns of exponential length: sqrt(2 w (1 - w) / R)."""
