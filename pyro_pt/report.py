@@ -167,7 +167,7 @@ class Report:
             f"num_replicas={needed} (or more temperatures; a growing ladder, the default, "
             f"grows at the ends of the last two warmup rounds of 32+ scans up to max_replicas: "
             f"warm up longer, or raise max_replicas to {needed} where it stopped there)",
-            TemperingWarning, stacklevel=2)
+            stacklevel=2)
 
     def _cold_acceptance(self, num_scans):
         # Only rank 0 saw rung 0 move; one scalar per round is all the traffic this costs.

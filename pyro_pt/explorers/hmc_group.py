@@ -8,7 +8,10 @@ that meets the explorer contract (:mod:`pyro_pt.explorers.contract`); the group 
 rungs in one call.
 """
 
+import inspect
+
 import torch
+from pyro.infer import NUTS
 
 from ..random import engine_seed
 from .contract import ExplorerGroup, RungExplorer
@@ -27,10 +30,14 @@ def check_hmc_options(kwargs):
     """Refuse explorer_kwargs the batched HMC does not take, naming them and the way out."""
     unknown = sorted(set(kwargs) - set(BATCHED_HMC_OPTIONS))
     if unknown:
+        # explorer="hmc" became the default after "nuts": NUTS's options point the way back
+        nuts = [k for k in unknown if k in inspect.signature(NUTS).parameters]
         raise TypeError(
-            f"explorer_kwargs {unknown} are not options of explorer='hmc' (an HMC "
-            f"that batches the rungs of a process; it takes {list(BATCHED_HMC_OPTIONS)}). For "
-            "Pyro's own HMC on every rung pass explorer=lambda fn, **kw: "
+            f"explorer_kwargs {unknown} are not options of explorer='hmc' (the default, an HMC "
+            f"that batches the rungs of a process; it takes {list(BATCHED_HMC_OPTIONS)}). "
+            + (f"{nuts} are options of Pyro's NUTS: pass explorer='nuts' for NUTS on every "
+               "rung. " if nuts else "")
+            + "For Pyro's own HMC on every rung pass explorer=lambda fn, **kw: "
             "pyro.infer.HMC(potential_fn=fn, **kw)"
         )
 

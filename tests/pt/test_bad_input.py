@@ -82,8 +82,12 @@ def test_model_errors_name_the_site():
 
 def test_explorer_kwargs_typo_is_reported():
     with pytest.raises(TypeError, match="explorer_kwargs .* 'nuts'"):
-        setup(ParallelTempering(linear_model, explorer_kwargs={"max_tree_dpth": 3}),
-              *linear_data())
+        setup(ParallelTempering(linear_model, explorer="nuts",
+                                explorer_kwargs={"max_tree_dpth": 3}), *linear_data())
+    # NUTS's options with the default explorer (the batched HMC) say how to get NUTS
+    with pytest.raises(TypeError, match=r"\['max_tree_depth'\] are options of Pyro's NUTS: "
+                                        r"pass explorer='nuts'"):
+        ParallelTempering(linear_model, explorer_kwargs={"max_tree_depth": 3})
 
 
 def nan_region_model():
