@@ -77,12 +77,11 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
     :param int max_replicas: the cap of a growing ladder (default 32).
     :param float max_temperature: the hottest temperature of the geometric ladder
         :math:`T_k = T_{max}^{k/(K-1)}`; ``float("inf")`` (the default) makes the hottest
-        rung the prior, drawn exactly, with the rungs equally spaced in beta to start, so that
-        tempered restarts carry the weights of separated modes to the cold chain
-        (:mod:`pyro_pt.lineages`). Where a latent site's prior cannot be drawn exactly
-        (improper, scaled or masked), the default falls back to 50 with a
-        :class:`~pyro_pt.TemperingWarning` naming the site. A finite hottest rung is an MCMC
-        chain that may not cross between modes: its restarts are not counted.
+        rung the prior, drawn exactly (rungs equally spaced in beta to start): its tempered
+        restarts carry the weights of separated modes to the cold chain
+        (:mod:`pyro_pt.lineages`). Where a latent site's prior cannot be drawn (improper,
+        scaled, masked), the default falls back to 50 with a :class:`~pyro_pt.TemperingWarning`
+        naming the site; a finite hottest rung may not cross between modes.
     :param list temperatures: an explicit ladder instead, cold first: ``[1.0, ...]``
         increasing; the last may be ``inf``. With it, ``num_replicas`` and
         ``max_temperature`` may be left out; given, they must agree with it.
@@ -155,18 +154,13 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self.reference = reference
         self._ladder_given = temperatures is not None or not (
             max_temperature is None or max_temperature == math.inf)
-        # By default the hottest rung is drawn exactly (the prior, or q): tempered restarts
-        # then carry the mode weights to the cold chain (pyro_pt.lineages). Where the prior
-        # cannot be drawn, the set-up falls back to a finite one and says so (_finite_hot_end).
-        self._exact_hot_end_default = max_temperature is None and temperatures is None
-        if self._exact_hot_end_default:
-            max_temperature = math.inf
-        # By default the ladder grows to the rungs its barrier calls for (in one process; a
+        # By default the hottest rung is drawn exactly (options.ladder_temperatures), where the
+        # prior allows (else _finite_hot_end), and the ladder grows (in one process; a
         # max_replicas given asks for growth, refused over several processes as "auto" is).
+        self._exact_hot_end_default = max_temperature is None and temperatures is None
         grows = (num_replicas is None and temperatures is None and is_prior(reference)
                  and adapt_temperatures is True)
-        if grows:
-            num_replicas = AUTO
+        num_replicas = AUTO if grows else num_replicas
         self._grows_by_default = grows and max_replicas is None
         num_replicas, self._max_replicas = growth_options(num_replicas, max_replicas,
                                                           temperatures, adapt_temperatures)
@@ -251,15 +245,15 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
             self._restore(comm)
 
     def _finite_hot_end(self, why, rank=0):
-        """The default ladder's fallback where the prior cannot be drawn exactly (``why``
-        names the site): the geometric ladder to T = 50, said at the first set-up (rank 0)."""
+        """Where the prior cannot be drawn exactly (``why`` names the site): the geometric
+        ladder to T = 50, said at the first set-up, on rank 0 (as the review is)."""
         self._ladder = Ladder(geometric_ladder(self.num_replicas, FALLBACK_MAX_TEMPERATURE))
-        if rank == 0:  # one warning per run, as the review's
+        if rank == 0:
             warnings.warn(
                 f"ParallelTempering: the default hottest rung is the prior, drawn exactly, but "
                 f"{why}. Falling back to a finite hottest temperature T = "
-                f"{FALLBACK_MAX_TEMPERATURE:g}: it is an MCMC chain that may not cross between "
-                "modes, so the cold chain's mode weights rest on it and tempered restarts are not "
+                f"{FALLBACK_MAX_TEMPERATURE:g}: an MCMC chain that may not cross between modes, "
+                "so the cold chain's mode weights rest on it and tempered restarts are not "
                 "counted. Give the site a proper, unscaled prior for an exact hot end, or pass "
                 "max_temperature= (or temperatures=) to choose the hot end yourself",
                 TemperingWarning, stacklevel=4)
