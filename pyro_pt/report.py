@@ -90,12 +90,13 @@ class Report:
         self._next_sampling_row = 16
         self._finished = False
         self._warned_replicas = False
-        self._cold_moves = 0
-        self._round_start = (0, 0, 0, time.perf_counter())
+        self._begin_round(0)
 
-    def _begin_round(self, scan, index):
+    def _begin_round(self, scan, index=None):
+        """A round from ``scan`` on; its trips and restarts count from the index process's."""
         self._cold_moves = 0
-        self._round_start = (scan, index.round_trips, index.restarts, time.perf_counter())
+        counts = (index.round_trips, index.restarts) if index is not None else (0, 0)
+        self._round_start = (scan, *counts, time.perf_counter())
 
     def after_scan(self, ladder, recorder, cold_moved):
         """

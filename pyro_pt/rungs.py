@@ -175,11 +175,7 @@ def default_hot_end_refusal(kernel, split, betas):
     its reason), or None where it can or was not the default."""
     if not (kernel._exact_hot_end_default and is_prior(kernel.reference) and betas[-1] == 0.0):
         return None
-    try:
-        split.check_proper_prior()
-    except ValueError as error:
-        return str(error).split(", so ")[0]
-    return None
+    return split.prior_refusal()
 
 
 def set_up_kernel(kernel, comm, warmup_steps, args, kwargs):

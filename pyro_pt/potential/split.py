@@ -153,25 +153,26 @@ class ModelSplit:
         # Where the model keeps its latents: the device whose random stream the explorers use.
         self.device = trace.nodes[self.latent_names[0]]["value"].device
 
-    def check_proper_prior(self):
-        """Raise unless every latent site has a proper prior one can draw from (for beta = 0)."""
+    def prior_refusal(self):
+        """Why the prior cannot be drawn exactly (for beta = 0), naming the site, or None."""
         for name in self.latent_names:
             if _is_improper(self._prior_fns[name]):
-                raise ValueError(
-                    f"latent site {name!r} has an improper prior, so the prior rung "
-                    "(temperature inf, beta = 0) is not a distribution: give it a proper prior "
-                    "or use a finite max_temperature"
-                )
+                return f"latent site {name!r} has an improper prior"
         if self._reweighted:
             # lp scores this site's log density times a scale or under a mask, which is not
             # the density of the distribution a trace of the model draws from: the prior
             # rung would sample a different prior from the one every other rung tempers.
-            raise ValueError(
-                f"latent site {self._reweighted[0]!r} has its log density scaled or masked (poutine.scale, "
-                "poutine.mask or plate subsampling), so the prior rung (temperature inf, "
-                "beta = 0) cannot draw exactly from the prior lp scores: use a finite "
-                "max_temperature (or temperatures without inf)"
-            )
+            return (f"latent site {self._reweighted[0]!r} has its log density scaled or masked "
+                    "(poutine.scale, poutine.mask or plate subsampling)")
+        return None
+
+    def check_proper_prior(self):
+        """Raise unless every latent site has a proper prior one can draw from (for beta = 0)."""
+        why = self.prior_refusal()
+        if why is not None:
+            raise ValueError(f"{why}, so the prior rung (temperature inf, beta = 0) cannot draw "
+                             "exactly from the prior lp scores: give the site a proper, unscaled "
+                             "prior or use a finite max_temperature (or temperatures without inf)")
 
     def constrain(self, z):
         return {name: self.transforms[name].inv(value) for name, value in z.items()}
