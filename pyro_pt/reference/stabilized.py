@@ -38,9 +38,7 @@ def _why_not(kernel, split):
         return f"one leg: {kernel.num_replicas} rungs, fewer than {MIN_REPLICAS} for two legs"
     if kernel.swap_scheme == "sequential":
         return "one leg: the sequential sweep would move a state twice across the cold end"
-    try:
-        split.check_proper_prior()
-    except ValueError:
+    if split.prior_refusal() is not None:
         return "one leg: the prior is improper, and a prior leg ends at a draw from it"
     return None
 
