@@ -13,21 +13,25 @@ Laplace posterior), in place of ArviZ's ``az.from_pyro``, which ArviZ >= 1 no lo
 here calls ArviZ's: the pointwise log-likelihood comes from tracing the model at each draw
 (:func:`pointwise_log_likelihood`), which works for any model that runs, with ``PyroModule``
 networks and ``X @ w`` regressions included (ArviZ's vectorized trace does not).
+
+Every export follows the same rules (:mod:`pyro_arviz.sites`, :mod:`pyro_arviz.masked`):
+``log_likelihood`` holds the data sites only (``obs=`` sites and, for MCMC runs, ``pyro.factor``
+sites), so that ``az.loo`` finds one array in a model with one observed site; the
+``pyro.deterministic`` sites are in ``posterior``, at each draw; masked observations are left
+out of ``log_likelihood``, ``observed_data`` and ``posterior_predictive``, with coordinates that
+give the kept points' original positions.
 """
 
 import datetime
 
 import numpy as np
 import pyro
-import pyro.poutine as poutine
-import torch
 import xarray as xr
-from pyro.distributions import Unit
-from pyro.distributions.util import scale_and_mask
 from pyro.infer import MCMC
-from pyro.poutine.util import site_is_subsample
 
-from .convert import from_pyro  # noqa: F401 (a public name; it calls this module's functions)
+# public names; they call this module's functions at run time
+from .convert import from_pyro  # noqa: F401
+from .pointwise import Traced, pointwise_log_likelihood  # noqa: F401
 
 GROUP_ORDER = ("posterior", "posterior_predictive", "log_likelihood", "sample_stats",
                "observed_data", "constant_data")
@@ -111,63 +115,6 @@ def groups_of(data):
     return list(data.groups())
 
 
-def _observed_sites(trace, conditioned):
-    # poutine.condition marks the latents it fixes as observed: they are not data
-    for name, site in trace.nodes.items():
-        if (site["type"] == "sample" and site["is_observed"] and name not in conditioned
-                and not site_is_subsample(site)):
-            yield name, site
-
-
-@torch.no_grad()
-def pointwise_log_likelihood(model, samples, args=(), kwargs=None, seed=0, predictive=True):
-    r"""
-    Traces ``model(*args, **kwargs)`` conditioned on every draw of ``samples`` and returns, per
-    observed site (``pyro.factor`` sites are not data and are left out),
-
-    - ``log_likelihood``: :math:`\log p(y_n \mid \theta^{(c, d)})` with the site's scale and mask,
-      shape ``(chain, draw) + batch_shape``;
-    - ``posterior_predictive``: one draw of the site at each :math:`\theta^{(c, d)}` (from a
-      forked random stream seeded with ``seed``, so the caller's stream is left as it was);
-    - ``observed_data``: the observed values.
-
-    One model call per draw: slower than a vectorized trace, but it needs nothing of the model.
-
-    :param dict samples: ``{site: tensor of shape (chain, draw) + site shape}``.
-    :returns: three dicts ``(log_likelihood, posterior_predictive, observed_data)`` of numpy
-        arrays.
-    """
-    kwargs = kwargs or {}
-    if not samples:
-        raise ValueError("no posterior samples to evaluate the log-likelihood at")
-    lead = next(iter(samples.values())).shape[:2]
-    loglik, pred, observed = {}, {}, {}
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for c in range(lead[0]):
-            for d in range(lead[1]):
-                draw = {k: v[c, d] for k, v in samples.items()}
-                trace = poutine.trace(poutine.condition(model, data=draw)).get_trace(*args, **kwargs)
-                for name, site in _observed_sites(trace, draw):
-                    lp = site["fn"].log_prob(site["value"])
-                    lp = scale_and_mask(lp, site["scale"], site["mask"])
-                    loglik.setdefault(name, []).append(torch.as_tensor(lp).expand(site["fn"].batch_shape))
-                    if isinstance(site["fn"], Unit):
-                        continue
-                    if predictive:
-                        pred.setdefault(name, []).append(site["fn"].sample())
-                    observed[name] = site["value"]
-    if not loglik:
-        raise ValueError("the model has no observed site (pyro.sample with obs=..., or pyro.factor) "
-                         "in this call; "
-                         "pass the model's arguments including the observed data")
-
-    def stack(d):
-        return {k: torch.stack(v).reshape(lead + v[0].shape).detach().cpu().numpy() for k, v in d.items()}
-
-    return stack(loglik), stack(pred), {k: v.detach().cpu().numpy() for k, v in observed.items()}
-
-
 def check_has_run(mcmc, caller):
     """A ``TypeError`` unless ``mcmc`` is a :class:`~pyro.infer.MCMC`, a ``ValueError`` unless it has run."""
     if not isinstance(mcmc, MCMC):
@@ -179,24 +126,21 @@ def check_has_run(mcmc, caller):
 def mcmc_groups(mcmc, log_likelihood=True):
     r"""
     The groups ArviZ keeps for a :class:`~pyro.infer.MCMC` run, computed from its samples and
-    model: ``posterior`` (constrained, grouped by chain), ``log_likelihood``,
-    ``posterior_predictive``, ``observed_data`` and, in ``sample_stats``, ``diverging`` where the
-    kernel reports divergences.
+    model: ``posterior`` (constrained, grouped by chain, with the ``pyro.deterministic`` sites
+    at each draw), ``log_likelihood`` (data sites only, masked points left out),
+    ``posterior_predictive``, ``observed_data`` and, in ``sample_stats``, ``diverging`` where
+    the kernel reports divergences (see :func:`pointwise_log_likelihood`).
 
     :param bool log_likelihood: compute ``log_likelihood`` and ``posterior_predictive`` (one model
-        call per draw); without, the model runs once, for ``observed_data``.
+        call per draw); without, the model runs once, for ``observed_data``, or once per draw
+        when it has ``pyro.deterministic`` sites.
     :returns: ``{group name: xarray.Dataset}`` for :func:`build`.
     """
     check_has_run(mcmc, "mcmc_groups")
     samples = mcmc.get_samples(group_by_chain=True)
     model = mcmc.kernel.model
     args, kwargs = getattr(mcmc, "_args", ()), getattr(mcmc, "_kwargs", {})
-    if log_likelihood:
-        loglik, pred, observed = pointwise_log_likelihood(model, samples, args, kwargs)
-    else:
-        first = {k: v[:1, :1] for k, v in samples.items()}
-        loglik, pred = {}, {}
-        observed = pointwise_log_likelihood(model, first, args, kwargs, predictive=False)[2]
+    traced = pointwise_log_likelihood(model, samples, args, kwargs, log_likelihood=log_likelihood)
     num_chains, num_draws = next(iter(samples.values())).shape[:2]
     stats = {}
     divergences = mcmc.diagnostics().get("divergences")
@@ -205,10 +149,11 @@ def mcmc_groups(mcmc, log_likelihood=True):
         for c, chain in enumerate(sorted(divergences, key=lambda k: int(k.split()[-1]))):
             diverging[c, list(divergences[chain])] = True
         stats["diverging"] = diverging
+    posterior = dataset({k: v.detach().cpu().numpy() for k, v in samples.items()})
     return {
-        "posterior": dataset({k: v.detach().cpu().numpy() for k, v in samples.items()}),
-        "log_likelihood": dataset(loglik),
-        "posterior_predictive": dataset(pred),
+        "posterior": posterior.merge(traced.deterministic),
+        "log_likelihood": traced.log_likelihood,
+        "posterior_predictive": traced.posterior_predictive,
         "sample_stats": dataset(stats),
-        "observed_data": dataset(observed, sample_dims=()),
+        "observed_data": traced.observed_data,
     }

@@ -3,10 +3,13 @@ r"""
 MCMC, to the ArviZ that is installed (what ``az.from_pyro`` did before ArviZ 1 dropped it).
 """
 
+import numpy as np
 import xarray as xr
 from pyro.infer import MCMC
 
 import pyro_arviz
+
+from .masked import AXIS, ORIGINAL_SIZE
 
 ACCEPTED = ("a pyro.infer.MCMC after mcmc.run(...) (any kernel: NUTS, HMC, ParallelTempering) or "
             "the SubnetworkLaplacePosterior that guide.laplace_approximation(...) returns")
@@ -97,7 +100,9 @@ def datasets(data):
 def label(groups, dims=None, coords=None):
     r"""
     ``groups`` with the axes of each variable in ``dims`` renamed and the dimensions in
-    ``coords`` given their values (see :func:`from_pyro`).
+    ``coords`` given their values (see :func:`from_pyro`). An axis that lost masked points
+    (:mod:`pyro_arviz.masked`) takes the values of all the site's points and keeps those of the
+    points it kept.
 
     :param dict groups: ``{group name: xarray.Dataset}``.
     :raises ValueError: for a variable or dimension that no group has, a variable given more
@@ -113,14 +118,23 @@ def label(groups, dims=None, coords=None):
         raise ValueError(f"dims names {unknown}, which are no variables of the export; its variables "
                          f"are {sorted(names)}")
     out = {group: _label(group, ds, dims) for group, ds in groups.items()}
-    used = {d for ds in out.values() for d in ds.dims}
+    used = {d for ds in out.values() for d in list(ds.dims) + list(_positions(ds))}
     unknown = sorted(set(coords) - used)
     if unknown:
         raise ValueError(f"coords names dimensions {unknown} that no variable has; name them in dims, "
                          f"e.g. dims={{'obs': ['{unknown[0]}']}}")
     for group, ds in out.items():
+        positions = _positions(ds)
         for dim, values in coords.items():
-            if dim in ds.dims:
+            if dim in positions:
+                coord = ds.coords[dim]
+                size = int(coord.attrs[ORIGINAL_SIZE])
+                if len(values) != size:
+                    raise ValueError(f"coords['{dim}'] has {len(values)} values, but dimension '{dim}' "
+                                     f"has size {size} (in group '{group}', which keeps {coord.size} "
+                                     "of them: the others are masked)")
+                ds = ds.assign_coords({dim: (coord.dims, np.asarray(values)[coord.values])})
+            elif dim in ds.dims:
                 if len(values) != ds.sizes[dim]:
                     raise ValueError(f"coords['{dim}'] has {len(values)} values, but dimension '{dim}' "
                                      f"has size {ds.sizes[dim]} (in group '{group}')")
@@ -129,23 +143,39 @@ def label(groups, dims=None, coords=None):
     return out
 
 
+def _positions(ds):
+    """The coordinates of ``ds`` that hold the original positions of kept points, by name."""
+    return {k: c for k, c in ds.coords.items() if ORIGINAL_SIZE in c.attrs}
+
+
 def _label(group, ds, dims):
-    variables = {}
+    variables, renamed = {}, {}
     for name, var in ds.data_vars.items():
         variable = var.variable
         if name in dims:
             new = list(dims[name])
             lead = [d for d in variable.dims if d in ("chain", "draw")]
-            own = variable.dims[len(lead):]
-            if len(new) > len(own):
+            own = list(variable.dims[len(lead):])
+            # a site whose kept points were flattened to one axis: its original axes are the
+            # position coordinates along that axis, which take the names
+            flat = own and sorted((k for k, c in _positions(ds).items() if c.dims == (own[0],) and k != own[0]),
+                                  key=lambda k: int(ds.coords[k].attrs[AXIS]))
+            axes = flat + own[1:] if flat else own
+            if len(new) > len(axes):
                 if group != "log_likelihood":  # the log-likelihood drops an observed site's event axes
-                    raise ValueError(f"dims['{name}'] names {len(new)} axes, but '{name}' has {len(own)} "
+                    raise ValueError(f"dims['{name}'] names {len(new)} axes, but '{name}' has {len(axes)} "
                                      f"besides {tuple(lead)} (in group '{group}')")
-                new = new[:len(own)]
-            new_dims = tuple(lead) + tuple(new) + tuple(own[len(new):])
+                new = new[:len(axes)]
+            renamed.update(zip(axes, new))
+            new_dims = tuple(lead) + tuple(renamed.get(d, d) for d in own)
             variable = xr.Variable(new_dims, variable.data, variable.attrs)
         variables[name] = variable
     out = xr.Dataset(variables, attrs=ds.attrs)
-    # coordinates whose dimensions survived the renaming (the sample indices, the ladder's)
-    kept = {k: c.variable for k, c in ds.coords.items() if set(c.dims) <= set(out.dims)}
+    # coordinates whose dimensions survived the renaming (the sample indices, the ladder's), and
+    # the kept points' positions under their axes' new names
+    kept = {}
+    for k, c in ds.coords.items():
+        coord_dims = tuple(d if d in out.dims else renamed.get(d, d) for d in c.dims)
+        if set(coord_dims) <= set(out.dims):
+            kept[renamed.get(k, k) if ORIGINAL_SIZE in c.attrs else k] = xr.Variable(coord_dims, c.values, c.attrs)
     return out.assign_coords(kept)

@@ -43,6 +43,8 @@ from pyro.distributions.util import scale_and_mask
 from torch.distributions import biject_to
 
 import pyro_arviz
+from pyro_arviz.masked import KeptPoints, check_same_points, check_some_data, data_groups
+from pyro_arviz.sites import deterministic_sites, kept_points
 
 PREDICTIVES = ("linearized", "network")
 
@@ -95,7 +97,7 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
     latent = posterior._latent
     with torch.no_grad():
         tr, _ = latent.trace(posterior.loc, args, kwargs)
-    observed = {}
+    observed, kept = {}, {}
     for name in latent.observed:
         site = tr.nodes.get(name)
         if site is None or not site["is_observed"]:
@@ -104,18 +106,24 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
                 "arguments including the observed values, e.g. to_inference_data(posterior, x, y)"
             )
         observed[name] = site["value"]
+        # the linearized model keeps the points the MAP's trace keeps (those the curvature counted)
+        kept[name] = kept_points(site).to(site["value"].device)
+    points = {name: KeptPoints(name, k.cpu().numpy()) for name, k in kept.items()}
+    check_some_data(points)
+    deterministic = [name for name, _ in deterministic_sites(tr)]
     draws = posterior.get_posterior().sample((num_samples,))
     post, pred, loglik = {}, {}, {}
     with torch.no_grad():
         if predictive == "network":
-            for u in draws:
+            for m, u in enumerate(draws):
                 tr, _ = latent.trace(u, args, kwargs)
-                for name in latent.latent_names:
+                for name in latent.latent_names + deterministic:
                     post.setdefault(name, []).append(tr.nodes[name]["value"])
                 for name in latent.observed:
-                    fn = tr.nodes[name]["fn"]
-                    loglik.setdefault(name, []).append(fn.log_prob(observed[name]))
-                    pred.setdefault(name, []).append(fn.sample())
+                    site = tr.nodes[name]
+                    check_same_points(name, kept[name].cpu(), kept_points(site), f"draw {m}", "the MAP")
+                    loglik.setdefault(name, []).append(site["fn"].log_prob(observed[name]))
+                    pred.setdefault(name, []).append(site["fn"].sample())
             post, pred, loglik = ({k: torch.stack(v) for k, v in d.items()} for d in (post, pred, loglik))
         else:
             values = latent.values(draws)[0]
@@ -132,23 +140,29 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
                     pred[name] = spec.wrap(spec.build(etas)).sample()
 
     stats = {}
-    if log_densities:
-        with torch.no_grad():
-            lp = log_prior(posterior, draws, args, kwargs)
-            for value in loglik.values():
-                lp = lp + value.reshape(num_samples, -1).sum(-1)
+    with torch.no_grad():
+        # one model trace per draw serves the prior and the deterministic sites (the network's
+        # own values at the draw: they are functions of the latents, not outputs to linearize)
+        prior, recorded = _trace_draws(posterior, draws, args, kwargs, log_densities,
+                                       deterministic if predictive == "linearized" else ())
+        post.update(recorded)
+        if log_densities:
+            lp = prior
+            for name, value in loglik.items():  # masked points are not data (NaN placeholders too)
+                lp = lp + torch.where(kept[name], value, 0.0).reshape(num_samples, -1).sum(-1)
             stats = {"lp": lp, "log_q": posterior.get_posterior().log_prob(draws)}
 
     def numpy(d):
         return {k: v[None].cpu().numpy() for k, v in d.items()}
 
     attrs = {"predictive": predictive, "subnetwork_size": len(posterior.subnetwork_indices)}
+    data = data_groups(numpy(loglik), numpy(pred), {k: v.cpu().numpy() for k, v in observed.items()}, points)
     return pyro_arviz.build({
         "posterior": pyro_arviz.dataset(numpy(post), attrs=attrs),
-        "posterior_predictive": pyro_arviz.dataset(numpy(pred), attrs=attrs),
-        "log_likelihood": pyro_arviz.dataset(numpy(loglik), attrs=attrs),
+        "posterior_predictive": data["posterior_predictive"].assign_attrs(attrs),
+        "log_likelihood": data["log_likelihood"].assign_attrs(attrs),
         "sample_stats": pyro_arviz.dataset(numpy(stats), attrs=attrs),
-        "observed_data": pyro_arviz.dataset({k: v.cpu().numpy() for k, v in observed.items()}, sample_dims=()),
+        "observed_data": data["observed_data"],
     }, library="pyro_subnet")
 
 
@@ -159,10 +173,21 @@ def log_prior(posterior, draws, args, kwargs):
     plus the ``pyro.factor`` terms, at each draw ``u`` of ``draws`` (``[M, D]``): the prior whose
     Hessian at the MAP is the prior part of the subnetwork precision. One model trace per draw.
     """
+    return _trace_draws(posterior, draws, args, kwargs)[0]
+
+
+def _trace_draws(posterior, draws, args, kwargs, prior=True, deterministic=()):
+    """:func:`log_prior` at each draw (``None`` without ``prior``) and the values of the
+    ``deterministic`` sites, ``{site: [M, ...]}``, from one model trace per draw (none when
+    neither is asked for)."""
     latent, scale = posterior._latent, posterior.prior_scale
-    out = []
-    for u in draws:
+    out, recorded = [], {name: [] for name in deterministic}
+    for u in draws if prior or deterministic else ():
         tr, _ = latent.trace(u, args, kwargs)
+        for name in deterministic:
+            recorded[name].append(tr.nodes[name]["value"])
+        if not prior:
+            continue
         total = latent.log_prior(tr, 0.0, prior=False, factors=True)
         for site, uv in latent.guide._unpack_latent(u):
             name = site["name"]
@@ -172,4 +197,4 @@ def log_prior(posterior, draws, args, kwargs):
             term = term + t.log_abs_det_jacobian(uv, t(uv)).sum()
             total = total + (scale.get(name, 1.0) if isinstance(scale, dict) else scale) * term
         out.append(torch.as_tensor(total, dtype=draws.dtype))
-    return torch.stack(out)
+    return (torch.stack(out) if prior else None), {name: torch.stack(v) for name, v in recorded.items()}
