@@ -5,6 +5,7 @@ from .cross_validation import SubnetLOOWarning, loo
 from .diagonal import DiagonalLaplace, DiagonalLaplacePosterior
 from .guide import SubnetworkLaplace
 from .posterior import SubnetworkLaplacePosterior
+from .warning import SubnetWarning
 
 __all__ = ["DiagonalLaplace", "DiagonalLaplacePosterior", "SubnetLOOWarning", "SubnetworkLaplace",
-           "SubnetworkLaplacePosterior", "loo", "to_inference_data"]
+           "SubnetworkLaplacePosterior", "SubnetWarning", "loo", "to_inference_data"]

@@ -66,6 +66,7 @@ from torch.distributions import LowRankMultivariateNormal, MultivariateNormal, N
 
 from . import curvature, prior
 from .likelihoods import unwrap
+from .warning import SubnetWarning
 
 _GRID = torch.arange(-15.0, 15.01, 0.5)  # log c searched before L-BFGS polishes the best point
 
@@ -152,7 +153,8 @@ class SubnetworkCurvature:
                              "check the MAP and the selected coordinates")
         if best in (0, len(_GRID) - 1):
             warnings.warn(f"the evidence is largest at the edge of the searched prior scales (c = "
-                          f"{math.exp(_GRID[best]):.3g}); the data may not determine it", RuntimeWarning)
+                          f"{math.exp(_GRID[best]):.3g}); the data may not determine it: pass prior_scale as "
+                          "a number you can defend", SubnetWarning)
         t = self._polish(torch.tensor([float(_GRID[best])], dtype=torch.float64), lambda t: t * ones)
         if not per_site:
             return math.exp(float(t))
@@ -205,7 +207,7 @@ class SubnetworkCurvature:
                     f"the Laplace evidence replaces the prior of sites {self.non_gaussian} (not Gaussian in "
                     "unconstrained space) by its Gaussian fit at the MAP, exact only for Gaussian priors; a "
                     "prior scale fitted by it can be far off: keep them out of the subnetwork (selection) or "
-                    'use prior_scale="marglik_per_site"', RuntimeWarning,
+                    'use prior_scale="marglik_per_site"', SubnetWarning,
                 )
             r = torch.cholesky_solve(self.prior_grad.double()[:, None], L).squeeze(-1)
             self._terms = (self.data_precision.double(), P, self.likelihood_grad.double(), r,
@@ -260,7 +262,8 @@ def cholesky_with_jitter(precision, max_tries=4):
         if info == 0:
             warnings.warn(
                 f"the subnetwork precision was not positive definite; added {jitter:.3g} to its "
-                "diagonal", RuntimeWarning,
+                "diagonal; check that the MAP has converged (a saddle point has negative curvature)",
+                SubnetWarning,
             )
             return chol
     precision.diagonal().sub_(added)

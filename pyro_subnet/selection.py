@@ -57,6 +57,7 @@ from .likelihoods import OutputSpec, unwrap
 from .variance import (  # noqa: F401 (the estimators' public home is here too)
     EXACT_MAX_DIM, diag_laplace_variance, diag_precision, exact_variance, jacobian_energy, swag_variance,
 )
+from .warning import SubnetWarning
 
 STRATEGIES = ("predictive", "wasserstein", "random", "magnitude", "last_layer")
 VARIANCES = ("diag_laplace", "swag", "exact")
@@ -204,7 +205,7 @@ def select(guide, latent, u_hat, chunks, batches):
         warnings.warn(
             f"only {seen} of the {len(pool)} candidate coordinates have a nonzero Jacobian on the data; "
             f'selection="predictive" keeps those {seen} instead of {size} (the others change no '
-            "prediction on the training inputs)", RuntimeWarning,
+            "prediction on the training inputs)", SubnetWarning,
         )
         size = seen
     return pool[top(scores, size)]

@@ -15,6 +15,7 @@ import torch
 from pyro.distributions.util import scale_and_mask
 
 from . import curvature, prior
+from .warning import SubnetWarning
 
 EXACT_MAX_DIM = 4096
 
@@ -40,8 +41,9 @@ def diag_precision(latent, u_hat, batches, prior_scale, idx, energy):
     if (prec <= 0).any():
         warnings.warn(
             f"{int((prec <= 0).sum())} coordinates have a non-positive diagonal precision (flat or "
-            "improper prior with no data information); they rank as the most uncertain",
-            RuntimeWarning,
+            "improper prior with no data information); they rank as the most uncertain: give their sites a "
+            "proper prior, or leave them out of selection_sites",
+            SubnetWarning,
         )
     return prec
 

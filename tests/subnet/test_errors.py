@@ -7,7 +7,7 @@ import pytest
 import torch
 from subnet_models import mlp_data, mlp_model, random_loc
 
-from pyro_subnet import SubnetworkLaplace
+from pyro_subnet import SubnetWarning, SubnetworkLaplace
 
 
 def no_obs_model(x):
@@ -122,7 +122,7 @@ def test_not_positive_definite():
     with pytest.raises(ValueError, match="not positive definite even with jitter"):
         guide.laplace_approximation(x, y)  # the precision of v is exactly zero
     guide.selection = ["w", "v"]
-    with pytest.warns(RuntimeWarning, match="not positive definite; added"):
+    with pytest.warns(SubnetWarning, match="not positive definite; added"):
         post = guide.laplace_approximation(x, y)
     assert torch.allclose(post.precision[:2, :2], x.T @ x + torch.eye(2))
 

@@ -8,7 +8,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 
-from pyro_subnet import SubnetworkLaplace, curvature, evidence, prior
+from pyro_subnet import SubnetWarning, SubnetworkLaplace, curvature, evidence, prior
 
 SIGMA, SD1, SD2 = 0.3, 0.7, 1.5  # noise, prior sds of the two weight sites
 N = 20
@@ -199,7 +199,7 @@ def test_non_gaussian_prior_is_flagged(recwarn):
     random_loc(guide)
     post = guide.laplace_approximation(x, y)
     assert not [w for w in recwarn.list if "not Gaussian" in str(w.message)]  # a fixed scale needs no evidence
-    with pytest.warns(RuntimeWarning, match=r"prior of sites \['sigma'\] \(not Gaussian"):
+    with pytest.warns(SubnetWarning, match=r"prior of sites \['sigma'\] \(not Gaussian"):
         post.log_marginal_likelihood()
     pyro.clear_param_store()
     x1, x2, y = data()

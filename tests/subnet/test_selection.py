@@ -7,7 +7,7 @@ import torch
 from pyro.infer import SVI, Trace_ELBO
 from subnet_models import dense_precision, mlp_data, mlp_model, random_loc
 
-from pyro_subnet import SubnetworkLaplace
+from pyro_subnet import SubnetWarning, SubnetworkLaplace
 
 
 def _setup(**kw):
@@ -210,6 +210,6 @@ def test_predictive_never_picks_dead_relu_units_that_wasserstein_picks():
     # asked for more than the data see: the seen coordinates only, with a warning
     D = guide.loc.numel()
     guide.subnetwork_size = D - 1
-    with pytest.warns(RuntimeWarning, match="nonzero Jacobian"):
+    with pytest.warns(SubnetWarning, match="nonzero Jacobian"):
         post = guide.laplace_approximation(x, y)
     assert post.subnetwork_indices.tolist() == sorted(set(range(D)) - set(dead))
