@@ -60,7 +60,8 @@ class SubnetLOOWarning(UserWarning):
     """A leave-one-out estimate of a subnetwork Laplace posterior that is not to be trusted."""
 
 
-def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, chunk_size=None, **kwargs):
+def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, chunk_size=None, map_shift=True,
+        **kwargs):
     r"""
     PSIS-LOO of a subnetwork Laplace posterior with the importance ratios corrected for drawing
     from the Laplace Gaussian :math:`q` instead of the posterior (module docstring).
@@ -96,6 +97,12 @@ def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, c
     from .posterior import SubnetworkLaplacePosterior
 
     if isinstance(data, SubnetworkLaplacePosterior):
+        if map_shift and predictive == "linearized":
+            from .reweighting import shifted_loo
+
+            result = shifted_loo(data, args, kwargs, num_samples, var_name, chunk_size)
+            _check_pareto_k(result, None, stacklevel=3)
+            return result
         data = to_inference_data(data, *args, num_samples=num_samples, predictive=predictive,
                                  chunk_size=chunk_size, **kwargs)
     elif args or kwargs:
@@ -170,31 +177,52 @@ def _log_likelihood(data, var_name):
 
 def _loo_psislw(data, lp, log_q, var_name=None):
     """The corrected PSIS-LOO under ArviZ < 1, in ``arviz.loo``'s pointwise ``ELPDData``."""
-    import arviz as az
-
     ll = _log_likelihood(data, var_name).stack(__sample__=("chain", "draw"))
     correction = (lp - log_q).stack(__sample__=("chain", "draw"))
-    log_ratios = -ll + correction
+    return elpd_data(ll, -ll + correction, ll)
+
+
+def elpd_data(ll, log_ratios, ll_in_sample):
+    """
+    ArviZ's pointwise ELPD data of the importance-sampled leave-one-out estimate whose integrand
+    is ``ll`` and whose log ratios are ``log_ratios`` (DataArrays with the draws in
+    ``__sample__``), the ratios Pareto-smoothed, ``p_loo`` against the lppd of ``ll_in_sample``.
+    """
+    n_samples = ll.sizes["__sample__"]
     # a constant per point changes nothing once normalized; keeping the largest at 0 keeps exp finite
     log_ratios = log_ratios - log_ratios.max("__sample__")
-    log_weights, pareto_k = az.psislw(log_ratios, reff=1.0)
+    if pyro_arviz.arviz_generation() == 0:
+        import arviz as az
+
+        log_weights, pareto_k = az.psislw(log_ratios, reff=1.0)
+    else:
+        import arviz_stats  # noqa: F401  (registers the azstats accessor)
+
+        log_weights, pareto_k = (-log_ratios).azstats.psislw(dim="__sample__")  # it smooths minus its input
 
     def lse(x):
         return xr.apply_ufunc(logsumexp, x, input_core_dims=[["__sample__"]], kwargs={"axis": -1})
 
     loo_i = lse(log_weights + ll)
-    n_samples = ll.sizes["__sample__"]
     n_points = int(np.prod([s for d, s in ll.sizes.items() if d != "__sample__"]))
     elpd = float(loo_i.sum())
     se = math.sqrt(n_points * float(np.var(loo_i.values)))
-    p_loo = float((lse(ll) - math.log(n_samples)).sum()) - elpd
+    p_loo = float((lse(ll_in_sample) - math.log(n_samples)).sum()) - elpd
     good_k = min(1 - 1 / math.log10(n_samples), 0.7)
-    return az.ELPDData(
-        data=[elpd, se, p_loo, n_samples, n_points, bool((pareto_k > good_k).any()), loo_i.rename("loo_i"),
-              pareto_k, "log", good_k, True],
-        index=["elpd_loo", "se", "p_loo", "n_samples", "n_data_points", "warning", "loo_i", "pareto_k",
-               "scale", "good_k", "approx_posterior"],
-    )
+    warning = bool((pareto_k > good_k).any())
+    if pyro_arviz.arviz_generation() == 0:
+        import arviz as az
+
+        return az.ELPDData(
+            data=[elpd, se, p_loo, n_samples, n_points, warning, loo_i.rename("loo_i"), pareto_k, "log", good_k,
+                  True],
+            index=["elpd_loo", "se", "p_loo", "n_samples", "n_data_points", "warning", "loo_i", "pareto_k",
+                   "scale", "good_k", "approx_posterior"],
+        )
+    from arviz_stats.utils import ELPDDataLOO
+
+    return ELPDDataLOO(elpd=elpd, se=se, p=p_loo, n_samples=n_samples, n_data_points=n_points, scale="log",
+                       warning=warning, good_k=good_k, elpd_i=loo_i, pareto_k=pareto_k, approx_posterior=True)
 
 
 def pareto_k_share(result):

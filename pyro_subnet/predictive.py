@@ -104,9 +104,10 @@ def prediction_calls(latent, u_hat, args, kwargs, chunk_size):
     return whole, parts, axes
 
 
-def linearize(posterior, args, kwargs, reduce, chunk_size=None):
+def linearize(posterior, args, kwargs, reduce, chunk_size=None, idx=None):
     r"""
-    The linearized model of ``posterior`` on one call ``(args, kwargs)``, reduced chunk by chunk.
+    The linearized model of ``posterior`` on one call ``(args, kwargs)``, reduced chunk by chunk,
+    in the S subnetwork coordinates or in the coordinates ``idx``.
 
     :param callable reduce: ``(spec, J) -> tensor`` whose leading dim is the elements of the
         chunk (``J`` is ``[elements, dim, S]``); the results are joined over the chunks.
@@ -118,7 +119,8 @@ def linearize(posterior, args, kwargs, reduce, chunk_size=None):
     chunk_size = CHUNK_SIZE if chunk_size is None else chunk_size
     if not (isinstance(chunk_size, int) and chunk_size >= 1):
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    latent, u_hat, idx = posterior._latent, posterior.loc.detach(), posterior.subnetwork_indices
+    latent, u_hat = posterior._latent, posterior.loc.detach()
+    idx = posterior.subnetwork_indices if idx is None else idx
     devices = [u_hat.device.index or 0] if u_hat.is_cuda else []
     # Jacobians need autograd even when the caller (an export, a no_grad block) turned it off
     with torch.random.fork_rng(devices=devices), torch.enable_grad():

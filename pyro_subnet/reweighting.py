@@ -1,0 +1,168 @@
+r"""
+The importance ratios of leave-one-out for a subnetwork Laplace posterior whose MAP moves
+without each point (:mod:`pyro_subnet.jackknife`).
+
+For point :math:`i`, the draws :math:`z_m \sim \mathcal N(0, \Sigma_S)` of the Laplace Gaussian
+:math:`q` are moved by the step: :math:`u_{im} = \hat u + \Delta_i + z_m` (``z`` on the S
+coordinates). The proposal is :math:`q` moved by :math:`\Delta_{i,S}`, whose density at
+:math:`u_{im}` is :math:`q(\hat u + z_m)`, and the target is the model without point :math:`i`
+with its coordinates outside S at :math:`\hat u + \Delta_i`, so
+
+.. math::
+
+    \log r_i(m) = \sum_{n \ne i} \log p(y_n \mid \eta_n^{(m)} + J_n \Delta_i)
+                  + \log \tilde p(\hat u + \Delta_i + z_m) - \log q(\hat u + z_m),
+    \qquad
+    \widehat{\mathrm{elpd}}_i = \log \frac{\sum_m \tilde r_i(m)\, p(y_i \mid \eta_i^{(m)} + J_i\Delta_i)}
+                                          {\sum_m \tilde r_i(m)}
+
+with :math:`\eta_n^{(m)} = \hat\eta_n + J_{Sn} z_m` the linearized model the export describes
+(:mod:`pyro_subnet.arviz`) and :math:`\tilde r` Pareto-smoothed. The log prior at the moved
+draws is its value at :math:`\hat u + z_m` (one model trace per draw, as in the export) plus
+its second-order change, :math:`g^\top\Delta_i - z_m^\top P \Delta_i - \tfrac12 \Delta_i^\top
+P \Delta_i` with :math:`g, P` its gradient and negative Hessian at the MAP: exact for Gaussian
+priors. Where the step is exact (a linear-Gaussian model) this is importance sampling of the
+exact leave-one-out posterior of the S coordinates.
+"""
+
+import torch
+
+from .arviz import log_prior
+from .jackknife import _element_log_prob, coordinate_scales
+
+_FLOAT_BUDGET = 2**24  # floats of the moved parameters per chunk of points
+
+
+def _scaled_prior(posterior, shifts):
+    """Gradient and negative Hessian of the prior as the export's ``lp`` weighs it (prior scale
+    on the prior, none on the factors)."""
+    s = coordinate_scales(posterior).to(torch.float64)
+    g = s * shifts.grad_prior.to(torch.float64) + shifts.grad_factors.to(torch.float64)
+    P, Q = shifts.P.to(torch.float64), shifts.Q.to(torch.float64)
+    if shifts.diagonal:
+        return g, s * P + Q, True
+    r = s.sqrt()
+    return g, r[:, None] * P * r[None, :] + Q, False
+
+
+def _downdate(posterior, shifts, z):
+    r"""
+    The draws of the leave-one-out Gaussian from those of :math:`q`: with :math:`U_i = J_{Si}^\top
+    L_i` (:math:`F_i = L_i L_i^\top`) the precision without point :math:`i` is
+    :math:`\Lambda_S - U_i U_i^\top`, and :math:`z' = z + \Sigma_S U_i C_i U_i^\top z` has its
+    covariance when :math:`C_i = f(W_i)`, :math:`W_i = U_i^\top \Sigma_S U_i`,
+    :math:`f(w) = ((1 - w)^{-1/2} - 1) / w` (solve :math:`2C + CWC = (I - W)^{-1}` in
+    :math:`W`'s eigenbasis). The map is linear, so the proposal's density changes by a constant
+    per point, which the normalized weights drop. A point with an eigenvalue :math:`w \ge 1`
+    (it alone pins a direction of S) keeps :math:`z' = z`.
+
+    :returns: ``(V, t, Y)``: the move of every element row's parameters is ``V[j, i] @ t[i, m]``
+        (``V`` ``[rows, N, r]``, ``t = U_i^T z_m`` ``[N, M, r]``) and ``z' - z = Y[i] @ t[i, m]``
+        (``Y`` ``[N, S, r]``).
+    """
+    dt = torch.float64
+    J_S = torch.cat([v[4].reshape(-1, v[4].shape[-1]) for v in shifts.sites.values()])
+    B = posterior._whiten(J_S).to(dt)  # B B^T = J_S Sigma_S J_S^T
+    spec, y, weight, eta, J_site, row = shifts.sites[shifts.site]
+    L = shifts.L.to(dt)  # [N, k, r]
+    rows_i = shifts.rows_i
+    K_S = B @ B[rows_i].reshape(-1, B.shape[1]).T  # [rows, N k]
+    K_S = K_S.reshape(K_S.shape[0], *rows_i.shape)  # [rows, N, k]
+    N = rows_i.shape[0]
+    K_ii = K_S[rows_i, torch.arange(N, device=rows_i.device)[:, None].expand_as(rows_i)]  # [N, k, k]
+    W = L.mT @ K_ii @ L
+    w, Q = torch.linalg.eigh(W)
+    pinned = (w >= 1 - 1e-9).any(-1)
+    w = torch.where(pinned[:, None], torch.zeros_like(w), w)  # their C is zeroed below
+    f = torch.where(w.abs() > 1e-8, ((1 - w).rsqrt() - 1) / w.where(w.abs() > 1e-8, torch.ones_like(w)),
+                    0.5 + 0.375 * w)
+    C = Q @ (f[..., None] * Q.mT)
+    C[pinned] = 0
+    V = torch.einsum("jnk,nkr,nrq->jnq", K_S, L, C)
+    J_pts = J_site.reshape(-1, *J_site.shape[1:])[shifts.points].to(dt)  # [N, k, S]
+    t = torch.einsum("nkr,nks,ms->nmr", L, J_pts, z.to(dt))
+    if hasattr(posterior, "variance"):  # a diagonal Gaussian: never an S x S matrix
+        Sigma_J = (J_pts * posterior.variance.to(dt)).mT  # [N, S, k]
+    else:
+        Sigma_J = (J_pts @ posterior.covariance.to(dt)).mT
+    Y = Sigma_J @ L @ C
+    return V, t, Y
+
+
+@torch.no_grad()
+def shifted_ratios(posterior, args, kwargs, shifts, num_samples):
+    r"""
+    ``(ll, log_ratios, ll_in_sample)``, each ``[points, num_samples]``: the left-out point's
+    log density at its moved draws, the log ratios :math:`\log r_i(m)` and its log density at
+    the draws themselves (for the lppd of ``p_loo``), from ``num_samples`` draws of ``q``.
+    """
+    dt = torch.float64
+    idx = posterior.subnetwork_indices
+    D, M, N = posterior.loc.numel(), num_samples, len(shifts.points)
+    z = posterior._offset_draws(M)
+    draws = posterior.loc.expand(M, D).index_copy(-1, idx, posterior.loc[idx] + z)
+    base = (log_prior(posterior, draws, args, kwargs).to(dt) - posterior.get_posterior().log_prob(draws).to(dt))
+
+    g, P, diagonal = _scaled_prior(posterior, shifts)
+    delta = shifts.delta  # [D, N]
+    P_delta = P[:, None] * delta if diagonal else P @ delta
+    prior_move = g @ delta - 0.5 * (delta * P_delta).sum(0)  # [N]
+    cross = z.to(dt) @ P_delta[idx]  # [M, N]: z_m^T P Delta_i
+    log_ratios = base[None, :] + (prior_move[:, None] - cross.T)  # [N, M]
+
+    V, t, Y = _downdate(posterior, shifts, z)
+    P_S = P[idx] if diagonal else P[idx][:, idx]
+    own = torch.empty(N, M, dtype=dt, device=z.device)
+    in_sample = None
+    per_point = max(1, _FLOAT_BUDGET // max(M * sum(v[3].numel() for v in shifts.sites.values()), 1))
+    for a in range(0, N, per_point):
+        b = min(N, a + per_point)
+        dz = torch.einsum("csr,cmr->cms", Y[a:b], t[a:b])  # z' - z of each draw, for each point
+        P_dz = P_S * dz if diagonal else dz @ P_S
+        log_ratios[a:b] += (dz @ g[idx] - (z.to(dt) * P_dz).sum(-1) - 0.5 * (dz * P_dz).sum(-1)
+                            - (dz * P_delta[idx, a:b].T[:, None, :]).sum(-1))
+        for name, (spec, y, weight, eta, J_S, row) in shifts.sites.items():
+            n, k = eta.shape
+            etas = eta + torch.einsum("nks,ms->mnk", J_S, z)  # [M, n, k]
+            moves = shifts.moves[row : row + n * k, a:b].T.reshape(b - a, 1, n, k)
+            moves = moves + torch.einsum("jcr,cmr->cmj", V[row : row + n * k, a:b], t[a:b]).reshape(b - a, M, n, k)
+            ll = _element_log_prob(spec, etas[None] + moves.to(eta.dtype), y, weight).to(dt)  # [c, M, n]
+            log_ratios[a:b] += ll.sum(-1)
+            if name == shifts.site:
+                own[a:b] = ll[torch.arange(b - a), :, shifts.points[a:b]]
+                if a == 0:
+                    in_sample = _element_log_prob(spec, etas, y, weight)[:, shifts.points].T.to(dt)
+    log_ratios -= own
+    return own, log_ratios, in_sample
+
+
+def shifted_loo(posterior, args, kwargs, num_samples, var_name=None, chunk_size=None):
+    """PSIS-LOO of ``posterior`` with the MAP moved without each point (module docstring): ArviZ's
+    pointwise ELPD data, with ``map_shift`` (the curvature used) and ``step_ratio`` (per point)."""
+    import xarray as xr
+
+    from .cross_validation import elpd_data
+    from .jackknife import map_shifts
+
+    observed = posterior._latent.observed
+    if var_name is None:
+        if len(observed) != 1:
+            raise ValueError(f"the model has the observed sites {observed}: say which with var_name=")
+        var_name = observed[0]
+    elif var_name not in observed:
+        raise ValueError(f"var_name={var_name!r} is not an observed site of the model (it has {observed})")
+    shifts = map_shifts(posterior, args, kwargs, var_name, chunk_size)
+    ll, log_ratios, in_sample = shifted_ratios(posterior, args, kwargs, shifts, num_samples)
+    dim = f"{var_name}_dim_0"
+    coords = {dim: shifts.points.cpu().numpy()}
+
+    def array(t):
+        return xr.DataArray(t.cpu().numpy(), dims=(dim, "__sample__"), coords=coords)
+
+    result = elpd_data(array(ll), array(log_ratios), array(in_sample))
+    ratio = xr.DataArray(shifts.step_ratio.cpu().numpy(), dims=(dim,), coords=coords)
+    if isinstance(result, dict) or hasattr(result, "index"):  # ArviZ < 1: a pandas Series
+        result["map_shift"], result["step_ratio"] = shifts.curvature, ratio
+    else:
+        result.map_shift, result.step_ratio = shifts.curvature, ratio
+    return result
