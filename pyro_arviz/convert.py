@@ -29,13 +29,16 @@ def from_pyro(obj=None, *args, log_likelihood=True, dims=None, coords=None, **kw
 
     An MCMC run is evaluated with the arguments of its ``mcmc.run(...)``, so it takes none here.
     With ``log_likelihood`` (the default) the export holds the pointwise log-likelihood of every
-    observed site, which ``az.loo`` and ``az.compare`` need, and a posterior predictive draw per
+    data site, which ``az.loo`` and ``az.compare`` need, and a posterior predictive draw per
     posterior draw. ``log_likelihood=False`` leaves both groups out; for an MCMC run it also
-    skips their cost, one model call per draw.
+    skips their cost, one model call per draw (unless the model has ``pyro.deterministic``
+    sites, which ``posterior`` holds at each draw). Masked observations are not data: they are
+    left out, with coordinates of the kept points' original positions (:mod:`pyro_arviz.masked`).
 
     ``dims`` names the axes after ``(chain, draw)`` of a variable wherever it appears (an
     observed site's ``log_likelihood`` takes the leading names, its batch axes); ``coords``
-    gives a dimension its values. Axes left unnamed are ``<variable>_dim_<i>``, as in ArviZ.
+    gives a dimension its values, for all of a masked site's points (the kept ones keep theirs).
+    Axes left unnamed are ``<variable>_dim_<i>``, as in ArviZ.
 
     Example::
 

@@ -19,9 +19,11 @@ def to_inference_data(mcmc, *, log_likelihood=True):
 
     The groups come from the cold chain's samples and the model itself (no
     :func:`arviz.from_pyro`, so ``PyroModule`` networks and ``X @ w`` regressions get their
-    log-likelihood too; see :func:`pyro_arviz.pointwise_log_likelihood`): ``posterior``,
-    ``log_likelihood``, ``posterior_predictive``, ``observed_data`` and ``sample_stats``, which
-    holds ``diverging`` and the tempering record:
+    log-likelihood too; see :func:`pyro_arviz.pointwise_log_likelihood`): ``posterior`` (with
+    the ``pyro.deterministic`` sites at each draw), ``log_likelihood`` (the data sites only:
+    ``obs=`` and ``pyro.factor`` sites, the terms the tempering scales), ``posterior_predictive``,
+    ``observed_data`` (these three without masked observations, :mod:`pyro_arviz.masked`) and
+    ``sample_stats``, which holds ``diverging`` and the tempering record:
 
     - ``tempered_log_likelihood`` (chain, draw, temperature): ll of the state at each rung;
     - ``swap_accepted`` (chain, draw, swap_pair): 1 accepted, 0 refused, NaN not attempted;
@@ -48,7 +50,8 @@ def to_inference_data(mcmc, *, log_likelihood=True):
 
     :param mcmc: a :class:`~pyro.infer.MCMC` that has run a ``ParallelTempering`` kernel.
     :param bool log_likelihood: compute ``log_likelihood`` and ``posterior_predictive`` (one model
-        call per cold-chain draw); the tempering record needs neither.
+        call per cold-chain draw, which a model with ``pyro.deterministic`` sites makes anyway);
+        the tempering record needs neither.
     :returns: ``arviz.InferenceData`` or ``xarray.DataTree``.
     """
     if isinstance(mcmc, ParallelTempering):

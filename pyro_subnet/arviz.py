@@ -32,6 +32,14 @@ each draw :math:`u^{(m)}` (unconstrained, the S coordinates moved and the rest a
 Their difference is what :func:`pyro_subnet.loo` needs to correct the importance ratios of
 PSIS-LOO for draws that come from :math:`q` rather than from the posterior.
 
+What the groups hold follows :mod:`pyro_arviz`: ``log_likelihood`` the ``obs=`` sites only
+(``pyro.factor`` terms, which have no distribution to linearize, are in ``lp``; the MCMC exports
+count them in ``log_likelihood``); ``pyro.deterministic`` sites in ``posterior``, the model's own
+values at each draw (functions of the latents, not outputs to linearize); masked observations
+left out of ``log_likelihood``, ``observed_data`` and ``posterior_predictive``, and of ``lp``
+(:mod:`pyro_arviz.masked`). The points kept are those of the model traced at the MAP, whose
+mask the curvature used; the network export refuses a mask that keeps others at a draw.
+
 **References**
 
 [1] A. Immer, M. Korzepa, M. Bauer, "Improving predictions of Bayesian neural nets via local
@@ -55,9 +63,10 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
     Draws ``num_samples`` latent vectors from a subnetwork Laplace posterior and returns an
     :class:`arviz.InferenceData` (an ``xarray.DataTree`` under ArviZ >= 1) with groups
 
-    - ``posterior``: every latent site (constrained), one chain of ``num_samples`` draws;
-    - ``log_likelihood``: the pointwise log-likelihood of each observed site at each draw, in
-      the linearized model (default) or the network itself (``predictive="network"``);
+    - ``posterior``: every latent site (constrained), one chain of ``num_samples`` draws, and
+      every ``pyro.deterministic`` site, from the model traced at each draw;
+    - ``log_likelihood``: the pointwise log-likelihood of each observed (``obs=``) site at each
+      draw, in the linearized model (default) or the network itself (``predictive="network"``);
     - ``posterior_predictive``: one draw of each observed site per posterior draw, from the same;
     - ``observed_data``: the observed values;
     - ``sample_stats`` (with ``log_densities=True``): ``lp``, the log joint of the model the
