@@ -131,15 +131,16 @@ def check_some_data(kept):
         )
 
 
-def check_same_points(name, first, kept, where, reference="the first draw"):
+def check_same_points(name, first, kept, where, reference="the first draw",
+                      remedy="export with log_likelihood=False"):
     """A ``ValueError`` naming the site when the points it keeps at ``where`` (a boolean tensor or
-    array of its batch shape) differ from those it keeps at ``reference`` (``first``)."""
+    array of its batch shape) differ from those it keeps at ``reference`` (``first``); the
+    message ends with ``remedy``, the export's other way out."""
     first, kept = np.asarray(first, dtype=bool), np.asarray(kept, dtype=bool)
     if not np.array_equal(first, kept):
         raise ValueError(
             f"the mask of observed site '{name}' keeps other points at {where} ({int(kept.sum())} "
-            f"of {kept.size}) than at {reference} ({int(first.sum())}): it depends on "
-            "the latents, and masked points are left out of log_likelihood, which needs one set of "
-            "points for every draw. Compute the mask from the data alone, or export with "
-            "log_likelihood=False"
+            f"of {kept.size}) than at {reference} ({int(first.sum())}): it depends on the latents, "
+            "and masked points are left out of log_likelihood, which needs one set of points for "
+            f"every draw. Compute the mask from the data alone, or {remedy}"
         )

@@ -71,7 +71,7 @@ def pointwise_log_likelihood(model, samples, args=(), kwargs=None, seed=0, predi
                     recorded.setdefault(name, []).append(torch.as_tensor(site["value"]))
             for name, site in data_sites(trace, draw):
                 points = kept_points(site)
-                if name in kept:
+                if name in kept and log_likelihood:  # else observed_data keeps the first draw's points
                     check_same_points(name, kept[name], points, f"draw {d} of chain {c}")
                 kept.setdefault(name, points)
                 if log_likelihood:

@@ -130,7 +130,8 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
                     post.setdefault(name, []).append(tr.nodes[name]["value"])
                 for name in latent.observed:
                     site = tr.nodes[name]
-                    check_same_points(name, kept[name].cpu(), kept_points(site), f"draw {m}", "the MAP")
+                    check_same_points(name, kept[name].cpu(), kept_points(site), f"draw {m}", "the MAP",
+                                      "export predictive='linearized', which keeps the MAP's points")
                     loglik.setdefault(name, []).append(site["fn"].log_prob(observed[name]))
                     pred.setdefault(name, []).append(site["fn"].sample())
             post, pred, loglik = ({k: torch.stack(v) for k, v in d.items()} for d in (post, pred, loglik))

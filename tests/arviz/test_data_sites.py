@@ -138,6 +138,30 @@ def test_subnet_lp_counts_the_kept_points_only(exports):
         assert torch.allclose(torch.as_tensor(idata["sample_stats"]["lp"].values[0]), expected, rtol=1e-9), name
 
 
+def test_subnet_network_export_refuses_a_mask_that_moves_with_the_draws():
+    """The network's points at a draw must be the MAP's (those the curvature and the linearized
+    export keep); a mask computed from a latent keeps others at some draws."""
+
+    def sign_mask(x, y):
+        w = pyro.sample("w", dist.Normal(torch.zeros(2, dtype=x.dtype), 1.0).to_event(1))
+        with pyro.plate("data", x.shape[0]), poutine.mask(mask=w[0] * x > 0):
+            pyro.sample("y", dist.Normal(w[1], NOISE), obs=y)
+
+    x = torch.linspace(-1, 1, 6, dtype=torch.float64)
+    pyro.clear_param_store()
+    guide = SubnetworkLaplace(sign_mask, subnetwork_size=1.0)
+    svi = SVI(sign_mask, guide, pyro.optim.Adam({"lr": 0.05}), Trace_ELBO())
+    for _ in range(20):
+        svi.step(x, x)
+    posterior = guide.laplace_approximation(x, x)
+    pyro.set_rng_seed(0)
+    linearized = pyro_subnet.to_inference_data(posterior, x, x, num_samples=40)
+    assert linearized["log_likelihood"]["y"].shape == (1, 40, 3)  # the MAP's half of the points
+    with pytest.raises(ValueError, match=r"the mask of observed site 'y' keeps other points at draw \d+ \(3 of 6\) "
+                                         r"than at the MAP \(3\): it depends on the latents.*predictive='linearized'"):
+        pyro_subnet.to_inference_data(posterior, x, x, num_samples=40, predictive="network")
+
+
 @pytest.mark.xfail(raises=NotImplementedError, strict=True,
                    reason="SubnetworkLaplace's set-up (pyro_subnet/guide.py) counts a pyro.deterministic "
                           "site as an observed one and cannot find its family; once it leaves them out, "
