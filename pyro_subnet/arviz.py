@@ -74,7 +74,7 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
       (module docstring), for :func:`pyro_subnet.loo`;
 
     and, on the first three, the attribute ``predictive`` saying which model the draws went
-    through (with ``subnetwork_size``).
+    through (with ``subnetwork_size`` and ``coordinates``, the D of the flat latent vector).
 
     Example::
 
@@ -165,7 +165,8 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
     def numpy(d):
         return {k: v[None].cpu().numpy() for k, v in d.items()}
 
-    attrs = {"predictive": predictive, "subnetwork_size": len(posterior.subnetwork_indices)}
+    attrs = {"predictive": predictive, "subnetwork_size": len(posterior.subnetwork_indices),
+             "coordinates": posterior.loc.numel()}
     data = data_groups(numpy(loglik), numpy(pred), {k: v.cpu().numpy() for k, v in observed.items()}, points)
     return pyro_arviz.build({
         "posterior": pyro_arviz.dataset(numpy(post), attrs=attrs),

@@ -16,7 +16,10 @@ the ratio for leaving out point :math:`i` is (Magnusson et al. 2019)
 
 with :math:`\tilde r_i` the Pareto-smoothed ratios and :math:`\theta_m \sim q`. Where the
 Laplace approximation is the posterior (a linear-Gaussian model), :math:`p(\theta, y) / q(\theta)`
-is constant and this is the usual PSIS-LOO. The export keeps :math:`\log p(\theta_m, y)` and
+is constant and this is the usual PSIS-LOO. That leaves point :math:`i` out of the S coordinates
+only: the others stay at a MAP fitted with it. Given the model, :func:`loo` therefore first moves
+the MAP without each point by one Newton step (:mod:`pyro_subnet.jackknife`) and the draws to
+that point's leave-one-out Gaussian (:mod:`pyro_subnet.reweighting`). The export keeps :math:`\log p(\theta_m, y)` and
 :math:`\log q(\theta_m)` in ``sample_stats`` (``lp``, ``log_q``; see :mod:`pyro_subnet.arviz`).
 
 The Pareto :math:`\hat k` of each point says whether its smoothed ratios can be trusted: above
@@ -43,11 +46,12 @@ import math
 import warnings
 
 import numpy as np
-import xarray as xr
-from scipy.special import logsumexp
-
 import pyro_arviz
 
+from .reweighting import elpd_data
+from .warning import SubnetWarning
+
+MAX_STEP_RATIO = 0.5  # a second Newton step over half the first: the MAP's move is not one step
 MAX_BAD_SHARE = 0.1  # above this share of points with a high Pareto k, the elpd is not trusted
 # measured on two moons (benchmarks/subnet_loo.py): a smaller S lowered the share; a prior scale
 # other than 1 on a MAP fitted under the model's own prior, and the network predictive, raised it
@@ -56,53 +60,71 @@ _ADVICE = ("try a smaller subnetwork_size (q must match the posterior in all S d
            "the MAP of the prior the MAP phase used, not at the mode of the rescaled posterior)")
 
 
-class SubnetLOOWarning(UserWarning):
+class SubnetLOOWarning(SubnetWarning):
     """A leave-one-out estimate of a subnetwork Laplace posterior that is not to be trusted."""
 
 
 def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, chunk_size=None, map_shift=True,
         **kwargs):
     r"""
-    PSIS-LOO of a subnetwork Laplace posterior with the importance ratios corrected for drawing
-    from the Laplace Gaussian :math:`q` instead of the posterior (module docstring).
+    PSIS-LOO of a subnetwork Laplace posterior, with the MAP moved without each point and the
+    importance ratios corrected for drawing from the Laplace Gaussian :math:`q` (module docstring).
 
-    Under ArviZ >= 1 the estimate is arviz-stats' ``loo_approximate_posterior``; ArviZ < 1 has
-    no approximate-posterior LOO, so the corrected log ratios are smoothed here with
-    ``arviz.psislw`` and summarised as ``arviz.loo`` does (the same definitions of elpd, se and
-    p_loo as arviz-stats). The draws are independent, so the relative efficiency is 1.
+    Given the posterior and the model's arguments (``loo(posterior, x, y)``, the linearized
+    predictive, ``map_shift=True``), each point's draws are moved to where the MAP and the
+    Gaussian would be without it (:mod:`pyro_subnet.jackknife`, :mod:`pyro_subnet.reweighting`),
+    and the result says which curvature the steps used (``map_shift``: ``"full GGN"`` up to
+    4096 coordinates, ``"diagonal GGN"`` above) and how far each step can be trusted
+    (``step_ratio``). An export (``loo(idata)``) holds no model to move the MAP with: its
+    estimate counts each point in the fit of the coordinates outside S, and is optimistic.
 
-    Warns (:class:`SubnetLOOWarning`, each at most once per call) when more than 10 % of the points have a
-    Pareto k above ArviZ's threshold after the correction, and when the data hold no ``lp`` and
-    ``log_q`` to correct with (the result is then ``arviz.loo``'s, uncorrected).
+    Under ArviZ >= 1 the unmoved estimate of an export is arviz-stats'
+    ``loo_approximate_posterior``; otherwise the log ratios are smoothed with ArviZ's PSIS and
+    summarised as ``loo`` does (the same elpd, se and p_loo). The draws are independent, so the
+    relative efficiency is 1.
+
+    Warns (:class:`SubnetLOOWarning`, each at most once per call) when the MAP is not moved
+    (an export, ``map_shift=False``, ``predictive="network"``, or a step that cannot be made),
+    when more than 10 % of the points have a step ratio above 0.5 or a Pareto k above ArviZ's
+    threshold, and when an export holds no ``lp`` and ``log_q`` to correct with. Each says what
+    to do: held-out data, or :func:`pyro_subnet.kfold`-style refits, where these fail.
 
     Example::
 
         elpd = pyro_subnet.loo(posterior, x, y, num_samples=2000)
-        # or, from an export: pyro_subnet.loo(to_inference_data(posterior, x, y))
         az.compare({"subnet": elpd, "mcmc": az.loo(idata_mcmc, pointwise=True)})
 
-    :param data: a :class:`~pyro_subnet.SubnetworkLaplacePosterior` (exported first with
-        :func:`~pyro_subnet.to_inference_data` and the model arguments ``args``/``kwargs``), or
-        such an export (an ``InferenceData`` or ``DataTree``).
-    :param int num_samples: draws of the export, for a posterior.
+    :param data: a :class:`~pyro_subnet.SubnetworkLaplacePosterior` with the model arguments
+        ``args``/``kwargs``, or its export (an ``InferenceData`` or ``DataTree``).
+    :param int num_samples: draws of ``q``, for a posterior.
     :param str predictive: the export's ``predictive``, for a posterior.
     :param str var_name: the observed site to leave points of out (needed with several).
-    :param int chunk_size: the export's ``chunk_size``, for a posterior.
+    :param int chunk_size: inputs per chunk of the linearization, for a posterior.
+    :param bool map_shift: move the MAP without each point (a posterior only).
     :returns: ArviZ's ELPD data, pointwise (``pareto_k`` and the pointwise elpd included):
-        an ``ELPDData`` under ArviZ < 1 (``elpd_loo``, ``p_loo``, ``loo_i``...) with the entry
-        ``approx_posterior``, arviz-stats' ``ELPDData`` (``elpd``, ``p``, ``elpd_i``...) under
-        ArviZ >= 1.
+        an ``ELPDData`` under ArviZ < 1 (``elpd_loo``, ``p_loo``, ``loo_i``...), arviz-stats'
+        ``ELPDData`` (``elpd``, ``p``, ``elpd_i``...) under ArviZ >= 1.
     """
     from .arviz import to_inference_data
     from .posterior import SubnetworkLaplacePosterior
 
+    unmoved = "the export holds no model to move it with; call loo(posterior, *model_args)"
     if isinstance(data, SubnetworkLaplacePosterior):
+        unmoved = ("map_shift=False" if not map_shift else
+                   f'predictive="{predictive}" (the steps are those of the linearized model)')
         if map_shift and predictive == "linearized":
             from .reweighting import shifted_loo
 
-            result = shifted_loo(data, args, kwargs, num_samples, var_name, chunk_size)
-            _check_pareto_k(result, None, stacklevel=3)
-            return result
+            try:
+                result = shifted_loo(data, args, kwargs, num_samples, var_name, chunk_size)
+            except (ValueError, MemoryError) as e:
+                if "var_name" in str(e):
+                    raise
+                unmoved = f"its step cannot be made here: {e}"
+            else:
+                _check_steps(result)
+                _check_pareto_k(result, None, stacklevel=3)
+                return result
         data = to_inference_data(data, *args, num_samples=num_samples, predictive=predictive,
                                  chunk_size=chunk_size, **kwargs)
     elif args or kwargs:
@@ -112,6 +134,11 @@ def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, c
         raise ValueError("data has no log_likelihood group: pass a SubnetworkLaplacePosterior with the "
                          "model's arguments, or its export pyro_subnet.to_inference_data(posterior, x, y)")
     _log_likelihood(data, var_name)  # a missing or ambiguous site is named here, for both generations
+    if not _is_full(data):
+        warnings.warn(f"the MAP is not moved without each point ({unmoved}): the coordinates outside the "
+                      "subnetwork stay where every point put them, so this elpd is optimistic (an overfitted "
+                      "network can look ten times better than held-out data); use loo(posterior, *model_args), "
+                      "or score held-out data.", SubnetLOOWarning, stacklevel=2)
     densities = _densities(data)
     approximate = _approximate_loo()
     if densities is None or approximate is None:
@@ -126,6 +153,22 @@ def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, c
         result = approximate(data, *densities, var_name=var_name)
     _check_pareto_k(result, data, stacklevel=3)
     return result
+
+
+def _is_full(data):
+    """Whether the export's subnetwork is every coordinate (nothing outside S to move)."""
+    attrs = data["log_likelihood"].attrs
+    return "coordinates" in attrs and attrs.get("subnetwork_size") == attrs["coordinates"]
+
+
+def _check_steps(result):
+    ratio = np.asarray(result["step_ratio"] if hasattr(result, "index") else result.step_ratio)
+    share = float((ratio > MAX_STEP_RATIO).mean())
+    if share > MAX_BAD_SHARE:
+        warnings.warn(f"{share:.0%} of the points move the MAP too far for one Newton step to say where (the "
+                      f"next step is over {MAX_STEP_RATIO} of the first, or the point alone pins a direction): "
+                      "this elpd is not to be trusted; score held-out data, or refit without each fold "
+                      "(k-fold cross-validation).", SubnetLOOWarning, stacklevel=3)
 
 
 def _densities(data):
@@ -182,49 +225,6 @@ def _loo_psislw(data, lp, log_q, var_name=None):
     return elpd_data(ll, -ll + correction, ll)
 
 
-def elpd_data(ll, log_ratios, ll_in_sample):
-    """
-    ArviZ's pointwise ELPD data of the importance-sampled leave-one-out estimate whose integrand
-    is ``ll`` and whose log ratios are ``log_ratios`` (DataArrays with the draws in
-    ``__sample__``), the ratios Pareto-smoothed, ``p_loo`` against the lppd of ``ll_in_sample``.
-    """
-    n_samples = ll.sizes["__sample__"]
-    # a constant per point changes nothing once normalized; keeping the largest at 0 keeps exp finite
-    log_ratios = log_ratios - log_ratios.max("__sample__")
-    if pyro_arviz.arviz_generation() == 0:
-        import arviz as az
-
-        log_weights, pareto_k = az.psislw(log_ratios, reff=1.0)
-    else:
-        import arviz_stats  # noqa: F401  (registers the azstats accessor)
-
-        log_weights, pareto_k = (-log_ratios).azstats.psislw(dim="__sample__")  # it smooths minus its input
-
-    def lse(x):
-        return xr.apply_ufunc(logsumexp, x, input_core_dims=[["__sample__"]], kwargs={"axis": -1})
-
-    loo_i = lse(log_weights + ll)
-    n_points = int(np.prod([s for d, s in ll.sizes.items() if d != "__sample__"]))
-    elpd = float(loo_i.sum())
-    se = math.sqrt(n_points * float(np.var(loo_i.values)))
-    p_loo = float((lse(ll_in_sample) - math.log(n_samples)).sum()) - elpd
-    good_k = min(1 - 1 / math.log10(n_samples), 0.7)
-    warning = bool((pareto_k > good_k).any())
-    if pyro_arviz.arviz_generation() == 0:
-        import arviz as az
-
-        return az.ELPDData(
-            data=[elpd, se, p_loo, n_samples, n_points, warning, loo_i.rename("loo_i"), pareto_k, "log", good_k,
-                  True],
-            index=["elpd_loo", "se", "p_loo", "n_samples", "n_data_points", "warning", "loo_i", "pareto_k",
-                   "scale", "good_k", "approx_posterior"],
-        )
-    from arviz_stats.utils import ELPDDataLOO
-
-    return ELPDDataLOO(elpd=elpd, se=se, p=p_loo, n_samples=n_samples, n_data_points=n_points, scale="log",
-                       warning=warning, good_k=good_k, elpd_i=loo_i, pareto_k=pareto_k, approx_posterior=True)
-
-
 def pareto_k_share(result):
     """The share of points whose Pareto k exceeds the result's ``good_k`` threshold, and that threshold."""
     k = np.asarray(result["pareto_k"] if pyro_arviz.arviz_generation() == 0 else result.pareto_k)
@@ -257,7 +257,9 @@ def _check_pareto_k(result, data, stacklevel):
     share, good_k = pareto_k_share(result)
     if share <= MAX_BAD_SHARE:
         return
-    if _is_corrected(result):
+    if data is None:
+        why = "after moving the MAP and the Laplace Gaussian without each point"
+    elif _is_corrected(result):
         k_q = approximation_pareto_k(data)
         why = (f"after the correction for the Laplace Gaussian q, whose own importance weights p/q have "
                f"Pareto k {k_q:.2f}: " + ("q is too far from the posterior for importance sampling" if k_q > good_k

@@ -25,7 +25,14 @@ priors. Where the step is exact (a linear-Gaussian model) this is importance sam
 exact leave-one-out posterior of the S coordinates.
 """
 
+import math
+
+import numpy as np
 import torch
+import xarray as xr
+from scipy.special import logsumexp
+
+import pyro_arviz
 
 from .arviz import log_prior
 from .jackknife import _element_log_prob, coordinate_scales
@@ -141,7 +148,6 @@ def shifted_loo(posterior, args, kwargs, num_samples, var_name=None, chunk_size=
     pointwise ELPD data, with ``map_shift`` (the curvature used) and ``step_ratio`` (per point)."""
     import xarray as xr
 
-    from .cross_validation import elpd_data
     from .jackknife import map_shifts
 
     observed = posterior._latent.observed
@@ -166,3 +172,46 @@ def shifted_loo(posterior, args, kwargs, num_samples, var_name=None, chunk_size=
     else:
         result.map_shift, result.step_ratio = shifts.curvature, ratio
     return result
+
+
+def elpd_data(ll, log_ratios, ll_in_sample):
+    """
+    ArviZ's pointwise ELPD data of the importance-sampled leave-one-out estimate whose integrand
+    is ``ll`` and whose log ratios are ``log_ratios`` (DataArrays with the draws in
+    ``__sample__``), the ratios Pareto-smoothed, ``p_loo`` against the lppd of ``ll_in_sample``.
+    """
+    n_samples = ll.sizes["__sample__"]
+    # a constant per point changes nothing once normalized; keeping the largest at 0 keeps exp finite
+    log_ratios = log_ratios - log_ratios.max("__sample__")
+    if pyro_arviz.arviz_generation() == 0:
+        import arviz as az
+
+        log_weights, pareto_k = az.psislw(log_ratios, reff=1.0)
+    else:
+        import arviz_stats  # noqa: F401  (registers the azstats accessor)
+
+        log_weights, pareto_k = (-log_ratios).azstats.psislw(dim="__sample__")  # it smooths minus its input
+
+    def lse(x):
+        return xr.apply_ufunc(logsumexp, x, input_core_dims=[["__sample__"]], kwargs={"axis": -1})
+
+    loo_i = lse(log_weights + ll)
+    n_points = int(np.prod([s for d, s in ll.sizes.items() if d != "__sample__"]))
+    elpd = float(loo_i.sum())
+    se = math.sqrt(n_points * float(np.var(loo_i.values)))
+    p_loo = float((lse(ll_in_sample) - math.log(n_samples)).sum()) - elpd
+    good_k = min(1 - 1 / math.log10(n_samples), 0.7)
+    warning = bool((pareto_k > good_k).any())
+    if pyro_arviz.arviz_generation() == 0:
+        import arviz as az
+
+        return az.ELPDData(
+            data=[elpd, se, p_loo, n_samples, n_points, warning, loo_i.rename("loo_i"), pareto_k, "log", good_k,
+                  True],
+            index=["elpd_loo", "se", "p_loo", "n_samples", "n_data_points", "warning", "loo_i", "pareto_k",
+                   "scale", "good_k", "approx_posterior"],
+        )
+    from arviz_stats.utils import ELPDDataLOO
+
+    return ELPDDataLOO(elpd=elpd, se=se, p=p_loo, n_samples=n_samples, n_data_points=n_points, scale="log",
+                       warning=warning, good_k=good_k, elpd_i=loo_i, pareto_k=pareto_k, approx_posterior=True)

@@ -147,3 +147,24 @@ def test_logistic_elpd_matches_brute_force_leave_one_out(float64):
         warnings.simplefilter("ignore", SubnetLOOWarning)
         unshifted = _elpd(loo(post, x, y, num_samples=4000, map_shift=False))[0]
     assert abs(unshifted - brute.sum()) > 2.0, (unshifted, brute.sum())
+
+
+def test_an_unmoved_estimate_warns(float64):
+    """An export holds no model to move the MAP with: with coordinates outside S its estimate is
+    optimistic and says so; with S = D there is nothing to move and nothing to say."""
+    from pyro_subnet import to_inference_data
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(20, 3, generator=g)
+    y = x @ torch.tensor([1.0, -0.5, 0.3]) + SIGMA * torch.randn(20, generator=g)
+    for size, warns in ((1, True), (3, False)):
+        guide = SubnetworkLaplace(linreg, subnetwork_size=size, selection=torch.arange(size))
+        guide(x, y)
+        with torch.no_grad():
+            guide.loc.copy_(_linreg_posterior(x, y)[0])
+        idata = to_inference_data(guide.laplace_approximation(x, y), x, y, num_samples=200)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loo(idata)
+        moved = [w for w in caught if issubclass(w.category, SubnetLOOWarning) and "not moved" in str(w.message)]
+        assert bool(moved) == warns, [str(w.message) for w in caught]
