@@ -2,7 +2,9 @@
 fell back to Pyro's trace.
 
 The potential (:mod:`pyro_pt.potential`) raises what it meets where it meets it (a missing site,
-no finite starting point, a discrete latent); the kernel runs its setup and scans inside
+no finite starting point, a discrete latent, an improper prior it cannot start from); a model
+whose plates draw a random subsample is refused once it is traced
+(:func:`refuse_random_subsampling`); the kernel runs its setup and scans inside
 :func:`model_errors`, which looks at the model once more (only after a failure, so a healthy run
 draws exactly what it did) and raises an error that names the site and says what to do.
 """
@@ -68,6 +70,24 @@ def discrete_latent_message(name, fn):
             "marginalize it out of the model (sum its values into the likelihood), or observe "
             "it. Pyro's NUTS can enumerate it (infer={'enumerate': 'parallel'}), but that "
             "chain cannot be tempered here")
+
+
+def refuse_random_subsampling(split):
+    """Raise ``NotImplementedError`` where a plate of ``split``'s model draws a random subsample
+    of its data on every run (:func:`~pyro_pt.potential.sites.random_subsamples`), naming it,
+    its sites and what to do; Pyro's HMC/NUTS refuse such a model too."""
+    if not split.random_subsamples:
+        return
+    plate, (size, subsample_size, sites) = next(iter(split.random_subsamples.items()))
+    raise NotImplementedError(
+        f"plate {plate!r} draws a random subsample of {subsample_size} of its {size} indices on "
+        f"every run of the model (subsample_size={subsample_size}; its sites {sites}), so each "
+        "evaluation of the log density sees other data, and the explorers' and swaps' "
+        "acceptance tests compare numbers of different targets. ParallelTempering, as Pyro's "
+        "HMC/NUTS, samples one fixed posterior: use the whole data (leave out subsample_size); "
+        "to subsample data too large for that, fit by stochastic variational inference "
+        "(pyro.infer.SVI, e.g. with pyro_subnet.SubnetworkLaplace as the guide)"
+    )
 
 
 def _missing_site(split, error):

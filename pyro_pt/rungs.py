@@ -1,12 +1,16 @@
 """The block of rungs one process holds, its set-up, and the moves of states between processes."""
 
+import warnings
+
 import torch
 
 from .comm import agree_on_setup, rung_blocks
-from .explain import model_errors
+from .explain import model_errors, refuse_random_subsampling
 from .explorers import build_rungs, step_rungs
 from .fingerprint import check_same_model
-from .options import check_split, shared_settings
+from .health import TemperingWarning
+from .ladder import Ladder, geometric_ladder
+from .options import FALLBACK_MAX_TEMPERATURE, check_split, shared_settings
 from .potential import FlatLayout, FunctionalSplit, ModelSplit, torch_compat
 from .potential.layout import same_values
 from .random import reference_seed, stream_seeds
@@ -178,6 +182,23 @@ def default_hot_end_refusal(kernel, split, betas):
     return split.prior_refusal()
 
 
+def finite_hot_end(kernel, why, rank=0):
+    """Where the prior cannot be drawn exactly (``why`` names the site): ``kernel``'s ladder
+    becomes the geometric one to T = 50, said at the first set-up, on rank 0 (as the review is).
+    Returns its betas."""
+    kernel._ladder = Ladder(geometric_ladder(kernel.num_replicas, FALLBACK_MAX_TEMPERATURE))
+    if rank == 0:
+        warnings.warn(
+            f"ParallelTempering: the default hottest rung is the prior, drawn exactly, but "
+            f"{why}. Falling back to a finite hottest temperature T = "
+            f"{FALLBACK_MAX_TEMPERATURE:g}: an MCMC chain that may not cross between modes, "
+            "so the cold chain's mode weights rest on it and tempered restarts are not "
+            "counted. Give the site a proper, unscaled prior for an exact hot end, or pass "
+            "max_temperature= (or temperatures=) to choose the hot end yourself",
+            TemperingWarning, stacklevel=4)
+    return kernel.betas
+
+
 def set_up_kernel(kernel, comm, warmup_steps, args, kwargs):
     """
     :func:`set_up_rungs` for a :class:`~pyro_pt.ParallelTempering` ``kernel`` and the model call
@@ -192,12 +213,13 @@ def set_up_kernel(kernel, comm, warmup_steps, args, kwargs):
         with model_errors(kernel.model, args, kwargs):
             split = ModelSplit(kernel.model, args, kwargs, kernel._user_transforms,
                                init_strategy=kernel.init_strategy)
+        refuse_random_subsampling(split)  # before anything runs on a changing log density
         if not is_prior(kernel.reference):  # two legs, to q and to the prior, where allowed
             legs["info"] = stabilize(kernel, split)
             betas = kernel.betas
         why = default_hot_end_refusal(kernel, split, betas)
         if why is not None:
-            betas = kernel._finite_hot_end(why, comm.rank)
+            betas = finite_hot_end(kernel, why, comm.rank)
         check_split(split, betas, kernel._save_params, kernel.reference)
         if kernel._resume_from:  # before any rung is built: the checkpoint's model and data
             check_same_model(*kernel._resume_from, split)

@@ -23,7 +23,7 @@ from pyro.poutine.messenger import Messenger
 
 from . import torch_compat
 from .capture import Uncapturable, validation_setting
-from .split import _is_counted
+from .sites import is_counted
 
 
 class _Substitute(Messenger):
@@ -41,7 +41,7 @@ class _Substitute(Messenger):
             msg["is_observed"] = True
 
     def _postprocess_message(self, msg):
-        if not _is_counted(msg):
+        if not is_counted(msg):
             return
         name = msg["name"]
         if name in self.log_probs:

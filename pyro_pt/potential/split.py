@@ -13,82 +13,10 @@ import torch
 from torch.distributions import biject_to
 
 import pyro.poutine as poutine
-from pyro.distributions import ImproperUniform
-from pyro.distributions.util import scale_and_mask
 from pyro.infer.autoguide.initialization import InitMessenger, init_to_uniform
-from pyro.poutine.subsample_messenger import _Subsample
 
-
-def _is_counted(site):
-    """Sample sites whose log density belongs in lp or ll (not deterministic, not plates)."""
-    return (
-        site["type"] == "sample"
-        and not site["infer"].get("_deterministic", False)
-        and not isinstance(site["fn"], _Subsample)
-    )
-
-
-def _is_invalid_point_error(error):
-    """
-    Distribution validation failing on NaN/inf parameters or values out of support, or a
-    linear-algebra failure (a Cholesky or solve of a matrix that is singular or not
-    positive-definite at this point; Pyro's own HMC treats the latter as a divergence too).
-    """
-    if isinstance(error, torch.linalg.LinAlgError):
-        return True
-    message = str(error)
-    if isinstance(error, ValueError):
-        return "found invalid values" in message or "must be within the support" in message
-    return "singular U" in message or "not positive-definite" in message
-
-
-def _reweighted(site):
-    """Whether a handler changed a site's log density (a scale other than 1, or a mask)."""
-    scale, mask = site.get("scale", 1.0), site.get("mask")
-    if torch.is_tensor(scale):
-        scaled = bool((scale != 1).any())
-    else:
-        scaled = scale != 1.0
-    if mask is None or mask is True:
-        masked = False
-    else:
-        masked = not bool(torch.as_tensor(mask).all())
-    return scaled or masked
-
-
-def _is_improper(fn):
-    while fn is not None:
-        if isinstance(fn, ImproperUniform):
-            return True
-        fn = getattr(fn, "base_dist", None)
-    return False
-
-
-def _check_log_probs(trace):
-    """
-    Evaluates each counted site's log density once, at setup, so that a shape bug (a value that
-    does not broadcast with its distribution) names its site. MCMC runs with validation off, so
-    torch raises a bare RuntimeError from inside the distribution, which Pyro's trace does not
-    annotate; here it becomes a ``ValueError`` naming the site and the shapes, as Pyro's does.
-    """
-    for name, site in trace.nodes.items():
-        if not _is_counted(site):
-            continue
-        try:
-            log_p = site["fn"].log_prob(site["value"], *site["args"], **site["kwargs"])
-            scale_and_mask(log_p, site["scale"], site["mask"])
-        except (ValueError, RuntimeError) as error:
-            if _is_invalid_point_error(error):
-                continue  # a bad point, not a bad model: initial_point tries others
-            fn, value = site["fn"], site["value"]
-            kind = "observed" if site["is_observed"] else "latent"
-            raise ValueError(
-                f"the log density of {kind} site {name!r} fails: its {type(fn).__name__} has batch_shape "
-                f"{tuple(fn.batch_shape)} and event_shape {tuple(fn.event_shape)}, its value has shape "
-                f"{tuple(value.shape)} ({error}); make the distribution's parameters and the value "
-                "broadcast, e.g. with .expand, .to_event or a pyro.plate of the data's size\n"
-                + trace.format_shapes()
-            ) from error
+from .sites import (check_log_probs, improper_start_error, is_counted, is_improper,
+                    is_invalid_point_error, random_subsamples, reweighted)
 
 
 class ModelSplit:
@@ -122,8 +50,10 @@ class ModelSplit:
         # Each counted site's value in this trace, and the observed sites under a subsampled
         # plate (whose values change from trace to trace): a checkpoint's fingerprint.
         self.values, self.subsampled = {}, set()
+        # Plates that draw a fresh random subsample every run: a kernel refuses them at set-up.
+        self.random_subsamples = random_subsamples(trace)
         for name, site in trace.nodes.items():
-            if not _is_counted(site):
+            if not is_counted(site):
                 continue
             self.values[name] = site["value"]
             if site["is_observed"]:
@@ -135,7 +65,7 @@ class ModelSplit:
             fn = site["fn"]
             self.latent_names.append(name)
             self._prior_fns[name] = fn
-            if _reweighted(site):
+            if reweighted(site):
                 self._reweighted.append(name)
             if transforms is not None and name in transforms:
                 self.transforms[name] = transforms[name]
@@ -148,7 +78,7 @@ class ModelSplit:
             )
         if not self.latent_names:
             raise ValueError("the model has no latent sample site to sample")
-        _check_log_probs(trace)
+        check_log_probs(trace)
         self.latent_names.sort()
         # Where the model keeps its latents: the device whose random stream the explorers use.
         self.device = trace.nodes[self.latent_names[0]]["value"].device
@@ -156,7 +86,7 @@ class ModelSplit:
     def prior_refusal(self):
         """Why the prior cannot be drawn exactly (for beta = 0), naming the site, or None."""
         for name in self.latent_names:
-            if _is_improper(self._prior_fns[name]):
+            if is_improper(self._prior_fns[name]):
                 return f"latent site {name!r} has an improper prior"
         if self._reweighted:
             # lp scores this site's log density times a scale or under a mask, which is not
@@ -201,7 +131,7 @@ class ModelSplit:
         return lp, ll
 
     def _split_trace(self, trace, z, constrained):
-        trace.compute_log_prob(site_filter=lambda name, site: _is_counted(site))
+        trace.compute_log_prob(site_filter=lambda name, site: is_counted(site))
         log_probs = {name: trace.nodes[name]["log_prob_sum"]
                      for name in self.observed_names + self.latent_names}
         return self.sum_terms(log_probs, z, constrained)
@@ -220,7 +150,7 @@ class ModelSplit:
             # log_prob); so does a factorization of a matrix that is not positive-definite at
             # this point (torch.linalg.cholesky on a covariance built from latent values).
             # Either is a rejected point, not a crash.
-            if not _is_invalid_point_error(error):
+            if not is_invalid_point_error(error):
                 raise
             nan = sum(v.sum() for v in z.values()) * math.nan  # keeps autograd connected
             return nan, nan
@@ -250,7 +180,12 @@ class ModelSplit:
                 "ParallelTempering samples continuous latents only: marginalize it out by hand "
                 "or observe it"
             )
-        return self.init_strategy(site)
+        try:
+            return self.init_strategy(site)
+        except NotImplementedError as error:  # ImproperUniform.sample
+            if not is_improper(fn):
+                raise
+            raise improper_start_error(site, self.init_strategy) from error
 
     def _initial_trace(self):
         initialized = InitMessenger(self._checked_init)(self.model)
