@@ -123,10 +123,13 @@ def global_barrier(pair_barriers):
 
 
 def recommended_replicas(barrier, stabilized=False):
-    r"""About :math:`2\Lambda` rungs keep every pair's rejection rate near 1/2 or below
-    (Syed et al. 2021, Sec. 5.3); at least 2. ``stabilized``: ``barrier`` is the leg to q of a
+    r"""The rungs a barrier calls for, the one rule of the package: :math:`\lceil 2\Lambda
+    \rceil`, at least 2; about :math:`2\Lambda` rungs keep every pair's rejection rate near 1/2
+    or below (Syed et al. 2021, Sec. 5.3). ``stabilized``: ``barrier`` is the leg to q of a
     two-leg ladder, which gets ``ceil(K / 2)`` of the K rungs (:mod:`pyro_pt.legs`), so K is
-    twice its rungs less one; at least 4."""
+    twice its rungs less one; at least 4. The diagnostics' ``recommended_replicas``, the end of
+    warmup's warning and the review (:mod:`pyro_pt.shortfall`) use it as it is; a growing ladder
+    (:mod:`pyro_pt.growth`) grows to it capped by ``max_replicas``."""
     rungs = max(2, math.ceil(2 * barrier)) if math.isfinite(barrier) else 2
     return max(4, 2 * rungs - 1) if stabilized else rungs
 

@@ -4,6 +4,8 @@ said with the numbers and what to do.
 
 A run is flagged when
 
+- it has fewer rungs than the sampling phase's barrier calls for (about 2 Lambda,
+  :func:`~pyro_pt.shortfall.too_few_rungs`: the rule the end of warmup warns by);
 - a pair's swap acceptance is below :data:`LOW_SWAP_ACCEPTANCE` (0.1): a bottleneck, the
   replicas on either side of it barely exchange (the rule of thumb of the plot's band);
 - the sampling phase has no round trip (cold -> hottest -> cold): no replica brought what
@@ -39,6 +41,9 @@ phylogenetic model selection", Systematic Biology (stepping-stone sampling).
 import math
 
 import torch
+
+from .legs import Legs
+from .shortfall import too_few_rungs
 
 LOW_SWAP_ACCEPTANCE = 0.1
 LOW_COLD_ACCEPTANCE = 0.01
@@ -104,10 +109,11 @@ def _rung(temps, rung, legs, reference):
 
 def _ladder_advice(diagnostics):
     hotter = "" if math.isinf(diagnostics["temperatures"][-1]) else "raise max_temperature, "
-    return (f"add rungs (num_replicas={len(diagnostics['temperatures'])} now; the barrier "
-            f"Lambda = {diagnostics['barrier']:.2f} calls for about "
-            f"{diagnostics['recommended_replicas']}), {hotter}warm up longer "
-            "(warmup_steps) with adapt_temperatures=True")
+    num, needed = len(diagnostics["temperatures"]), diagnostics["recommended_replicas"]
+    # more rungs only where the rule (barrier.recommended_replicas) asks for them
+    rungs = (f"add rungs (num_replicas={num} now; the barrier Lambda = "
+             f"{diagnostics['barrier']:.2f} calls for about {needed}), " if needed > num else "")
+    return f"{rungs}{hotter}warm up longer (warmup_steps) with adapt_temperatures=True"
 
 
 def share_error(restarts):
@@ -180,7 +186,7 @@ def _further_than_the_prior(diagnostics, reference):
 
 
 def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, reference=None,
-           legs=None):
+           legs=None, max_replicas=None):
     """
     The problems of a run's sampling phase, from its diagnostics (the kernel's
     :meth:`~pyro_pt.ParallelTempering.diagnostics`, before review).
@@ -195,11 +201,18 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, refere
     :param str reference: the fitted reference's description (``explorer_info["reference"]``),
         None for the prior: a stuck run against it is told to compare with the prior.
     :param Legs legs: the ladder's legs (:mod:`pyro_pt.legs`); log Z is the first leg's.
+    :param int max_replicas: the cap of a growing ladder (None: it does not grow), for the
+        advice when the ladder has fewer rungs than its barrier calls for.
     :returns: ``(problems, log_z_error, log_z_problem)``: a list of messages, one per
         problem; the Monte Carlo error of log Z; why log Z is unreliable (None if it is not).
     """
     temps, acceptance = diagnostics["temperatures"], diagnostics["swap_acceptance"]
     problems, bottlenecks, blocked = [], [], set()
+    # the rule the end of warmup warned by, on the sampling phase's estimate of the barrier
+    short = too_few_rungs(diagnostics["barrier"], legs or Legs.plain(len(temps)),
+                          f"over the {num_rounds} swap rounds of the sampling phase", max_replicas)
+    if short is not None and num_rounds > 0:
+        problems.append(short)
     for i, a in enumerate(acceptance):
         if a < LOW_SWAP_ACCEPTANCE:  # False for NaN, a pair never attempted
             ends = (_rung(temps, i, legs, reference), _rung(temps, i + 1, legs, reference))
@@ -263,11 +276,11 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, refere
 
 
 def annotate(diagnostics, betas, num_rounds, num_scans=None, explorer=None, reference=None,
-             legs=None):
+             legs=None, max_replicas=None):
     """Add the review to ``diagnostics`` (in place): ``warnings`` (a list of messages),
     ``log_Z_error``, and in ``log_Z_meaning`` why log Z is unreliable where it is."""
     problems, log_z_error, log_z_problem = review(diagnostics, betas, num_rounds, num_scans,
-                                                  explorer, reference, legs)
+                                                  explorer, reference, legs, max_replicas)
     diagnostics["warnings"] = problems
     diagnostics["log_Z_error"] = log_z_error
     if log_z_problem is not None:

@@ -10,7 +10,6 @@ Pyro's ``initial_params`` / ``save_params`` are :class:`~pyro_pt.compat.KernelPa
 
 import math
 import time
-import warnings
 
 import torch
 
@@ -23,9 +22,8 @@ from .comm import make_comm
 from .compat import KernelParams, refuse_multichain_mcmc
 from .explain import missing_sites
 from .growth import AUTO, Growth, growth_options
-from .health import TemperingWarning
-from .ladder import Ladder, geometric_ladder
-from .options import FALLBACK_MAX_TEMPERATURE, check_options, ladder_temperatures
+from .ladder import Ladder
+from .options import check_options, ladder_temperatures
 from .potential.inductor import check_compiler
 from .reference import check_reference, is_prior
 from .reference.refit import Refitting
@@ -55,12 +53,14 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
     states move. Every rung has its own random stream and the swaps one shared stream, all
     derived from Pyro's seed, so a seeded run is reproducible.
 
-    At the end of a run its sampling phase is reviewed (:mod:`pyro_pt.health`): a bottleneck
-    pair, no round trip, too few tempered restarts (prior draws that reached the cold rung:
-    what the weights of separated modes rest on), a cold rung that does not move or an
-    unreliable log Z gives one
+    At the end of a run its sampling phase is reviewed (:mod:`pyro_pt.health`): fewer rungs
+    than its barrier calls for (``ceil(2 Lambda)``, the rule the end of warmup also warns by,
+    :mod:`pyro_pt.shortfall`), a bottleneck pair, no round trip, too few tempered restarts
+    (prior draws that reached the cold rung: what the weights of separated modes rest on), a
+    cold rung that does not move or an unreliable log Z gives one
     :class:`~pyro_pt.TemperingWarning` (rank 0), the ``warnings`` of the report's closing row
-    and of :meth:`diagnostics`, each with what to do.
+    and of :meth:`diagnostics`, each with what to do. A model Pyro's NUTS refuses (a plate
+    drawing a random subsample, a discrete latent) is refused at set-up, naming the site.
 
     **References**
 
@@ -155,7 +155,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self._ladder_given = temperatures is not None or not (
             max_temperature is None or max_temperature == math.inf)
         # By default the hottest rung is drawn exactly (options.ladder_temperatures), where the
-        # prior allows (else _finite_hot_end), and the ladder grows (in one process; a
+        # prior allows (else rungs.finite_hot_end), and the ladder grows (in one process; a
         # max_replicas given asks for growth, refused over several processes as "auto" is).
         self._exact_hot_end_default = max_temperature is None and temperatures is None
         grows = (num_replicas is None and temperatures is None and is_prior(reference)
@@ -232,7 +232,8 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self._initial_params = self._rungs.cold_state()
         self._recorder = TemperingRecorder(num, warmup_steps, self._ladder.legs,
                                            self._ladder.exact_hots)
-        self._report = Report(warmup_steps, self.adapt_temperatures, comm, self.swap_interval)
+        self._report = Report(warmup_steps, self.adapt_temperatures, comm, self.swap_interval,
+                              self._growth and self._growth.max_replicas or None)
         self.explorer_info["reference"] = ("prior" if self._reference is None
                                            else self._reference.describe())
         self._refitting = self._reference is not None and self.reference == "variational" and \
@@ -243,21 +244,6 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self.timings = {"explorers": 0.0, "total": 0.0}
         if self._resume_from:
             self._restore(comm)
-
-    def _finite_hot_end(self, why, rank=0):
-        """Where the prior cannot be drawn exactly (``why`` names the site): the geometric
-        ladder to T = 50, said at the first set-up, on rank 0 (as the review is)."""
-        self._ladder = Ladder(geometric_ladder(self.num_replicas, FALLBACK_MAX_TEMPERATURE))
-        if rank == 0:
-            warnings.warn(
-                f"ParallelTempering: the default hottest rung is the prior, drawn exactly, but "
-                f"{why}. Falling back to a finite hottest temperature T = "
-                f"{FALLBACK_MAX_TEMPERATURE:g}: an MCMC chain that may not cross between modes, "
-                "so the cold chain's mode weights rest on it and tempered restarts are not "
-                "counted. Give the site a proper, unscaled prior for an exact hot end, or pass "
-                "max_temperature= (or temperatures=) to choose the hot end yourself",
-                TemperingWarning, stacklevel=4)
-        return self.betas
 
     @property
     def _t(self):

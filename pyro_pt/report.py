@@ -20,8 +20,9 @@ import torch
 
 from .health import TemperingWarning, annotate, warning_text
 from .ladder import warmup_round_ends
-from .barrier import global_barrier, recommended_replicas
+from .barrier import global_barrier
 from .recorders import stepping_stone
+from .shortfall import too_few_rungs
 
 COLUMNS = ("round", "phase", "scans", "barrier", "log_Z", "min_swap_acc", "mean_swap_acc",
            "cold_local_acc", "round_trips", "restarts", "seconds", "warnings")
@@ -78,9 +79,11 @@ class Report:
     :param bool adapt: re-place the ladder at the end of each warmup round.
     :param comm: the run's communicator (rank 0 owns the cold rung and prints the report).
     :param int swap_interval: scans between swap rounds; rounds are counted in swap rounds.
+    :param int max_replicas: the cap of a growing ladder (None: the ladder does not grow), for
+        the advice of the end of warmup's warning.
     """
 
-    def __init__(self, warmup_steps, adapt, comm, swap_interval=1):
+    def __init__(self, warmup_steps, adapt, comm, swap_interval=1, max_replicas=None):
         self.warmup_steps = warmup_steps
         self.adapt = adapt
         self.comm = comm
@@ -89,7 +92,7 @@ class Report:
         self._printing = comm.rank == 0 and _progress_bar_active()
         self._next_sampling_row = 16
         self._finished = False
-        self._warned_replicas = False
+        self.max_replicas = max_replicas
         self._begin_round(0)
 
     def _begin_round(self, scan, index=None):
@@ -116,7 +119,7 @@ class Report:
             self._begin_round(scan, recorder.index)
         elif scan == self.warmup_steps:
             self._add_row("warmup", scan, ladder.betas, recorder)
-            self._check_replicas(recorder.legs)
+            self._check_rungs(recorder.legs)
             recorder.begin_sampling()
             self._begin_round(scan, recorder.index)  # the sampling phase from its start
         elif scan - self.warmup_steps == self._next_sampling_row:
@@ -138,8 +141,6 @@ class Report:
         done = self.rows[-1]["scans"] if self.rows and self.rows[-1]["phase"] == "sampling" else 0
         if scan > self.warmup_steps and scan - self.warmup_steps != done:
             self._add_row("sampling", scan, ladder.betas, recorder)
-        if self.rows:
-            self._check_replicas(recorder.legs)
         if not problems or not self.rows:
             return
         self.rows[-1]["warnings"] = "\n".join(problems)
@@ -149,26 +150,17 @@ class Report:
         if self.comm.rank == 0:  # the numbers are the same on every rank: one warning per run
             warnings.warn(warning_text(problems), TemperingWarning, stacklevel=2)
 
-    def _check_replicas(self, legs):
-        """Warn once, on rank 0, when the last row's barrier needs more rungs than there are
-        (about 2 Lambda; on two legs, on the leg to q, which holds about half of them): the end
-        of warmup, or the end of a run without warmup."""
-        barrier = self.rows[-1]["barrier"]
-        needed = recommended_replicas(barrier, legs.stabilized)
-        if self._warned_replicas or self.comm.rank != 0 or needed <= legs.num_rungs:
-            return
-        self._warned_replicas = True
-        where = (f"the ladder has {legs.num_rungs}" if not legs.stabilized else
-                 f"the leg to q has {legs.sizes[0]} of the ladder's {legs.num_rungs} (about "
-                 "half the rungs go to it)")
-        warnings.warn(
-            f"ParallelTempering: the estimated global barrier Lambda = {barrier:.2f} needs "
-            f"about {recommended_replicas(barrier)} rungs (2 Lambda) and {where}: some pairs "
-            f"will rarely swap and the cold chain may not leave its mode; run with "
-            f"num_replicas={needed} (or more temperatures; a growing ladder, the default, "
-            f"grows at the ends of the last two warmup rounds of 32+ scans up to max_replicas: "
-            f"warm up longer, or raise max_replicas to {needed} where it stopped there)",
-            stacklevel=2)
+    def _check_rungs(self, legs):
+        """At the end of warmup, on rank 0: one :class:`~pyro_pt.health.TemperingWarning` when
+        the barrier of warmup's last scans calls for more rungs than the ladder has
+        (:func:`~pyro_pt.shortfall.too_few_rungs`, the rule the end-of-run review applies to
+        the sampling phase)."""
+        row = self.rows[-1]
+        problem = too_few_rungs(row["barrier"], legs, f"over warmup's last {row['scans']} scans",
+                                self.max_replicas)
+        if problem is not None and self.comm.rank == 0:
+            warnings.warn(f"ParallelTempering, at the end of warmup: {problem}", TemperingWarning,
+                          stacklevel=2)
 
     def _cold_acceptance(self, num_scans):
         # Only rank 0 saw rung 0 move; one scalar per round is all the traffic this costs.
@@ -273,7 +265,8 @@ class Reporting:
         # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
         out = annotate(out, self.betas, num_rounds, max(0, self._t - self._warmup_steps),
                        self.explorer_info.get("explorer"),
-                       self._reference and self._reference.describe(), legs)
+                       self._reference and self._reference.describe(), legs,
+                       self._growth and self._growth.max_replicas or None)
         unfitted = self._refitting and self._refitting.problem()
         if unfitted:
             out["warnings"].append(unfitted)

@@ -22,7 +22,8 @@ def conjugate_model(y, noise):
 
 
 def run(num_data, noise, seed=0, warmup=200, samples=400, **kwargs):
-    """A conjugate run; returns the kernel, the MCMC and the warnings it raised."""
+    """A conjugate run; returns the kernel, the MCMC and the review's warnings (the end of
+    warmup's call for more rungs, also a TemperingWarning, is kept in ``run.warmup``)."""
     y = 0.3 + noise * torch.randn(num_data, generator=torch.Generator().manual_seed(1))
     pyro.set_rng_seed(seed)
     kernel = ParallelTempering(conjugate_model, explorer="rwmh", **kwargs)
@@ -30,7 +31,9 @@ def run(num_data, noise, seed=0, warmup=200, samples=400, **kwargs):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mcmc.run(y, noise)
-    return kernel, mcmc, [w for w in caught if issubclass(w.category, TemperingWarning)]
+    said = [w for w in caught if issubclass(w.category, TemperingWarning)]
+    run.warmup = [w for w in said if "at the end of warmup" in str(w.message)]
+    return kernel, mcmc, [w for w in said if w not in run.warmup]
 
 
 def test_log_mean_exp_error_matches_the_spread_over_repeated_draws():
@@ -71,8 +74,12 @@ def test_bottleneck_and_no_round_trip_warn_with_the_pair_and_its_temperatures():
                                adapt_temperatures=False, warmup=100, samples=200)
     diag = kernel.diagnostics()
     assert diag["swap_acceptance"][0] < 0.1 and diag["round_trips"] == 0
-    assert len(caught) == 1  # one warning per run
+    assert len(caught) == 1  # one review per run, every problem in it
     message = str(caught[0].message)
+    # the end of warmup called for more rungs by the rule the review applies
+    needed = diag["recommended_replicas"]
+    assert needed > 2 and len(run.warmup) == 1 and "too few rungs" in str(run.warmup[0].message)
+    assert "the ladder has 2: " in message and f"run with num_replicas={needed}" in message
     assert "pair 0 (T = 1 and 1e+08) accepted" in message
     assert "no round trip" in message and "in the 200 swap rounds" in message
     assert "num_replicas" in message and "max_temperature" in message

@@ -16,7 +16,7 @@ import pyro
 import pyro.distributions as dist
 from pyro.infer import MCMC
 
-from pyro_pt import ParallelTempering
+from pyro_pt import ParallelTempering, TemperingWarning
 from pyro_pt.barrier import recommended_replicas
 
 from .test_barrier import exact_increment, exact_lambda
@@ -78,18 +78,29 @@ def test_hot_rungs_barriers_with_hmc_match_the_closed_form():
     assert diag["pair_barrier"][1] == pytest.approx(hot_pair, rel=0.1)
 
 
-def test_too_few_rungs_for_the_barrier_warn_with_the_number_needed(recwarn):
-    # [1, inf] with n = 10^6: Lambda = log(10^6) / pi = 4.4 needs about 9 rungs.
+def test_too_few_rungs_warn_at_the_end_of_warmup_and_of_the_run_with_one_number(recwarn):
+    # [1, inf] with n = 49.8: Lambda = log(1 + n) / pi = 1.25 needs ceil(2 Lambda) = 3 rungs,
+    # mid-way between the counts 2 and 3 call for (2 Lambda in (1, 2] and (2, 3]), so that the
+    # Monte Carlo error of the two estimates (warmup's last scans, the sampling phase) leaves
+    # their count alone: over seeds 0-5 they gave Lambda in [1.02, 1.41].
+    n = 49.8
+    exact = math.ceil(2 * math.log1p(n) / math.pi)
+    assert exact == 3
     pyro.set_rng_seed(0)
     kernel = ParallelTempering(sufficient_model, temperatures=[1.0, math.inf], explorer="rwmh")
-    mcmc = MCMC(kernel, 200, 200, disable_progbar=True)
-    mcmc.run(10**6)
-    said = [str(w.message) for w in recwarn if "global barrier" in str(w.message)]
-    assert len(said) == 1  # once, though both the warmup and the sampling phase fall short
-    # Said at the end of warmup, from the barrier of its last round.
-    needed = recommended_replicas(kernel.report.query("phase == 'warmup'").barrier.iloc[-1])
-    assert 7 <= needed <= 11
-    assert "ladder has 2" in said[0] and f"run with num_replicas={needed}" in said[0]
+    MCMC(kernel, 400, 400, disable_progbar=True).run(n)
+    said = [str(w.message) for w in recwarn if issubclass(w.category, TemperingWarning)]
+    warmup = [m for m in said if m.startswith("ParallelTempering, at the end of warmup")]
+    review = [m for m in said if m.startswith("ParallelTempering: the sampling phase")]
+    assert len(warmup) == 1 and len(review) == 1, said
+    diagnostics = kernel.diagnostics()
+    assert diagnostics["recommended_replicas"] == exact
+    assert recommended_replicas(kernel.report.query("phase == 'warmup'").barrier.iloc[-1]) == exact
+    for message in (warmup[0], review[0]):
+        assert f"needs about {exact} rungs (ceil(2 Lambda)) and the ladder has 2" in message
+        assert f"run with num_replicas={exact}" in message
+    assert "over warmup's last" in warmup[0] and "of the sampling phase" in review[0]
+    assert diagnostics["warnings"][0].startswith("too few rungs")
 
 
 def test_enough_rungs_do_not_warn(recwarn):
