@@ -38,6 +38,7 @@ from .arviz import log_prior
 from .jackknife import _element_log_prob, coordinate_scales
 
 _FLOAT_BUDGET = 2**24  # floats of the moved parameters per chunk of points
+FLAT_RATIOS = 1e-6  # log ratios of one point that span less are equal weights, with k = 0
 
 
 def _scaled_prior(posterior, shifts):
@@ -183,6 +184,11 @@ def elpd_data(ll, log_ratios, ll_in_sample):
     n_samples = ll.sizes["__sample__"]
     # a constant per point changes nothing once normalized; keeping the largest at 0 keeps exp finite
     log_ratios = log_ratios - log_ratios.max("__sample__")
+    # equal ratios (draws already from the leave-one-out posterior, as in a linear-Gaussian model)
+    # have no tail to fit: ArviZ gives k = inf or fails on them, and on rounding noise any k
+    flat = (-log_ratios.min("__sample__")) < FLAT_RATIOS
+    ramp = xr.DataArray(np.linspace(-1.0, 0.0, n_samples), dims=("__sample__",))
+    log_ratios = log_ratios.where(~flat, ramp)
     if pyro_arviz.arviz_generation() == 0:
         import arviz as az
 
@@ -191,6 +197,8 @@ def elpd_data(ll, log_ratios, ll_in_sample):
         import arviz_stats  # noqa: F401  (registers the azstats accessor)
 
         log_weights, pareto_k = (-log_ratios).azstats.psislw(dim="__sample__")  # it smooths minus its input
+    log_weights = log_weights.where(~flat, -math.log(n_samples))
+    pareto_k = pareto_k.where(~flat, 0.0)
 
     def lse(x):
         return xr.apply_ufunc(logsumexp, x, input_core_dims=[["__sample__"]], kwargs={"axis": -1})

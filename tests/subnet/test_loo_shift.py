@@ -168,3 +168,33 @@ def test_an_unmoved_estimate_warns(float64):
             loo(idata)
         moved = [w for w in caught if issubclass(w.category, SubnetLOOWarning) and "not moved" in str(w.message)]
         assert bool(moved) == warns, [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("guide_class", ["subnet", "diagonal"])
+def test_diagonal_curvature_is_exact_where_the_curvature_is_diagonal(float64, monkeypatch, guide_class):
+    """Above FULL_MAX_DIM the steps use the GGN's diagonal: on orthogonal inputs (a diagonal
+    GGN) the steps are still the exact leave-one-out MAPs, with a DiagonalLaplace posterior too."""
+    import pyro_subnet.jackknife as jackknife
+    from pyro_subnet import DiagonalLaplace
+
+    n, p = 32, 4
+    x = torch.linalg.qr(torch.randn(n, p, generator=torch.Generator().manual_seed(2)))[0] * math.sqrt(n)
+    y = x @ torch.tensor([0.5, -1.0, 0.2, 0.0]) + SIGMA * torch.randn(n, generator=torch.Generator().manual_seed(3))
+    guide = (SubnetworkLaplace(linreg, subnetwork_size=2, selection=torch.tensor([1, 2])) if guide_class == "subnet"
+             else DiagonalLaplace(linreg))
+    guide(x, y)
+    with torch.no_grad():
+        guide.loc.copy_(_linreg_posterior(x, y)[0])
+    post = guide.laplace_approximation(x, y)
+    monkeypatch.setattr(jackknife, "FULL_MAX_DIM", 2)
+    shifts = map_shifts(post, (x, y), {}, "obs")
+    assert shifts.curvature == "diagonal GGN"
+    for i in range(n):
+        keep = torch.arange(n) != i
+        # without point i the inputs are no longer orthogonal: the step is exact only to first order
+        exact = _linreg_posterior(x[keep], y[keep])[0] - post.loc
+        assert torch.allclose(shifts.delta[:, i], exact, atol=0.05 * float(exact.abs().max()) + 1e-12, rtol=0)
+    pyro.set_rng_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SubnetLOOWarning)
+        _elpd(loo(post, x, y, num_samples=500))
