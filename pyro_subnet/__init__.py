@@ -4,8 +4,9 @@ from .arviz import to_inference_data
 from .cross_validation import SubnetLOOWarning, loo
 from .diagonal import DiagonalLaplace, DiagonalLaplacePosterior
 from .guide import SubnetworkLaplace
+from .kfold import kfold
 from .posterior import SubnetworkLaplacePosterior
 from .warning import SubnetWarning
 
 __all__ = ["DiagonalLaplace", "DiagonalLaplacePosterior", "SubnetLOOWarning", "SubnetworkLaplace",
-           "SubnetworkLaplacePosterior", "SubnetWarning", "loo", "to_inference_data"]
+           "SubnetworkLaplacePosterior", "SubnetWarning", "kfold", "loo", "to_inference_data"]

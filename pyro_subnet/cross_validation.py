@@ -55,7 +55,7 @@ MAX_STEP_RATIO = 0.5  # a second Newton step over half the first: the MAP's move
 MAX_BAD_SHARE = 0.1  # above this share of points with a high Pareto k, the elpd is not trusted
 # measured on two moons (benchmarks/subnet_loo.py): a smaller S lowered the share; a prior scale
 # other than 1 on a MAP fitted under the model's own prior, and the network predictive, raised it
-_ADVICE = ("try a smaller subnetwork_size (q must match the posterior in all S directions); with a "
+_ADVICE = ("score held-out data or refit per fold (pyro_subnet.kfold); or try a smaller subnetwork_size (q must match the posterior in all S directions); with a "
            "prior_scale other than 1, rescale the model's prior itself and refit the MAP (q is centred at "
            "the MAP of the prior the MAP phase used, not at the mode of the rescaled posterior)")
 
@@ -87,7 +87,7 @@ def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, c
     (an export, ``map_shift=False``, ``predictive="network"``, or a step that cannot be made),
     when more than 10 % of the points have a step ratio above 0.5 or a Pareto k above ArviZ's
     threshold, and when an export holds no ``lp`` and ``log_q`` to correct with. Each says what
-    to do: held-out data, or :func:`pyro_subnet.kfold`-style refits, where these fail.
+    to do: held-out data, or :func:`pyro_subnet.kfold` (a refit per fold), where these fail.
 
     Example::
 
@@ -138,7 +138,7 @@ def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, c
         warnings.warn(f"the MAP is not moved without each point ({unmoved}): the coordinates outside the "
                       "subnetwork stay where every point put them, so this elpd is optimistic (an overfitted "
                       "network can look ten times better than held-out data); use loo(posterior, *model_args), "
-                      "or score held-out data.", SubnetLOOWarning, stacklevel=2)
+                      "pyro_subnet.kfold, or held-out data.", SubnetLOOWarning, stacklevel=2)
     densities = _densities(data)
     approximate = _approximate_loo()
     if densities is None or approximate is None:
@@ -168,7 +168,7 @@ def _check_steps(result):
         warnings.warn(f"{share:.0%} of the points move the MAP too far for one Newton step to say where (the "
                       f"next step is over {MAX_STEP_RATIO} of the first, or the point alone pins a direction): "
                       "this elpd is not to be trusted; score held-out data, or refit without each fold "
-                      "(k-fold cross-validation).", SubnetLOOWarning, stacklevel=3)
+                      "(pyro_subnet.kfold).", SubnetLOOWarning, stacklevel=3)
 
 
 def _densities(data):

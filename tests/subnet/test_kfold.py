@@ -1,0 +1,83 @@
+"""pyro_subnet.kfold against the closed-form K-fold cross-validation of Bayesian linear regression
+(the linearized predictive of a full-subnetwork Laplace posterior is its exact predictive there),
+and its result in az.compare beside a PSIS-LOO result."""
+
+import warnings
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+
+import pyro_arviz
+from pyro_subnet import SubnetLOOWarning, SubnetworkLaplace, kfold, loo
+
+az = pytest.importorskip("arviz")
+SIGMA = 0.5
+
+
+def linreg(x, y=None):
+    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(x @ w, SIGMA), obs=y)
+
+
+def _exact_posterior(x, y):
+    H = x.T @ x / SIGMA**2 + torch.eye(x.shape[1], dtype=x.dtype)
+    cov = torch.linalg.inv(H)
+    return cov @ x.T @ y / SIGMA**2, cov
+
+
+def fit(x, y):
+    guide = SubnetworkLaplace(linreg, subnetwork_size=1.0)
+    guide(x, y)
+    with torch.no_grad():
+        guide.loc.copy_(_exact_posterior(x, y)[0])
+    return guide.laplace_approximation(x, y)
+
+
+def _elpd(result):
+    if pyro_arviz.arviz_generation() == 0:
+        return float(result["elpd_loo"]), np.asarray(result["loo_i"])
+    return float(result.elpd), np.asarray(result.elpd_i)
+
+
+@pytest.mark.parametrize("folds", [4, 20])
+def test_kfold_is_the_closed_form_kfold(folds):
+    torch.set_default_dtype(torch.float64)
+    try:
+        n = 20
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(n, 3, generator=g)
+        y = x @ torch.tensor([1.0, -0.5, 0.3]) + SIGMA * torch.randn(n, generator=g)
+        pyro.set_rng_seed(0)
+        elpd, elpd_i = _elpd(kfold(fit, x, y, folds=folds, num_samples=4000, seed=3))
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(3))
+        exact = np.zeros(n)
+        for f in range(folds):
+            held = order[f::folds]
+            keep = torch.ones(n, dtype=torch.bool)
+            keep[held] = False
+            mean, cov = _exact_posterior(x[keep], y[keep])
+            for i in held.tolist():
+                exact[i] = float(dist.Normal(x[i] @ mean, (x[i] @ cov @ x[i] + SIGMA**2).sqrt()).log_prob(y[i]))
+        assert np.abs(elpd_i - exact).max() < 0.02
+        assert abs(elpd - exact.sum()) < 0.05
+        if folds == 4:  # fewer training points per fit: a lower elpd than leave-one-out's, by more than the noise
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SubnetLOOWarning)
+                result = loo(fit(x, y), x, y, num_samples=2000)
+            assert _elpd(result)[0] - elpd > 0.5
+            table = az.compare({"kfold": kfold(fit, x, y, folds=4, num_samples=500), "loo": result})
+            assert set(table.index) == {"kfold", "loo"}
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def test_kfold_refuses_what_it_cannot_split():
+    x, y = torch.randn(10, 3), torch.randn(10)
+    with pytest.raises(ValueError, match="folds must be"):
+        kfold(fit, x, y, folds=1)
+    with pytest.raises(ValueError, match="num_data="):
+        kfold(fit, torch.randn(10, 3), torch.randn(12))
