@@ -57,7 +57,8 @@ MAX_BAD_SHARE = 0.1  # above this share of points with a high Pareto k, the elpd
 # other than 1 on a MAP fitted under the model's own prior, and the network predictive, raised it
 _ADVICE = ("score held-out data or refit per fold (pyro_subnet.kfold); or try a smaller subnetwork_size "
            "(q must match the posterior in all S directions); with a prior_scale other than 1, rescale the "
-           "model's prior itself and refit the MAP (q is centred at the MAP of the prior the MAP phase used, not at the mode of the rescaled posterior)")
+           "model's prior itself and refit the MAP (q is centred at the MAP of the prior the MAP phase used, "
+           "not at the mode of the rescaled posterior)")
 
 
 class SubnetLOOWarning(SubnetWarning):
