@@ -22,7 +22,7 @@ import torch
 from pyro.infer.autoguide import AutoContinuous
 from pyro.infer.autoguide.initialization import init_to_median
 
-from . import batching, curvature, prior
+from . import batching, curvature, prior, shapes
 from . import selection as choose
 from .guide import SubnetworkLaplace
 from .posterior import SubnetworkLaplacePosterior, SubsetNormal
@@ -126,6 +126,7 @@ class DiagonalLaplacePosterior(SubnetworkLaplacePosterior):
         AutoContinuous.__init__(self, model, init_loc_fn=init_loc_fn)
         self.prior_scale = prior_scale
         self._setup_prototype(*args, **(kwargs or {}))
+        shapes.remember_call(self, model, args, kwargs or {})
         self.register_buffer("loc", loc.detach())
         self.register_buffer("subnetwork_indices", subnetwork_indices)
         self.register_buffer("precision_diagonal", precision_diagonal.detach())

@@ -12,7 +12,7 @@ from pyro.infer.autoguide.initialization import init_to_median
 from pyro.nn import PyroParam
 from pyro.poutine.util import site_is_subsample
 
-from . import batching, curvature, evidence, prior
+from . import batching, curvature, evidence, prior, shapes
 from . import selection as choose
 from .posterior import SubnetworkLaplacePosterior, normal_quantiles
 
@@ -160,6 +160,7 @@ class SubnetworkLaplace(AutoContinuous):
                 "needs a likelihood: call the guide with the data, e.g. guide(x, y)"
             )
         super()._setup_prototype(*args, **kwargs)
+        shapes.remember_call(self, self._raw_model, args, kwargs)
         self._check_size_fits()
         init = self._init_loc()
         name, store = self._pyro_get_fullname("loc"), pyro.get_param_store()
@@ -257,7 +258,9 @@ class SubnetworkLaplace(AutoContinuous):
         points = [u_hat, u_hat + 1e-2 * torch.randn(u_hat.shape, generator=g, dtype=u_hat.dtype).to(u_hat.device)]
         out = []
         for args, kwargs in batches:
-            sizes = batching.data_plate_sizes(trace_fn(u_hat, args, kwargs), self._observed)
+            # the first trace on these data: one whose shapes disagree with the MAP's names the site
+            traced = shapes.checked_trace(latent, u_hat, args, kwargs, "laplace_approximation")
+            sizes = batching.data_plate_sizes(traced, self._observed)
             n = batching.splittable_size(args, kwargs, sizes)
             parts = None if n is None or n <= self.chunk_size else batching.split_call(args, kwargs, n, self.chunk_size)
             if parts and batching.split_is_exact(trace_fn, self._observed + self._factors, (args, kwargs), parts, n, points):

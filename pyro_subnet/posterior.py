@@ -24,7 +24,7 @@ from pyro.infer.autoguide import AutoContinuous
 from pyro.infer.autoguide.initialization import init_to_median
 from torch.distributions import biject_to
 
-from . import predictive
+from . import predictive, shapes
 from .curvature import LatentModel
 from .evidence import cholesky_with_jitter
 
@@ -114,6 +114,7 @@ class SubnetworkLaplacePosterior(AutoContinuous):
     def __init__(self, latent, curvature, prior_scale=1.0, args=(), kwargs=None, init_loc_fn=init_to_median):
         super().__init__(latent.model, init_loc_fn=init_loc_fn)
         self._setup_prototype(*args, **(kwargs or {}))
+        shapes.remember_call(self, latent.model, args, kwargs or {})
         self._curvature = curvature
         self.prior_scale = curvature.resolve(prior_scale)
         precision = curvature.precision(self.prior_scale)
@@ -198,7 +199,9 @@ class SubnetworkLaplacePosterior(AutoContinuous):
         the mixture is over draws of the network itself.
 
         :return: ``{observed site name: torch.distributions.Distribution}``.
+        :raises ValueError: naming the site, where the data's shapes do not fit the MAP's.
         """
+        shapes.checked_trace(self._latent, self.loc, args, kwargs, "predict")
         if linearized:
             return predictive.linearized_predictive(self, args, kwargs, num_samples, chunk_size)
         draws = self.get_posterior().sample((num_samples,))
