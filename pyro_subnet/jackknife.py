@@ -42,6 +42,7 @@ positive (point :math:`i` alone pins a direction).
 import torch
 
 from . import curvature, predictive, prior
+from .likelihoods import unwrap
 
 FULL_MAX_DIM = 4096  # the full GGN up to this D (a D x D Cholesky), its diagonal above
 _FLOAT_BUDGET = 2**27  # floats of the element-by-coordinate Jacobian this module may hold
@@ -79,7 +80,10 @@ def _elements(posterior, args, kwargs, chunk_size):
             continue  # a site that does not depend on the latents moves with no step
         node = tr.nodes[name]
         weight = curvature._site_weight(node, spec).to(u_hat)
-        L = spec.fisher_sqrt(node["fn"]) * weight.sqrt()[:, None, None]
+        L = spec.fisher_sqrt(node["fn"]) * weight.sqrt()[:, None, None]  # a dist.mask() is in fisher_sqrt
+        inner = unwrap(node["fn"])[3]
+        if inner is not None:  # ... and must be in the log densities too
+            weight = weight * inner.to(u_hat).expand(spec.element_shape).reshape(-1)
         e = eta.clone().requires_grad_(True)
         with torch.enable_grad():
             ll = (_element_log_prob(spec, e, node["value"], weight)).sum()

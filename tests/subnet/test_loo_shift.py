@@ -198,3 +198,45 @@ def test_diagonal_curvature_is_exact_where_the_curvature_is_diagonal(float64, mo
     with warnings.catch_warnings():
         warnings.simplefilter("error", SubnetLOOWarning)
         _elpd(loo(post, x, y, num_samples=500))
+
+
+def _masked_linreg(how):
+    def model(x, y=None, mask=None):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
+        with pyro.plate("data", x.shape[0]):
+            if how == "poutine":
+                with pyro.poutine.mask(mask=mask):
+                    pyro.sample("obs", dist.Normal(x @ w, SIGMA), obs=y)
+            else:
+                pyro.sample("obs", dist.Normal(x @ w, SIGMA).mask(mask), obs=y)
+
+    return model
+
+
+@pytest.mark.parametrize("how", ["poutine", "dist"])
+def test_masked_points_are_no_data(float64, how):
+    """A masked point is neither left out nor part of any step: the estimate is the one of the
+    model fitted on the kept points alone, and its points carry their original positions."""
+    n, p = 30, 4
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, p, generator=g)
+    y = x @ torch.randn(p, generator=g) + SIGMA * torch.randn(n, generator=g)
+    mask = torch.ones(n, dtype=torch.bool)
+    mask[::5] = False
+
+    def posterior(model, *args):
+        guide = SubnetworkLaplace(model, subnetwork_size=2, selection=torch.tensor([0, 3]))
+        guide(*args)
+        with torch.no_grad():
+            guide.loc.copy_(_linreg_posterior(x[mask], y[mask])[0])
+        return guide.laplace_approximation(*args)
+
+    pyro.set_rng_seed(0)
+    masked = loo(posterior(_masked_linreg(how), x, y, mask), x, y, mask, num_samples=300)
+    pyro.set_rng_seed(0)
+    kept = loo(posterior(linreg, x[mask], y[mask]), x[mask], y[mask], num_samples=300)
+    elpd, _, elpd_i = _elpd(masked)
+    assert len(elpd_i) == int(mask.sum())
+    assert abs(elpd - _elpd(kept)[0]) < 1e-8
+    points = (masked["loo_i"] if pyro_arviz.arviz_generation() == 0 else masked.elpd_i).coords["obs_dim_0"].values
+    assert list(points) == mask.nonzero().reshape(-1).tolist()
