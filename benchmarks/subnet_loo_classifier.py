@@ -88,8 +88,11 @@ def main():
     x_test, y_test = classes(N, g)
     t = time.time()
     model, posterior = fit(x, y, a.steps, a.seed, a.size)
+    with torch.no_grad():
+        acc = [float((posterior.predict(xs, ys)["obs"].probs.argmax(-1) == ys).double().mean())
+               for xs, ys in ((x, y), (x_test, y_test))]
     print(f"MAP and Laplace: {time.time() - t:.1f} s, S = {len(posterior.subnetwork_indices)}, "
-          f"D = {posterior.loc.numel()}")
+          f"D = {posterior.loc.numel()}, accuracy train {acc[0]:.2f} test {acc[1]:.2f}")
     rows = []
     for shift in (False, True):
         t = time.time()
