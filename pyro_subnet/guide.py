@@ -145,8 +145,8 @@ class SubnetworkLaplace(AutoContinuous):
         full = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)
         self._observed, self._factors = [], []
         for name, site in full.nodes.items():
-            if site["type"] != "sample" or site_is_subsample(site):
-                continue
+            if site["type"] != "sample" or site_is_subsample(site) or site["infer"].get("_deterministic"):
+                continue  # a pyro.deterministic site is an observed Delta: a record, not data
             if site["is_observed"]:
                 (self._factors if isinstance(site["fn"], Unit) else self._observed).append(name)
             elif site["fn"].support.is_discrete:
