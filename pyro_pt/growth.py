@@ -47,7 +47,8 @@ a scalable highly parallel MCMC scheme", JRSS B.
 
 from .barrier import cumulative_barrier, recommended_replicas
 from .explorers import build_rungs
-from .ladder import equal_barrier_betas, inverse_temperatures, warmup_round_ends
+from .ladder import (GROWTH_ROUNDS, MIN_GROWTH_SCANS, equal_barrier_betas, inverse_temperatures,
+                     warmup_round_ends)
 from .options import DEFAULT_NUM_REPLICAS
 from .random import grown_seed
 from .recorders import TemperingRecorder
@@ -55,10 +56,6 @@ from .rungs import RungBlock
 
 AUTO = "auto"
 DEFAULT_MAX_REPLICAS = 32
-# Rounds shorter than this hold the chains' transient (ll drifting towards the typical set),
-# whose barrier estimate is far too high: growing on it would add rungs that are not needed.
-MIN_GROWTH_SCANS = 32
-GROWTH_ROUNDS = 2
 
 
 def growth_round_ends(warmup_steps, swap_interval=1):

@@ -190,6 +190,14 @@ def equal_barrier_betas(betas, pair_barriers, num_rungs=None):
     return new
 
 
+# A growing ladder (pyro_pt.growth) grows at the ends of the last GROWTH_ROUNDS warmup rounds of
+# at least MIN_GROWTH_SCANS scans. Shorter rounds hold the chains' transient (ll drifting towards
+# the typical set), whose barrier estimate is far too high: growing on it would add rungs that
+# are not needed.
+MIN_GROWTH_SCANS = 32
+GROWTH_ROUNDS = 2
+
+
 def warmup_round_ends(warmup_steps, swap_interval=1):
     """
     The scans that end a warmup round: :func:`adaptation_round_ends` counted in swap rounds

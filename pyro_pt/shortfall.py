@@ -23,6 +23,7 @@ Pure: no Pyro inference machinery (as :mod:`pyro_pt.health`, which uses it).
 import math
 
 from .barrier import recommended_replicas
+from .ladder import GROWTH_ROUNDS, MIN_GROWTH_SCANS
 
 
 def too_few_rungs(barrier, legs, measured, max_replicas=None):
@@ -52,9 +53,6 @@ def too_few_rungs(barrier, legs, measured, max_replicas=None):
         advice = (f"the growing ladder stopped at max_replicas={max_replicas}: raise "
                   f"max_replicas to {needed}, or run with num_replicas={needed}")
     else:
-        # Here only for a growing ladder, in the kernel: the review stays free of pyro.infer.
-        from .growth import GROWTH_ROUNDS, MIN_GROWTH_SCANS
-
         advice = (f"the growing ladder grows only at the ends of the last {GROWTH_ROUNDS} warmup "
                   f"rounds of {MIN_GROWTH_SCANS}+ scans: warm up longer (warmup_steps), or run "
                   f"with num_replicas={needed}")

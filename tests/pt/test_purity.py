@@ -19,7 +19,7 @@ import sys
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "pyro_pt"
-PURE = ("swap", "ladder", "recorders", "lineages", "random", "barrier", "health")
+PURE = ("swap", "ladder", "recorders", "lineages", "random", "barrier", "health", "shortfall")
 FORBIDDEN = ("pyro.infer", "torch.distributed")
 
 PROBE = """
