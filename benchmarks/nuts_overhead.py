@@ -182,7 +182,7 @@ def main(argv=None):
 
     torch.set_num_threads(1)
     # K = 1 has no swaps: ParallelTempering's warning that the ladder is short is expected.
-    warnings.filterwarnings("ignore", message="ParallelTempering: the estimated global barrier")
+    warnings.filterwarnings("ignore", message="ParallelTempering, at the end of warmup: too few rungs")
     print(f"torch {torch.__version__}, pyro {pyro.__version__}, {torch.get_num_threads()} torch "
           f"thread, {os.cpu_count()} CPUs, {platform.machine()}; warmup {args.warmup}, "
           f"{args.samples} draws, {args.rounds} interleaved rounds")

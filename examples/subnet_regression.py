@@ -75,7 +75,7 @@ import torch
 from pyro.infer import SVI, JitTrace_ELBO
 from pyro.infer.autoguide import init_to_sample
 
-from pyro_subnet import DiagonalLaplace, SubnetworkLaplace
+from pyro_subnet import DiagonalLaplace, SubnetWarning, SubnetworkLaplace
 
 GAP, OUTSIDE = 0.8, (2.2, 3.5)
 
@@ -177,7 +177,7 @@ def run_seed(seed, hidden=50, steps=3000, num_data=100, fracs=(0.5, 0.03, 0.01),
         for k, v in kw.items():
             setattr(guide, k, v)
         with warnings.catch_warnings():  # "predictive" at 50 % keeps the coordinates the data see
-            warnings.simplefilter("ignore", RuntimeWarning)
+            warnings.simplefilter("ignore", SubnetWarning)
             return guide.laplace_approximation(x, y)
 
     if baselines:
