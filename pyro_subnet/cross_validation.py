@@ -48,7 +48,7 @@ import warnings
 import numpy as np
 import pyro_arviz
 
-from .reweighting import elpd_data
+from .reweighting import elpd_data, site_named
 from .warning import SubnetWarning
 
 MAX_STEP_RATIO = 0.5  # a second Newton step over half the first: the MAP's move is not one step
@@ -209,14 +209,7 @@ def _plain_loo(data, var_name):
 
 def _log_likelihood(data, var_name):
     ds = data["log_likelihood"]
-    names = list(ds.data_vars)
-    if var_name is None:
-        if len(names) != 1:
-            raise ValueError(f"the log_likelihood group has the sites {names}: say which with var_name=")
-        var_name = names[0]
-    elif var_name not in names:
-        raise ValueError(f"var_name={var_name!r} is not in the log_likelihood group (it has {names})")
-    return ds[var_name]
+    return ds[site_named(list(ds.data_vars), var_name, "the log_likelihood group")]
 
 
 def _loo_psislw(data, lp, log_q, var_name=None):

@@ -19,6 +19,7 @@ import pyro_arviz
 
 from .curvature import _site_weight
 from .predictive import linearized_outputs
+from .reweighting import site_named
 
 
 def _take(args, kwargs, size, index):
@@ -48,8 +49,6 @@ def held_out_scores(posterior, args, kwargs, site, num_samples, chunk_size=None)
     ``(args, kwargs)`` (a ``[n]`` tensor) and which of them are data (not masked)."""
     dz = posterior._offset_draws(num_samples)
     outputs = linearized_outputs(posterior, args, kwargs, dz, chunk_size)
-    if site not in outputs:
-        raise ValueError(f"var_name={site!r} is not an observed site of the model (it has {list(outputs)})")
     spec, fn, etas = outputs[site]
     trace, _ = posterior._latent.trace(posterior.loc, args, kwargs)
     node = trace.nodes[site]
@@ -107,11 +106,7 @@ def kfold(fit, *args, folds=10, num_samples=1000, var_name=None, num_data=None, 
         train[held] = False
         train_args, train_kwargs = _take(args, kwargs, n, train.nonzero().reshape(-1))
         posterior = fit(*train_args, **train_kwargs)
-        if site is None:
-            observed = posterior._latent.observed
-            if len(observed) != 1:
-                raise ValueError(f"the model has the observed sites {observed}: say which with var_name=")
-            site = observed[0]
+        site = site_named(posterior._latent.observed, site, "the model")
         held_args, held_kwargs = _take(args, kwargs, n, held)
         s, k = held_out_scores(posterior, held_args, held_kwargs, site, num_samples, chunk_size)
         if s.numel() != len(held):

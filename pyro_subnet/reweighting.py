@@ -53,6 +53,17 @@ def _scaled_prior(posterior, shifts):
     return g, r[:, None] * P * r[None, :] + Q, False
 
 
+def site_named(names, var_name, where):
+    """The observed site ``var_name`` among ``names``, or the only one; a ``ValueError`` naming them."""
+    if var_name is None:
+        if len(names) != 1:
+            raise ValueError(f"{where} has the observed sites {names}: say which with var_name=")
+        return names[0]
+    if var_name not in names:
+        raise ValueError(f"var_name={var_name!r} is not an observed site of {where} (it has {names})")
+    return var_name
+
+
 def _downdate(posterior, shifts, z):
     r"""
     The draws of the leave-one-out Gaussian from those of :math:`q`: with :math:`U_i = J_{Si}^\top
@@ -151,13 +162,7 @@ def shifted_loo(posterior, args, kwargs, num_samples, var_name=None, chunk_size=
 
     from .jackknife import map_shifts
 
-    observed = posterior._latent.observed
-    if var_name is None:
-        if len(observed) != 1:
-            raise ValueError(f"the model has the observed sites {observed}: say which with var_name=")
-        var_name = observed[0]
-    elif var_name not in observed:
-        raise ValueError(f"var_name={var_name!r} is not an observed site of the model (it has {observed})")
+    var_name = site_named(posterior._latent.observed, var_name, "the model")
     shifts = map_shifts(posterior, args, kwargs, var_name, chunk_size)
     ll, log_ratios, in_sample = shifted_ratios(posterior, args, kwargs, shifts, num_samples)
     dim = f"{var_name}_dim_0"

@@ -197,5 +197,5 @@ def test_warnings_and_arguments():
 
     with pytest.raises(TypeError, match="model arguments only with a SubnetworkLaplacePosterior"):
         loo(bare, x, y)
-    with pytest.raises(ValueError, match="var_name='nope' is not in the log_likelihood group"):
+    with pytest.raises(ValueError, match="var_name='nope' is not an observed site of the log_likelihood group"):
         loo(to_inference_data(exact, x, y, num_samples=20), var_name="nope")
