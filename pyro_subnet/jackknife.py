@@ -17,7 +17,9 @@ without point :math:`i` is
 
 (Woodbury), the approximate leave-one-out of [2, 3]; :math:`-H^{-1} J_i^\top r_i` alone is the
 infinitesimal jackknife [1]. The step is exact where that objective is quadratic (a
-linear-Gaussian model). Everything goes through :math:`K = J H^{-1} J^\top` (elements by
+linear-Gaussian model). Its length is then set by a line search on the linearized objective
+without the point (:func:`_step_length`): 1 where that objective is quadratic, shorter where
+the other points' curvature grows as the MAP moves (a fit that separates the data). Everything goes through :math:`K = J H^{-1} J^\top` (elements by
 elements): element :math:`j`'s parameters move by :math:`J_j \Delta_i`, a column of :math:`K`.
 :math:`H` is the full ``D x D`` GGN up to :data:`FULL_MAX_DIM` coordinates and its diagonal
 above (:attr:`Shifts.curvature` says which).
