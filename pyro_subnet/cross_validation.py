@@ -87,7 +87,8 @@ def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, c
     Warns (:class:`SubnetLOOWarning`, each at most once per call) when the MAP is not moved
     (an export, ``map_shift=False``, ``predictive="network"``, or a step that cannot be made),
     when more than 10 % of the points have a step ratio above 0.5 or a Pareto k above ArviZ's
-    threshold, and when an export holds no ``lp`` and ``log_q`` to correct with. Each says what
+    threshold, when the model itself at the moved MAPs scores the left-out points more than
+    the elpd's SE apart from the linearized model (``linearization_gap``, per point), and when an export holds no ``lp`` and ``log_q`` to correct with. Each says what
     to do: held-out data, or :func:`pyro_subnet.kfold` (a refit per fold), where these fail.
 
     Example::
@@ -170,6 +171,13 @@ def _check_steps(result):
                       f"next step is over {MAX_STEP_RATIO} of the first, or the point alone pins a direction): "
                       "this elpd is not to be trusted; score held-out data, or refit without each fold "
                       "(pyro_subnet.kfold).", SubnetLOOWarning, stacklevel=3)
+    gap = float(np.sum(result["linearization_gap"] if hasattr(result, "index") else result.linearization_gap))
+    se = float(result["se"] if hasattr(result, "index") else result.se)
+    if abs(gap) > se:
+        warnings.warn(f"at the moved MAPs the model itself scores the left-out points {gap:+.0f} nats apart from the "
+                      f"linearized model the steps are taken in, more than the elpd's SE ({se:.0f}): this is the "
+                      "leave-one-out of the network linearized at the MAP, not of the network; check it with "
+                      "pyro_subnet.kfold or held-out data.", SubnetLOOWarning, stacklevel=3)
 
 
 def _densities(data):

@@ -240,3 +240,37 @@ def test_masked_points_are_no_data(float64, how):
     assert abs(elpd - _elpd(kept)[0]) < 1e-8
     points = (masked["loo_i"] if pyro_arviz.arviz_generation() == 0 else masked.elpd_i).coords["obs_dim_0"].values
     assert list(points) == mask.nonzero().reshape(-1).tolist()
+
+
+def test_linearization_gap_is_the_model_against_its_linearization(float64):
+    """At each moved MAP the gap is the point's log density under the model minus under its
+    linearization: zero for a GLM, the closed form for a mean quadratic in the weight."""
+    from pyro_subnet.reweighting import linearization_gap
+
+    def square(x, y=None):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Normal(w[0] ** 2 * x + w[1], SIGMA), obs=y)
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(15, generator=g)
+    y = 1.5 * x + 0.2 + SIGMA * torch.randn(15, generator=g)
+    guide = SubnetworkLaplace(square, subnetwork_size=1, selection=torch.tensor([1]))
+    guide(x, y)
+    with torch.no_grad():
+        guide.loc.copy_(torch.tensor([1.2, 0.2]))
+    post = guide.laplace_approximation(x, y)
+    shifts = map_shifts(post, (x, y), {}, "obs")
+    gap = linearization_gap(post, (x, y), {}, shifts)
+    w = post.loc[:, None] + shifts.delta  # [2, points]: each point's moved MAP
+    exact = (dist.Normal(w[0] ** 2 * x + w[1], SIGMA).log_prob(y)
+             - dist.Normal(1.44 * x + 0.2 + 2.4 * x * shifts.delta[0] + shifts.delta[1], SIGMA).log_prob(y))
+    assert torch.allclose(gap, exact, atol=1e-9, rtol=0)
+    assert float(exact.abs().max()) > 1e-4  # not zero by construction
+
+    pyro.clear_param_store()
+    x2 = torch.randn(20, 3, generator=g)
+    y2 = dist.Bernoulli(logits=x2 @ torch.tensor([1.0, -1.0, 0.5])).sample()
+    post = _laplace(x2, y2, torch.tensor([0]))
+    glm = linearization_gap(post, (x2, y2), {}, map_shifts(post, (x2, y2), {}, "obs"))
+    assert float(glm.abs().max()) < 1e-8  # logits linear in the weights
