@@ -46,6 +46,7 @@ import math
 import warnings
 
 import numpy as np
+import torch
 import pyro_arviz
 
 from .reweighting import elpd_data, site_named
@@ -88,7 +89,9 @@ def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, c
     (an export, ``map_shift=False``, ``predictive="network"``, or a step that cannot be made),
     when more than 10 % of the points have a step ratio above 0.5 or a Pareto k above ArviZ's
     threshold, when the model itself at the moved MAPs scores the left-out points more than
-    the elpd's SE apart from the linearized model (``linearization_gap``, per point), and when an export holds no ``lp`` and ``log_q`` to correct with. Each says what
+    the elpd's SE apart from the linearized model (``linearization_gap``, per point), when a
+    point alone pins a direction of the MAP, and when an export holds no ``lp`` and ``log_q`` to
+    correct with. Each says what
     to do: held-out data, or :func:`pyro_subnet.kfold` (a refit per fold), where these fail.
 
     Example::
@@ -119,7 +122,7 @@ def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, c
 
             try:
                 result = shifted_loo(data, args, kwargs, num_samples, var_name, chunk_size)
-            except (ValueError, MemoryError) as e:
+            except (ValueError, MemoryError, torch.linalg.LinAlgError, torch.OutOfMemoryError) as e:
                 if "var_name" in str(e):
                     raise
                 unmoved = f"its step cannot be made here: {e}"
@@ -166,7 +169,12 @@ def _is_full(data):
 def _check_steps(result):
     ratio = np.asarray(result["step_ratio"] if hasattr(result, "index") else result.step_ratio)
     share = float((ratio > MAX_STEP_RATIO).mean())
-    if share > MAX_BAD_SHARE:
+    if np.isinf(ratio).any():  # each is an unbounded error, however few
+        warnings.warn(f"{int(np.isinf(ratio).sum())} points alone pin a direction of the MAP (without one, the "
+                      "curvature is not positive there), so no step says where it goes: their elpd is not to be "
+                      "trusted; score held-out data, or refit without each fold (pyro_subnet.kfold).",
+                      SubnetLOOWarning, stacklevel=3)
+    elif share > MAX_BAD_SHARE:
         warnings.warn(f"{share:.0%} of the points move the MAP too far for one Newton step to say where (the "
                       f"next step is over {MAX_STEP_RATIO} of the first, or the point alone pins a direction): "
                       "this elpd is not to be trusted; score held-out data, or refit without each fold "

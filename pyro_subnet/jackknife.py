@@ -19,7 +19,8 @@ without point :math:`i` is
 infinitesimal jackknife [1]. The step is exact where that objective is quadratic (a
 linear-Gaussian model). Its length is then set by a line search on the linearized objective
 without the point (:func:`_step_length`): 1 where that objective is quadratic, shorter where
-the other points' curvature grows as the MAP moves (a fit that separates the data). Everything goes through :math:`K = J H^{-1} J^\top` (elements by
+the other points' curvature grows as the MAP moves (a fit that separates the data). Everything
+goes through :math:`K = J H^{-1} J^\top` (elements by
 elements): element :math:`j`'s parameters move by :math:`J_j \Delta_i`, a column of :math:`K`.
 :math:`H` is the full ``D x D`` GGN up to :data:`FULL_MAX_DIM` coordinates and its diagonal
 above (:attr:`Shifts.curvature` says which).
@@ -86,12 +87,24 @@ def _elements(posterior, args, kwargs, chunk_size):
         inner = unwrap(node["fn"])[3]
         if inner is not None:  # ... and must be in the log densities too
             weight = weight * inner.to(u_hat).expand(spec.element_shape).reshape(-1)
+        y = _placeholders_filled(node["value"], weight)
         e = eta.clone().requires_grad_(True)
         with torch.enable_grad():
-            ll = (_element_log_prob(spec, e, node["value"], weight)).sum()
+            ll = (_element_log_prob(spec, e, y, weight)).sum()
             (r,) = torch.autograd.grad(ll, e)
-        sites[name] = (spec, node["value"], weight, eta, J, L.detach(), r)
+        sites[name] = (spec, y, weight, eta, J, L.detach(), r)
     return sites
+
+
+def _placeholders_filled(y, weight):
+    """``y`` with its masked elements (weight 0) set to a kept value: a masked NaN placeholder
+    would make its zero-weighted log density NaN, and every sum it enters."""
+    kept = weight != 0
+    if bool(kept.all()) or not bool(kept.any()) or y.numel() % kept.numel():
+        return y
+    flat = y.reshape(kept.numel(), -1)
+    fill = flat[kept][0]
+    return torch.where(kept[:, None], flat, fill).reshape(y.shape)
 
 
 def _element_log_prob(spec, eta, y, weight):
@@ -102,15 +115,22 @@ def _element_log_prob(spec, eta, y, weight):
 
 
 def _prior_terms(posterior, args, kwargs, diagonal):
-    r"""``(grad, P, Q)`` at the MAP: the gradient of the unscaled log prior (and log|det J|),
-    its negative Hessian and that of the factors (full, or their diagonals)."""
+    r"""``(grad_prior, grad_factors, P, Q)`` at the MAP: the gradients of the unscaled log prior
+    (with log|det J|) and of the factors, and their negative Hessians (full, or diagonals)."""
     latent, u_hat = posterior._latent, posterior.loc.detach()
     D = u_hat.numel()
     everything = torch.arange(D, device=u_hat.device)
     batches = [(args, kwargs)]
-    grad_prior, grad_factors = u_hat.new_zeros(D), u_hat.new_zeros(D)
-    for _, g, _, is_prior in prior._prior_gradients(latent, u_hat, everything, batches, 1.0):
-        (grad_prior if is_prior else grad_factors).add_(g.detach())
+    grads = []
+    for with_prior in (True, False):  # plain gradients: a term linear in u has one too
+        x = u_hat.clone().requires_grad_(True)
+        with torch.enable_grad():
+            tr, logdet = latent.trace(u_hat, args, kwargs, everything, x)
+            lp = latent.log_prior(tr, logdet, prior=with_prior, factors=not with_prior)
+            moves = torch.is_tensor(lp) and lp.requires_grad
+            grad = torch.autograd.grad(lp, x, allow_unused=True)[0] if moves else None
+        grads.append(u_hat.new_zeros(D) if grad is None else grad.detach())
+    grad_prior, grad_factors = grads
     if diagonal:
         Q = prior.prior_hessian_diagonal(latent, u_hat, batches, scale=0.0)
         P = prior.prior_hessian_diagonal(latent, u_hat, batches, scale=1.0) - Q
@@ -143,9 +163,10 @@ def map_shifts(posterior, args, kwargs, site, chunk_size=None):
         raise ValueError(f"observed site '{site}' does not depend on the latent coordinates: leaving its "
                          "points out moves nothing")
     rows = sum(v[3].numel() for v in sites.values())
-    if rows * D > _FLOAT_BUDGET:
-        raise MemoryError(f"the leave-one-out shifts need the Jacobian of {rows} outputs in {D} coordinates "
-                          f"({rows * D:.2g} floats, above {_FLOAT_BUDGET:.2g})")
+    if rows * max(D, rows) > _FLOAT_BUDGET:
+        raise MemoryError(f"the leave-one-out shifts need the Jacobian of {rows} outputs in {D} coordinates and "
+                          f"their {rows} x {rows} products ({rows * max(D, rows):.2g} floats, above "
+                          f"{_FLOAT_BUDGET:.2g})")
     grad_prior, grad_factors, P, Q = _prior_terms(posterior, args, kwargs, diagonal)
     dt = torch.float64
     J = torch.cat([v[4].reshape(-1, D) for v in sites.values()]).to(dt)  # [rows, D]
@@ -277,4 +298,9 @@ def _step_ratio(shifts, sites):
     second = (v * Kv).sum(0) + (Kiv * (Minv_F @ Kiv.unsqueeze(-1)).squeeze(-1)).sum(-1)
     Br = (shifts.B @ shifts.r.unsqueeze(-1)).squeeze(-1)
     first = (shifts.r * Br).sum(-1) + (Br * (Minv_F @ Br.unsqueeze(-1)).squeeze(-1)).sum(-1)
-    return (second.clamp(min=0) / first.clamp(min=1e-300)).sqrt()
+    # the step taken was t Delta: the gradient left is e + (1 - t) H_-i Delta, so the next step is
+    # H_-i^-1 e + (1 - t) Delta, measured against the t Delta taken (Delta^T e = sum_j m_j^T v_j)
+    t = shifts.step_length
+    cross = (shifts.moves / t * v).sum(0)
+    nxt = second + 2 * (1 - t) * cross + (1 - t) ** 2 * first
+    return (nxt.clamp(min=0) / (t**2 * first).clamp(min=1e-300)).sqrt()

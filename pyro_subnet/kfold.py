@@ -18,6 +18,7 @@ import xarray as xr
 import pyro_arviz
 
 from .curvature import _site_weight
+from .likelihoods import unwrap
 from .predictive import linearized_outputs
 from .reweighting import site_named
 
@@ -56,6 +57,9 @@ def held_out_scores(posterior, args, kwargs, site, num_samples, chunk_size=None)
     ll = fn.log_prob(y).expand((num_samples,) + fn.batch_shape) if etas is None else spec.log_prob(etas, y)
     ll = ll.reshape(num_samples, -1)
     weight = _site_weight(node, spec).to(ll)
+    inner = unwrap(node["fn"])[3]  # a dist.mask(): no data either
+    if inner is not None:
+        weight = weight * inner.to(ll).expand(spec.element_shape).reshape(-1)
     if weight.numel() != ll.shape[1]:
         raise ValueError(f"observed site '{site}' has event dims: k-fold scores one element per data point")
     return (torch.logsumexp(ll, 0) - math.log(num_samples)) * weight, weight != 0
@@ -112,7 +116,7 @@ def kfold(fit, *args, folds=10, num_samples=1000, var_name=None, num_data=None, 
         if s.numel() != len(held):
             raise ValueError(f"observed site '{site}' has {s.numel()} elements for {len(held)} held-out points: "
                              "k-fold needs one element per data point (pass num_data= if the data size was misread)")
-        scores[held], kept[held] = s.double(), k
+        scores[held], kept[held] = s.double().cpu(), k.cpu()
     return _result(scores[kept], kept.nonzero().reshape(-1), site, folds, num_samples)
 
 

@@ -239,7 +239,7 @@ def elpd_data(ll, log_ratios, ll_in_sample):
 
     loo_i = lse(log_weights + ll)
     n_points = int(np.prod([s for d, s in ll.sizes.items() if d != "__sample__"]))
-    elpd = float(loo_i.sum())
+    elpd = float(loo_i.sum(skipna=False))
     se = math.sqrt(n_points * float(np.var(loo_i.values)))
     p_loo = float((lse(ll_in_sample) - math.log(n_samples)).sum()) - elpd
     good_k = min(1 - 1 / math.log10(n_samples), 0.7)
