@@ -3,26 +3,28 @@ The importance ratios of leave-one-out for a subnetwork Laplace posterior whose 
 without each point (:mod:`pyro_subnet.jackknife`).
 
 For point :math:`i`, the draws :math:`z_m \sim \mathcal N(0, \Sigma_S)` of the Laplace Gaussian
-:math:`q` are moved by the step: :math:`u_{im} = \hat u + \Delta_i + z_m` (``z`` on the S
-coordinates). The proposal is :math:`q` moved by :math:`\Delta_{i,S}`, whose density at
-:math:`u_{im}` is :math:`q(\hat u + z_m)`, and the target is the model without point :math:`i`
-with its coordinates outside S at :math:`\hat u + \Delta_i`, so
+:math:`q` are mapped linearly onto the Gaussian without the point (:func:`_downdate`, precision
+:math:`\Lambda_S - J_{Si}^\top F_i J_{Si}`), :math:`z'_m`, and moved with the MAP:
+:math:`u_{im} = \hat u + \Delta_i + z'_m` (``z`` on the S coordinates). The map's Jacobian is
+constant per point, so the proposal's density at :math:`u_{im}` is :math:`q(\hat u + z_m)` up to
+a constant the normalized weights drop. The target is the model without point :math:`i` with
+its coordinates outside S at :math:`\hat u + \Delta_i`, so
 
 .. math::
 
-    \log r_i(m) = \sum_{n \ne i} \log p(y_n \mid \eta_n^{(m)} + J_n \Delta_i)
-                  + \log \tilde p(\hat u + \Delta_i + z_m) - \log q(\hat u + z_m),
-    \qquad
-    \widehat{\mathrm{elpd}}_i = \log \frac{\sum_m \tilde r_i(m)\, p(y_i \mid \eta_i^{(m)} + J_i\Delta_i)}
-                                          {\sum_m \tilde r_i(m)}
+    \log r_i(m) = \sum_{n \ne i} \log p(y_n \mid \hat\eta_n + J_{Sn} z'_m + J_n \Delta_i)
+                  + \log \tilde p(u_{im}) - \log q(\hat u + z_m),
 
-with :math:`\eta_n^{(m)} = \hat\eta_n + J_{Sn} z_m` the linearized model the export describes
-(:mod:`pyro_subnet.arviz`) and :math:`\tilde r` Pareto-smoothed. The log prior at the moved
-draws is its value at :math:`\hat u + z_m` (one model trace per draw, as in the export) plus
-its second-order change, :math:`g^\top\Delta_i - z_m^\top P \Delta_i - \tfrac12 \Delta_i^\top
-P \Delta_i` with :math:`g, P` its gradient and negative Hessian at the MAP: exact for Gaussian
-priors. Where the step is exact (a linear-Gaussian model) this is importance sampling of the
-exact leave-one-out posterior of the S coordinates.
+    \widehat{\mathrm{elpd}}_i = \log \frac{\sum_m \tilde r_i(m)\,
+        p(y_i \mid \hat\eta_i + J_{Si} z'_m + J_i\Delta_i)}{\sum_m \tilde r_i(m)}
+
+in the linearized model the export describes (:mod:`pyro_subnet.arviz`), :math:`\tilde r`
+Pareto-smoothed. The log prior at the moved draws is its traced value at :math:`\hat u + z_m`
+(one model trace per draw, as in the export) plus its second-order change over
+:math:`a = z'_m - z_m + \Delta_i`, :math:`g^\top a - z_m^\top P a - \tfrac12 a^\top P a` with
+:math:`g, P` its gradient and negative Hessian at the MAP: exact for Gaussian priors. Where the
+step is exact (a linear-Gaussian model) the moved draws are the leave-one-out posterior's and
+every ratio is equal: the estimate is exact up to each predictive integral's Monte Carlo error.
 """
 
 import math
