@@ -160,24 +160,32 @@ def shifted_ratios(posterior, args, kwargs, shifts, num_samples):
 def shifted_loo(posterior, args, kwargs, num_samples, var_name=None, chunk_size=None):
     """PSIS-LOO of ``posterior`` with the MAP moved without each point (module docstring): ArviZ's
     pointwise ELPD data, with ``map_shift`` (the curvature used) and ``step_ratio`` (per point)."""
-    import xarray as xr
+    from pyro_arviz.masked import KeptPoints
 
     from .jackknife import map_shifts
 
     var_name = site_named(posterior._latent.observed, var_name, "the model")
     shifts = map_shifts(posterior, args, kwargs, var_name, chunk_size)
     ll, log_ratios, in_sample = shifted_ratios(posterior, args, kwargs, shifts, num_samples)
-    dim = f"{var_name}_dim_0"
-    coords = {dim: shifts.points.cpu().numpy()}
+    spec, _, weight = shifts.sites[var_name][:3]
+    shape = tuple(spec.element_shape)
+    kept = KeptPoints(var_name, (weight != 0).reshape(shape).cpu().numpy())
+    points = shifts.points.cpu().numpy()
 
-    def array(t):
-        return xr.DataArray(t.cpu().numpy(), dims=(dim, "__sample__"), coords=coords)
+    def array(t, lead=1):
+        """Values of the points (``[N]``, or ``[N, M]`` with the draws) on the export's axes."""
+        v = t.cpu().numpy()
+        full = np.zeros(v.shape[1:] + shape)
+        full.reshape(v.shape[1:] + (-1,))[..., points] = v.T if lead else v
+        value, dims, coords = kept.select(full, lead)
+        out = xr.DataArray(value, dims=("__sample__",) * lead + tuple(dims), coords=coords)
+        return out.transpose(..., "__sample__") if lead else out  # ArviZ 0.x smooths along the last axis
 
     result = elpd_data(array(ll), array(log_ratios), array(in_sample))
     extra = {"map_shift": shifts.curvature}
     for name, value in (("step_ratio", shifts.step_ratio), ("linearization_gap", linearization_gap(
             posterior, args, kwargs, shifts))):
-        extra[name] = xr.DataArray(value.cpu().numpy(), dims=(dim,), coords=coords)
+        extra[name] = array(value, lead=0)
     for name, value in extra.items():
         if hasattr(result, "index"):  # ArviZ < 1: a pandas Series
             result[name] = value

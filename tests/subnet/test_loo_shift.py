@@ -274,3 +274,29 @@ def test_linearization_gap_is_the_model_against_its_linearization(float64):
     post = _laplace(x2, y2, torch.tensor([0]))
     glm = linearization_gap(post, (x2, y2), {}, map_shifts(post, (x2, y2), {}, "obs"))
     assert float(glm.abs().max()) < 1e-8  # logits linear in the weights
+
+
+def test_points_of_a_two_dimensional_site_keep_the_exports_axes(float64):
+    """A site over two plates: the pointwise results have the export's two axes, not a flat one."""
+    from pyro_subnet import to_inference_data
+
+    def grid(x, y=None):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+        with pyro.plate("a", 2, dim=-1), pyro.plate("b", x.shape[0], dim=-2):
+            pyro.sample("obs", dist.Normal((x @ w)[:, None] + torch.tensor([0.0, 1.0]), SIGMA), obs=y)
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(10, 3, generator=g)
+    y = (x @ torch.tensor([1.0, -1.0, 0.5]))[:, None] + torch.tensor([0.0, 1.0]) + SIGMA * torch.randn(10, 2, generator=g)
+    guide = SubnetworkLaplace(grid, subnetwork_size=1, selection=torch.tensor([0]))
+    guide(x, y)
+    with torch.no_grad():
+        guide.loc.copy_(torch.tensor([1.0, -1.0, 0.5]))
+    post = guide.laplace_approximation(x, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SubnetLOOWarning)
+        result = loo(post, x, y, num_samples=300)
+    pointwise = result["loo_i"] if pyro_arviz.arviz_generation() == 0 else result.elpd_i
+    exported = to_inference_data(post, x, y, num_samples=10)["log_likelihood"]["obs"]
+    assert pointwise.dims == exported.dims[2:] and pointwise.shape == exported.shape[2:]
+    assert "map_shift" in (result.index if pyro_arviz.arviz_generation() == 0 else dir(result))
