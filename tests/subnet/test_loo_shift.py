@@ -287,7 +287,8 @@ def test_points_of_a_two_dimensional_site_keep_the_exports_axes(float64):
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(10, 3, generator=g)
-    y = (x @ torch.tensor([1.0, -1.0, 0.5]))[:, None] + torch.tensor([0.0, 1.0]) + SIGMA * torch.randn(10, 2, generator=g)
+    y = (x @ torch.tensor([1.0, -1.0, 0.5]))[:, None] + torch.tensor([0.0, 1.0])
+    y = y + SIGMA * torch.randn(10, 2, generator=g)
     guide = SubnetworkLaplace(grid, subnetwork_size=1, selection=torch.tensor([0]))
     guide(x, y)
     with torch.no_grad():
