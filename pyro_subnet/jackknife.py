@@ -140,19 +140,6 @@ def _prior_terms(posterior, args, kwargs, diagonal):
     return grad_prior, grad_factors, P, Q
 
 
-def coordinate_scales(posterior):
-    """The prior scale of each of the D coordinates (1 where a per-site scale names no site)."""
-    D = posterior.loc.numel()
-    scale = posterior.prior_scale
-    s = torch.ones(D, dtype=posterior.loc.dtype, device=posterior.loc.device)
-    if isinstance(scale, dict):
-        for name, (a, b) in posterior._latent.blocks.items():
-            s[a:b] = float(scale.get(name, 1.0))
-    else:
-        s.fill_(float(scale))
-    return s
-
-
 def map_shifts(posterior, args, kwargs, site, chunk_size=None):
     """The :class:`Shifts` of the points of observed ``site`` on the model call ``(args, kwargs)``."""
     u_hat = posterior.loc.detach()

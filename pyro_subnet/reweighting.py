@@ -37,10 +37,23 @@ from scipy.special import logsumexp
 import pyro_arviz
 
 from .arviz import log_prior
-from .jackknife import _element_log_prob, coordinate_scales
+from .jackknife import _element_log_prob
 
 _FLOAT_BUDGET = 2**24  # floats of the moved parameters per chunk of points
 FLAT_RATIOS = 1e-6  # log ratios of one point that span less are equal weights, with k = 0
+
+
+def coordinate_scales(posterior):
+    """The prior scale of each of the D coordinates (1 where a per-site scale names no site)."""
+    D = posterior.loc.numel()
+    scale = posterior.prior_scale
+    s = torch.ones(D, dtype=posterior.loc.dtype, device=posterior.loc.device)
+    if isinstance(scale, dict):
+        for name, (a, b) in posterior._latent.blocks.items():
+            s[a:b] = float(scale.get(name, 1.0))
+    else:
+        s.fill_(float(scale))
+    return s
 
 
 def _scaled_prior(posterior, shifts):
