@@ -147,7 +147,10 @@ def shifted_ratios(posterior, args, kwargs, shifts, num_samples):
     V, t, Y = _downdate(posterior, shifts, z)
     P_S = P[idx] if diagonal else P[idx][:, idx]
     own = torch.empty(N, M, dtype=dt, device=z.device)
-    in_sample = None
+    # the draws' own parameters, once: every chunk of points moves them
+    etas = {name: eta + torch.einsum("nks,ms->mnk", J_S, z) for name, (_, _, _, eta, J_S, _) in shifts.sites.items()}
+    spec, y, weight = shifts.sites[shifts.site][:3]
+    in_sample = _element_log_prob(spec, etas[shifts.site], y, weight)[:, shifts.points].T.to(dt)
     per_point = max(1, _FLOAT_BUDGET // max(M * sum(v[3].numel() for v in shifts.sites.values()), 1))
     for a in range(0, N, per_point):
         b = min(N, a + per_point)
@@ -155,17 +158,14 @@ def shifted_ratios(posterior, args, kwargs, shifts, num_samples):
         P_dz = P_S * dz if diagonal else dz @ P_S
         log_ratios[a:b] += (dz @ g[idx] - (z.to(dt) * P_dz).sum(-1) - 0.5 * (dz * P_dz).sum(-1)
                             - (dz * P_delta[idx, a:b].T[:, None, :]).sum(-1))
-        for name, (spec, y, weight, eta, J_S, row) in shifts.sites.items():
+        for name, (spec, y, weight, eta, _, row) in shifts.sites.items():
             n, k = eta.shape
-            etas = eta + torch.einsum("nks,ms->mnk", J_S, z)  # [M, n, k]
             moves = shifts.moves[row : row + n * k, a:b].T.reshape(b - a, 1, n, k)
             moves = moves + torch.einsum("jcr,cmr->cmj", V[row : row + n * k, a:b], t[a:b]).reshape(b - a, M, n, k)
-            ll = _element_log_prob(spec, etas[None] + moves.to(eta.dtype), y, weight).to(dt)  # [c, M, n]
+            ll = _element_log_prob(spec, etas[name][None] + moves.to(eta.dtype), y, weight).to(dt)  # [c, M, n]
             log_ratios[a:b] += ll.sum(-1)
             if name == shifts.site:
                 own[a:b] = ll[torch.arange(b - a), :, shifts.points[a:b]]
-                if a == 0:
-                    in_sample = _element_log_prob(spec, etas, y, weight)[:, shifts.points].T.to(dt)
     log_ratios -= own
     return own, log_ratios, in_sample
 
@@ -224,10 +224,10 @@ def linearization_gap(posterior, args, kwargs, shifts):
     gap = torch.empty(N, dtype=torch.float64, device=eta.device)
     for j, i in enumerate(shifts.points.tolist()):
         tr, _ = posterior._latent.trace(posterior.loc + shifts.delta[:, j].to(posterior.loc), args, kwargs)
-        own = spec.natural(tr.nodes[shifts.site]["fn"])
-        own[i] = moved[j]  # the linearized parameters in the same slot: one density call for both
-        both = _element_log_prob(spec, torch.stack([spec.natural(tr.nodes[shifts.site]["fn"]), own])[:, None],
-                                 y, weight)[:, 0, i]
+        network = spec.natural(tr.nodes[shifts.site]["fn"])
+        linear = network.clone()
+        linear[i] = moved[j]  # the linearized parameters in the same slot: one density call for both
+        both = _element_log_prob(spec, torch.stack([network, linear])[:, None], y, weight)[:, 0, i]
         gap[j] = float(both[0] - both[1])
     return gap
 
