@@ -115,6 +115,8 @@ def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, c
 
     unmoved = "the export holds no model to move it with; call loo(posterior, *model_args)"
     if isinstance(data, SubnetworkLaplacePosterior):
+        if not (isinstance(num_samples, int) and num_samples >= 2):
+            raise ValueError(f"num_samples must be an int of at least 2 (draws of q per point), got {num_samples!r}")
         unmoved = ("map_shift=False" if not map_shift else
                    f'predictive="{predictive}" (the steps are those of the linearized model)')
         if map_shift and predictive == "linearized":

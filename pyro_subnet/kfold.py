@@ -97,6 +97,10 @@ def kfold(fit, *args, folds=10, num_samples=1000, var_name=None, num_data=None, 
         (``elpd_loo``, ``loo_i``) so that ``az.compare`` takes it beside PSIS-LOO results, with
         the entry ``kfold`` holding the number of folds.
     """
+    if not callable(fit):
+        raise TypeError(f"fit must be a function of the training data returning the fitted posterior, got {fit!r}")
+    if not (isinstance(num_samples, int) and num_samples >= 1):
+        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
     n = _data_size(args, kwargs, num_data)
     if not (isinstance(folds, int) and 2 <= folds <= n):
         raise ValueError(f"folds must be an int between 2 and the {n} data points, got {folds!r}")

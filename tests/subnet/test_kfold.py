@@ -73,5 +73,9 @@ def test_kfold_refuses_what_it_cannot_split():
     x, y = torch.randn(10, 3), torch.randn(10)
     with pytest.raises(ValueError, match="folds must be"):
         kfold(fit, x, y, folds=1)
+    with pytest.raises(TypeError, match="fit must be a function"):
+        kfold("fit", x, y)
+    with pytest.raises(ValueError, match="num_samples must be"):
+        kfold(fit, x, y, num_samples=0)
     with pytest.raises(ValueError, match="num_data="):
         kfold(fit, torch.randn(10, 3), torch.randn(12))
