@@ -64,7 +64,13 @@ class Shifts:
     :ivar torch.Tensor moves: ``[rows, points]``, :math:`J_j \Delta_i` for every element row.
     :ivar torch.Tensor delta: ``[D, points]``, the steps :math:`\Delta_i`.
     :ivar torch.Tensor step_ratio: ``[points]``, :math:`\rho_i` (module docstring).
+    :ivar torch.Tensor step_length: ``[points]``, the line search's :math:`t_i` (already in
+        ``moves`` and ``delta``).
     :ivar str curvature: ``"full GGN"`` or ``"diagonal GGN"``.
+
+    and, for the draws and the prior terms of :mod:`pyro_subnet.reweighting`: ``K``, each point's
+    ``M = I - F B``, ``F``, ``B``, ``r``, ``L`` and element rows ``rows_i``; the prior's gradients
+    ``grad_prior``, ``grad_factors`` and negative Hessians ``P``, ``Q`` (``diagonal`` says which form).
     """
 
 
