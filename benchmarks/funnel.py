@@ -77,7 +77,7 @@ def run(seed, warmup, samples, explorer_kwargs=None, raise_targets=True,
     z = (float(tau.mean()) - TAU_MEAN) / (TAU_SD / math.sqrt(ess))
     d = kernel.diagnostics()
     given = (explorer_kwargs or {}).get("target_accept_prob", 0.8)
-    targets = [e.diagnostics().get("target accept prob", given) for e in kernel._rungs.explorers]
+    targets = [e.diagnostics().get("target accept prob", given) for e in kernel.run.rungs.explorers]
     warned = any("diverged" in str(w.message) for w in caught)
     return float(tau.mean()), z, ess, len(d["divergences"]), targets, warned, seconds
 

@@ -559,7 +559,7 @@ def pt_chain(args, seed, x, y, x_test, options, verbose):
     trips = diag["round_trips"]["chain 0"]
     samples = {name: value.detach().cpu() for name, value in mcmc.get_samples().items()}
     ll = diag["tempering_record"]["chain 0"]["log_likelihood"][:, 0].detach().cpu()
-    steps = ", ".join(f"{e.step_size:.2g}" for e in kernel._rungs.explorers)
+    steps = ", ".join(f"{e.step_size:.2g}" for e in kernel.run.rungs.explorers)
     if verbose:
         print("ladder: " + ", ".join(f"{t:.3g}" for t in kernel.temperatures))
         print("swap acceptance per pair: " + ", ".join(f"{a:.2f}" for a in swap)

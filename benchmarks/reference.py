@@ -86,12 +86,12 @@ def hot_end_ll(kernel, draws=200):
     """The median log-likelihood of exact draws of the hot end: q (the leg to q's), or the
     prior. A q no closer to the posterior than the prior puts its draws where the prior's
     are."""
-    split = kernel._split
+    split = kernel.run.split
     with torch.no_grad():
-        if kernel._reference is None:
+        if kernel.run.reference is None:
             values = [float(split.sample_prior()[1]) for _ in range(draws)]
         else:
-            against_q = ReferencedSplit(split, kernel._reference)
+            against_q = ReferencedSplit(split, kernel.run.reference)
             values = [split.log_likelihood(against_q.sample_prior()[0]) for _ in range(draws)]
     return float(torch.tensor(values).median())
 

@@ -42,7 +42,7 @@ def run(explorer_kwargs, seed, warmup, samples):
     z = mcmc.get_samples()["z"]
     ess = min(float(effective_sample_size(z[None]).min()),
               float(effective_sample_size((z * z)[None]).min()))
-    cold = kernel._rungs.explorers[0].diagnostics()
+    cold = kernel.run.rungs.explorers[0].diagnostics()
     return ess, seconds, cold.get("num steps", explorer_kwargs.get("num_steps")), cold
 
 

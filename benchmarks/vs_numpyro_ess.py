@@ -128,9 +128,9 @@ def our_run(args, seed, x, y, x_test):
     draws = mcmc.get_samples()
     with torch.no_grad():
         f = predict(draws, torch.as_tensor(x_test, dtype=x.dtype), torch.tanh).numpy()
-    cold = kernel._rungs.explorers[0].diagnostics()
+    cold = kernel.run.rungs.explorers[0].diagnostics()
     # Each leapfrog step evaluates every rung, up to the longest of the rungs' trajectories.
-    calls = kernel._rungs.explorers[0].group.engine.num_potential_calls
+    calls = kernel.run.rungs.explorers[0].group.engine.num_potential_calls
     swaps = next(iter(mcmc.diagnostics()["swap_acceptance"].values()))  # {chain: per pair}
     return f, seconds, {"cold acc.": cold.get("acceptance rate"),
                         "steps": cold.get("num steps"), "swaps": swaps,

@@ -105,8 +105,8 @@ def make_kernels(args, data_path):
         if name.endswith("vmap"):
             # Not what batched='auto' takes on one CPU thread (the replica loop): the 8
             # replicas in one vmapped Inductor graph, still checked bitwise on first use.
-            fast = kernel._rungs.explorers[0].group.fast
-            group = kernel._rungs.explorers[0].group
+            fast = kernel.run.rungs.explorers[0].group.fast
+            group = kernel.run.rungs.explorers[0].group
             fast.batched = BatchedEvaluator(fast.compiled, mode="vmap", max_batch=NUM_CHAINS)
             group.engine.fused_step = None  # vmapped replicas: one batched call a step
             kernel.explorer_info.update(batched=fast.batched.path,
@@ -131,7 +131,7 @@ def time_scans(kernel, scans):
 
 def profile(kernel, scans):
     """Seconds per scan in the graph's calls, the rest of the batched potential, the rest."""
-    group = kernel._rungs.explorers[0].group
+    group = kernel.run.rungs.explorers[0].group
     engine = group.fast.batched
     # The graph's calls: one per replica in the loop, one per chunk of replicas vmapped.
     compiled = engine if engine.path == "vmap" else group.fast.compiled
@@ -214,7 +214,7 @@ def main(argv=None):
         worker.stdin.close()
         worker.wait()
     print(f"NumPyro mean acceptance {reply['accept']:.3f}; ours (cold rung) "
-          f"{kernels['torchscript']._rungs.explorers[0].diagnostics()['acceptance rate']:.3f}")
+          f"{kernels['torchscript'].run.rungs.explorers[0].diagnostics()['acceptance rate']:.3f}")
     print(f"{'ms per transition of 8 chains, median of ' + str(args.rounds):44s} {'ms':>9s} "
           f"{'/ NumPyro':>10s}")
     for name in rows:

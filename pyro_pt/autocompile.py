@@ -54,7 +54,7 @@ import time
 import torch
 
 from .compat import mcmc_num_samples
-from .explorers import engine_info
+from .explorers import by_group, engine_info, kind_of
 from .potential import torch_compat
 from .potential.inductor import missing_apis
 
@@ -92,34 +92,35 @@ class AutoCompile:
         self._why = ""  # rank 0's case for a switch, for decision
 
     @classmethod
-    def for_run(cls, kernel, comm, round_ends):
-        """The switch of ``kernel``'s run; None unless ``compile="auto"``."""
-        if kernel.compile != "auto":
+    def for_run(cls, run, round_ends):
+        """The switch of ``run`` (:mod:`pyro_pt.run`); None unless ``compile="auto"``."""
+        if run.options.compile != "auto":
             return None
-        switch = cls(kernel._fast, comm, round_ends, kernel._warmup_steps,
-                     mcmc_num_samples() or 0)
-        kernel.explorer_info["compile"] = switch.decision
+        switch = cls(run.fast, run.comm, round_ends, run.warmup_steps, mcmc_num_samples() or 0)
+        run.explorer_info["compile"] = switch.decision
         return switch
 
     def _graph(self):
         point = self.fast.compiled.check_points()[0]
         return self.fast.compiled.fx_graph(point.dtype, point.device), point
 
-    def _what(self, kernel):
+    def _what(self, run):
         """What a switch compiles besides the graph: the batched HMC's fused or lockstep steps,
         against a fitted reference too (:mod:`pyro_pt.reference.graph`; a different step,
         so a different record)."""
-        if kernel.explorer != "hmc":
+        steps = kind_of(run.options.explorer).steps
+        if not steps:
             return "graph"
-        return "graph + leapfrog steps" + ("" if kernel._reference is None else " against q")
+        return f"graph + {steps}" + ("" if run.reference is None else " against q")
 
-    def _pays(self, kernel, t, scans, seconds):
+    def _pays(self, run, t, scans, seconds):
         """Rank 0's decision at scan ``t``, with its reason in :attr:`decision`."""
         if self.fast is None or self.fast.path != "functional":
             self.decision = "TorchScript: Pyro's trace evaluates the model, no graph to compile"
             return False
-        if kernel.explorer == "rwmh":  # it evaluates the values-only graph, never compiled
-            self.decision = ("TorchScript: random-walk Metropolis takes no gradients, and only "
+        kind = kind_of(run.options.explorer)
+        if not kind.gradients:  # it evaluates the values-only graph, never compiled
+            self.decision = (f"TorchScript: explorer {kind.name!r} takes no gradients, and only "
                              "the gradients' graph is compiled")
             return False
         missing = missing_apis()
@@ -127,7 +128,7 @@ class AutoCompile:
             self.decision = f"TorchScript: {missing}"
             return False
         gm, point = self._graph()
-        expected, how = expected_seconds(gm, point.dtype, point.device, self._what(kernel))
+        expected, how = expected_seconds(gm, point.dtype, point.device, self._what(run))
         projected = ((self.warmup_steps - t) + self.num_samples) * seconds / max(scans, 1)
         pays = expected <= FRACTION * projected
         self.decision = (f"TorchScript: Inductor's {how} {_seconds(expected)} compilation is "
@@ -138,24 +139,25 @@ class AutoCompile:
                      f"to take")
         return pays
 
-    def after_scan(self, kernel):
-        """At a warmup round's end: switch to Inductor if it pays (a collective)."""
-        t = kernel._t
-        if self.switched_at is not None or t not in self.round_ends or t >= self.warmup_steps:
+    def end_round(self, run, end):
+        """At a warmup round's end: switch to Inductor if it pays (a collective; a round-end
+        step, :mod:`pyro_pt.rounds`)."""
+        t = end.scan
+        if self.switched_at is not None or end.kind != "warmup round" or t >= self.warmup_steps:
             return
-        scans, seconds = t - self._since[0], kernel.timings["explorers"] - self._since[1]
-        self._since = (t, kernel.timings["explorers"])
-        pays = self.comm.rank == 0 and self._pays(kernel, t, scans, seconds)
+        scans, seconds = t - self._since[0], run.timings["explorers"] - self._since[1]
+        self._since = (t, run.timings["explorers"])
+        pays = self.comm.rank == 0 and self._pays(run, t, scans, seconds)
         pays = bool(self.comm.broadcast(torch.tensor([int(pays)]), src=0,
                                         what="broadcast of compile='auto''s choice").item())
         if self.comm.rank != 0:
             self.decision = f"{'Inductor' if pays else 'TorchScript'} (rank 0's choice at scan {t})"
             self._why = "rank 0's choice (took {took})"
         if pays:
-            self.switch(kernel, t, self._why)
-        kernel.explorer_info["compile"] = self.decision
+            self.switch(run, t, self._why)
+        run.explorer_info["compile"] = self.decision
 
-    def switch(self, kernel, t, why):
+    def switch(self, run, t, why):
         """Recompile the graphs under Inductor and re-evaluate every rung's state with them;
         ``why`` (``{took}``: the compilation's seconds) goes into :attr:`decision`."""
         began = time.perf_counter()
@@ -163,40 +165,38 @@ class AutoCompile:
         if self.fast is not None:
             with torch_compat.recording() as missing:
                 self.fast.recompile("inductor")
-                groups = {}
-                for explorer in kernel._rungs.explorers:
+                for explorer in run.rungs.explorers:
                     explorer.replace_state()  # its cached density came from TorchScript's graph
-                    groups[id(explorer.group)] = explorer.group
                 # builds each group's steps; the info is the first group's (the reference's
                 # leg where a stabilized ladder has two, as at set-up)
-                for group in reversed(list(groups.values())):
-                    kernel.explorer_info.update(engine_info(self.fast, group))
-            private = kernel.explorer_info.get("private_api", [])
+                for group, _ in reversed(by_group(run.rungs.explorers)):
+                    run.explorer_info.update(engine_info(self.fast, group))
+            private = run.explorer_info.get("private_api", [])
             private += [reason for reason in missing if reason not in private]
             if private:
-                kernel.explorer_info["private_api"] = private
+                run.explorer_info["private_api"] = private
         self.compile_seconds = time.perf_counter() - began
-        kernel.explorer_info["compile_seconds"] = self.compile_seconds
+        run.explorer_info["compile_seconds"] = self.compile_seconds
         engine = self.fast.compiled.engine if self.fast is not None else "inductor"
         self.engine = "Inductor" if engine == "inductor" else "TorchScript (Inductor failed)"
         if engine == "inductor" and self.comm.rank == 0:
             gm, point = self._graph()
-            record(gm, point.dtype, point.device, self._what(kernel), self.compile_seconds)
+            record(gm, point.dtype, point.device, self._what(run), self.compile_seconds)
         why = why.format(took=_seconds(self.compile_seconds))
         self.decision = (f"Inductor from scan {t}: {why}" if engine == "inductor"
                          else f"TorchScript: the switch to Inductor at scan {t} failed "
                               f"({self.fast.compiled.engine_reason}); {why}")
-        kernel.explorer_info["compile"] = self.decision
+        run.explorer_info["compile"] = self.decision
 
     def state(self):
         """What a checkpoint keeps: the scan of the switch, if any."""
         return {"switched_at": self.switched_at, "since": self._since}
 
-    def restore(self, kernel, state):
+    def restore(self, run, state):
         """A resumed run switches at once where the checkpointed run had switched."""
         self._since = tuple(state["since"])
         if state["switched_at"] is not None:
-            self.switch(kernel, state["switched_at"], "restored from the checkpoint")
+            self.switch(run, state["switched_at"], "restored from the checkpoint")
 
 
 # ----- what a compilation costs here: recorded, else estimated -----

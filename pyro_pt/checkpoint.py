@@ -26,9 +26,8 @@ import torch
 
 from .checkpoint_settings import (KERNEL_FIELDS, check_checkpointing,  # noqa: F401 (kernel)
                                   kernel_settings, resume_arguments)
-from .checkpoint_state import capture, restore
 from .compat import mcmc_num_samples
-from .explorers.hmc_group import HMCRung
+from .explorers import by_group
 from .fingerprint import fingerprint
 from .ladder import temperatures_of
 from .reference.refit import reference_state, restore_reference
@@ -129,40 +128,37 @@ def _check_header(path, header):
 
 
 def _rung_state(explorer, z):
-    if isinstance(explorer, HMCRung):  # one slot of the process's batched engine
-        part = capture(explorer.group, slot=(explorer.slot, explorer.group.engine.num_slots))
-    else:
-        part = capture(explorer)
-    return {"state": {n: v.detach().cpu() for n, v in z.items()}, "explorer": part}
+    return {"state": {n: v.detach().cpu() for n, v in z.items()},
+            "explorer": explorer.state_dict()}
 
 
-def _header(kernel):
-    if kernel._fingerprint is None:  # once per set-up: it hashes the data
-        kernel._fingerprint = fingerprint(kernel._split)
+def _header(run):
+    if run.fingerprint is None:  # once per set-up: it hashes the data
+        run.fingerprint = fingerprint(run.split)
     return {
-        "format_version": FORMAT_VERSION, "pyro_pt_version": _version(), **kernel._fingerprint,
-        "num_rungs": kernel.num_replicas, "scans": kernel._t,
-        "warmup_steps": kernel._warmup_steps, "world_size": kernel._rungs.comm.world_size,
-        "kernel": kernel_settings(kernel), "num_samples": _run_num_samples(kernel),
-        "temperatures": kernel.temperatures,
-        "initial_ladder": temperatures_of(kernel._ladder.initial),
-        "initial_betas": list(kernel._ladder.initial),  # exact: the ladder stores betas
-        "legs": kernel._ladder.legs and kernel._ladder.legs.sizes,
+        "format_version": FORMAT_VERSION, "pyro_pt_version": _version(), **run.fingerprint,
+        "num_rungs": run.num_replicas, "scans": run.scans,
+        "warmup_steps": run.warmup_steps, "world_size": run.comm.world_size,
+        "kernel": kernel_settings(run.options), "num_samples": _run_num_samples(run),
+        "temperatures": run.ladder.temperatures,
+        "initial_ladder": temperatures_of(run.ladder.initial),
+        "initial_betas": list(run.ladder.initial),  # exact: the ladder stores betas
+        "legs": run.ladder.legs and run.ladder.legs.sizes,
         # a ladder that still grows (pyro_pt.growth): how far, and whether by default
-        "growth": kernel._growth and {"max_replicas": kernel._growth.max_replicas,
-                                      "by_default": kernel._grows_by_default} or None,
+        "growth": run.growth and {"max_replicas": run.growth.max_replicas,
+                                  "by_default": run.options.grows_by_default} or None,
     }
 
 
-def _run_num_samples(kernel):
+def _run_num_samples(run):
     """The draws the whole run asked for (those before a resume and this MCMC's), if known."""
     asked = mcmc_num_samples()
-    return None if asked is None else kernel._draws_before + asked
+    return None if asked is None else run.draws_before + asked
 
 
-def save(kernel, path):
+def save(run, path):
     """Gather every rung's state on rank 0 and write the checkpoint there (a collective)."""
-    rungs = kernel._rungs
+    rungs = run.rungs
     mine = {k: _rung_state(e, z) for k, e, z in zip(rungs.rungs, rungs.explorers, rungs.states)}
     buffer = io.BytesIO()
     torch.save(mine, buffer)  # bytes, so CUDA tensors and generators travel to rank 0 as data
@@ -172,28 +168,71 @@ def save(kernel, path):
     per_rung = {}
     for blob in gathered:
         per_rung.update(torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False))
-    report = {k: v for k, v in vars(kernel._report).items() if k not in ("comm", "_printing")}
+    report = {k: v for k, v in vars(run.report).items() if k not in ("comm", "_printing")}
     *counts, started = report["_round_start"]  # the round's first scan, trips, restarts
     report["_round_start"] = (*counts, time.perf_counter() - started)  # seconds elapsed
     payload = {
-        "rungs": [per_rung[k] for k in range(kernel.num_replicas)], "ll": list(kernel._ll),
-        "swap_generator": kernel._swap_generator.get_state(),
-        "ladder": dict(vars(kernel._ladder)), "recorder": dict(vars(kernel._recorder)),
-        "report": report, "timings": dict(kernel.timings),
-        "compile": kernel._autocompile and kernel._autocompile.state(),  # did "auto" switch?
+        "rungs": [per_rung[k] for k in range(run.num_replicas)], "ll": list(run.ll),
+        "swap_generator": run.swap_generator.get_state(),
+        "ladder": dict(vars(run.ladder)), "recorder": dict(vars(run.recorder)),
+        "report": report, "timings": dict(run.timings),
+        "compile": run.autocompile and run.autocompile.state(),  # did "auto" switch?
         # the seed of the next rung a growing ladder adds: its birth index and the base seed
-        "growth": kernel._growth and (kernel._growth.births, kernel._rungs.base_seed),
+        "growth": run.growth and (run.growth.births, run.rungs.base_seed),
     }
-    if kernel._reference is not None:  # q as fitted so far, and the draws for its next fit
-        payload["reference"] = reference_state(kernel)
-    write_checkpoint(path, _header(kernel), payload)
+    if run.reference is not None:  # q as fitted so far, and the draws for its next fit
+        payload["reference"] = reference_state(run)
+    write_checkpoint(path, _header(run), payload)
+
+
+def resume_warmup(run, path, header, warmup_steps):
+    """A resumed ``run``'s whole warmup from MCMC's remaining ``warmup_steps`` (refused unless
+    they are what is left); reads the payload and restores the ladder."""
+    total, scans = header["warmup_steps"], header["scans"]
+    left, run.draws_before = max(total - scans, 0), max(scans - total, 0)
+    if warmup_steps != left:
+        wanted = header.get("num_samples")
+        draws = ("<the draws still wanted>" if wanted is None
+                 else f"{wanted - run.draws_before} to finish the run")
+        raise ValueError(
+            f"the checkpoint {path} is at scan {scans} of a run with warmup_steps={total}, "
+            f"so {left} warmup scans are left: run MCMC(kernel, warmup_steps={left}, "
+            f"num_samples={draws}), not warmup_steps={warmup_steps}")
+    run.resume_from = (path, header)
+    _, run.resume_payload = read_checkpoint(path)
+    vars(run.ladder).update(run.resume_payload["ladder"])
+    run.warmup_steps = total
+
+
+def restore(run):
+    """Put the checkpoint's state into ``run``'s freshly set-up rungs and records."""
+    payload, rungs, device = run.resume_payload, run.rungs, run.split.device
+    saved = [payload["rungs"][k] for k in rungs.rungs]
+    rungs.states = [{n: v.to(device) for n, v in s["state"].items()} for s in saved]
+    for group, members in by_group(rungs.explorers):  # its members' states, member order
+        group.load_state_dict([saved[i]["explorer"] for i in members], device)
+    run.ll = list(payload["ll"])
+    run.swap_generator.set_state(payload["swap_generator"])
+    vars(run.recorder).update(payload["recorder"])
+    report = dict(payload["report"], _finished=False)
+    *counts, elapsed = report["_round_start"]
+    report["_round_start"] = (*counts, time.perf_counter() - elapsed)
+    vars(run.report).update(report)
+    run.timings = dict(payload["timings"])
+    if run.reference is not None:
+        restore_reference(run, payload["reference"])
+    if run.growth:
+        run.growth.births, rungs.base_seed = payload["growth"]
+    if run.autocompile and payload.get("compile"):
+        run.autocompile.restore(run, payload["compile"])
+    run.resume_payload = None
 
 
 class Checkpointing:
-    """The checkpoints of :class:`~pyro_pt.ParallelTempering` (see :mod:`pyro_pt.checkpoint`)."""
+    """The checkpoints of :class:`~pyro_pt.ParallelTempering` (see :mod:`pyro_pt.checkpoint`):
+    :meth:`checkpoint`, :meth:`resume`, and the periodic checkpoint of ``checkpoint_every``."""
 
-    _resume_from = None
-    _draws_before = 0  # draws of the run before it was resumed
+    _resume_from = None  # (path, header) of the checkpoint this kernel continues
 
     def checkpoint(self, path):
         """
@@ -202,9 +241,9 @@ class Checkpointing:
 
         :param str path: the file; replaced atomically.
         """
-        if self._rungs is None:
+        if self.run is None:
             raise RuntimeError("checkpoint() needs a kernel that MCMC.run has set up")
-        save(self, path)
+        save(self.run, path)
 
     @classmethod
     def resume(cls, path, model, **kwargs):
@@ -237,60 +276,19 @@ class Checkpointing:
             MCMC(kernel, num_samples=700, warmup_steps=0).run(x, y)
         """
         header, _ = read_checkpoint(path, payload=False)
-        kernel = cls(model, **resume_arguments(path, header, kwargs))
-        kernel._resume_from = (path, header)
-        kernel._grows_by_default = bool((header["growth"] or {}).get("by_default"))
-        return kernel
+        return cls(model, **resume_arguments(path, header, kwargs))._continue_from(path, header)
 
-    def _resume_warmup(self, warmup_steps):
-        """The run's warmup from MCMC's remaining ``warmup_steps``; restores the ladder."""
-        path, header = self._resume_from
-        total, scans = header["warmup_steps"], header["scans"]
-        left, self._draws_before = max(total - scans, 0), max(scans - total, 0)
-        if warmup_steps != left:
-            wanted = header.get("num_samples")
-            draws = ("<the draws still wanted>" if wanted is None
-                     else f"{wanted - self._draws_before} to finish the run")
-            raise ValueError(
-                f"the checkpoint {path} is at scan {scans} of a run with warmup_steps={total}, "
-                f"so {left} warmup scans are left: run MCMC(kernel, warmup_steps={left}, "
-                f"num_samples={draws}), not warmup_steps={warmup_steps}")
-        _, self._resume_payload = read_checkpoint(path)
-        vars(self._ladder).update(self._resume_payload["ladder"])
-        return total
+    def _continue_from(self, path, header):
+        self._resume_from = (path, header)
+        self._grows_by_default = bool((header["growth"] or {}).get("by_default"))
+        return self
 
-    def _restore(self, comm):
-        """Put the checkpoint's state into the freshly set-up rungs and records."""
-        payload, rungs, device = self._resume_payload, self._rungs, self._split.device
-        groups = {}
-        for i, (k, explorer) in enumerate(zip(rungs.rungs, rungs.explorers)):
-            saved = payload["rungs"][k]
-            rungs.states[i] = {n: v.to(device) for n, v in saved["state"].items()}
-            if isinstance(explorer, HMCRung):
-                groups.setdefault(id(explorer.group), (explorer.group, []))[1].append(saved)
-            else:
-                restore(explorer, saved["explorer"], device)
-        for group, saved in groups.values():  # the slots of an engine, in rung (slot) order
-            restore(group, [s["explorer"] for s in saved], device)
-        rungs._cache = (None, None)
-        self._ll = list(payload["ll"])
-        self._swap_generator.set_state(payload["swap_generator"])
-        vars(self._recorder).update(payload["recorder"])
-        report = dict(payload["report"], _finished=False)
-        *counts, elapsed = report["_round_start"]
-        report["_round_start"] = (*counts, time.perf_counter() - elapsed)
-        vars(self._report).update(report)
-        self.timings = dict(payload["timings"])
-        if self._reference is not None:
-            restore_reference(self, payload["reference"])
-        if self._growth:
-            self._growth.births, rungs.base_seed = payload["growth"]
-        if self._autocompile and payload.get("compile"):
-            self._autocompile.restore(self, payload["compile"])
-        self._initial_params = rungs.cold_state()
-        self._resume_payload = None
+    def _resume_into(self, run, warmup_steps):
+        """Before ``run``'s set-up: the checkpoint's ladder and the run's whole warmup."""
+        if self._resume_from:
+            resume_warmup(run, *self._resume_from, warmup_steps)
 
     def _after_scan(self):
         """The periodic checkpoint (``checkpoint_every`` scans)."""
-        if self.checkpoint_every and self._t % self.checkpoint_every == 0:
-            save(self, self.checkpoint_path)
+        if self.checkpoint_every and self.run.scans % self.checkpoint_every == 0:
+            save(self.run, self.checkpoint_path)

@@ -108,11 +108,10 @@ def _incomplete(form):
     return False
 
 
-def kernel_settings(kernel):
-    """The header's ``"kernel"``: each argument of :data:`STORED` and :data:`SAFE_STORED`."""
-    values = {name: getattr(kernel, name) for name in STORED + SAFE_STORED
-              if name != "transforms"}
-    values["transforms"] = kernel._user_transforms
+def kernel_settings(options):
+    """The header's ``"kernel"``: each argument of :data:`STORED` and :data:`SAFE_STORED`, from
+    a run's :class:`~pyro_pt.run.Options`."""
+    values = {name: getattr(options, name) for name in STORED + SAFE_STORED}
     return {name: encode(_normal(name, value)) for name, value in values.items()}
 
 

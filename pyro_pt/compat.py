@@ -64,17 +64,17 @@ def refuse_multichain_mcmc(comm):
 
 class KernelParams:
     """
-    ``initial_params`` and ``save_params`` of a kernel whose rungs are set up by ``setup``
-    (``_rungs``, ``_split``): before set-up, ``initial_params`` is what the user gave; after, the
+    ``initial_params`` and ``save_params`` of a kernel whose :attr:`run` is built by ``setup``
+    (:mod:`pyro_pt.run`): before set-up, ``initial_params`` is what the user gave; after, the
     cold rung's state (what MCMC records as the start). MCMC concatenates draws in
     ``save_params`` order but unpacks them in sorted order, so the names are kept sorted.
     """
 
-    _user_initial_params = _initial_params = _save_params = None
+    _user_initial_params = _save_params = None
 
     @property
     def initial_params(self):
-        return self._initial_params if self._rungs else self._user_initial_params
+        return self.run.initial_state if self.run else self._user_initial_params
 
     @initial_params.setter
     def initial_params(self, params):
@@ -84,7 +84,7 @@ class KernelParams:
     def save_params(self):
         if self._save_params is not None:
             return self._save_params
-        return list(self._split.latent_names) if self._rungs else []
+        return list(self.run.split.latent_names) if self.run else []
 
     @save_params.setter
     def save_params(self, names):

@@ -146,23 +146,23 @@ class Growth:
         self.growth_ends = growth_round_ends(warmup_steps, swap_interval)
         self.births = start
 
-    def grow(self, kernel):
+    def grow(self, run):
         """
-        After the ladder's adaptation at a warmup round end: grow ``kernel``'s ladder, rungs
+        After the ladder's adaptation at a warmup round end: grow ``run``'s ladder, rungs
         and recorder where the round's barrier calls for more rungs. Returns whether it grew
         (the rungs then have their new betas).
         """
-        scan = kernel._t
-        entry = kernel._ladder.history[-1]
+        scan = run.scans
+        entry = run.ladder.history[-1]
         old_betas = inverse_temperatures(entry["temperatures"])
         num = min(self.max_replicas, recommended_replicas(entry["barrier"]))
         if num <= len(old_betas) or scan not in self.growth_ends:
             return False
         pairs = entry["pair_barriers"]
         betas = equal_barrier_betas(old_betas, pairs, num)
-        kernel._ladder.betas = list(betas)  # K = len(ladder.betas) again
+        run.ladder.betas = list(betas)  # K = len(ladder.betas) again
         entry["grown_to"] = num
-        old = kernel._rungs
+        old, options = run.rungs, run.options
         place = positions(cumulative_barrier(pairs), num)
         new = [j for j in range(num) if j not in place]
         # A new rung starts where the nearest colder existing rung is: a colder state lies where
@@ -170,9 +170,9 @@ class Growth:
         nearest = {j: max(i for i, p in enumerate(place) if p < j) for j in new}
         seeds = {j: grown_seed(old.base_seed, self.births + n) for n, j in enumerate(new)}
         self.births += len(new)
-        built = build_rungs(kernel._fast or kernel._split, new, betas, seeds, kernel._split.device,
-                            kernel.explorer, kernel.explorer_kwargs, self.warmup_steps - scan,
-                            reference=kernel._reference,
+        built = build_rungs(run.fast or run.split, new, betas, seeds, run.split.device,
+                            options.explorer, options.explorer_kwargs, self.warmup_steps - scan,
+                            reference=run.reference,
                             starts={j: old.states[nearest[j]] for j in new})
         added = dict(zip(new, zip(*built[:3])))
         block = RungBlock(old.comm, num, old.names)
@@ -183,17 +183,16 @@ class Growth:
                 explorer, state, ll = added[j]
             else:
                 i = place.index(j)
-                explorer, state, ll = old.explorers[i], old.states[i], kernel._ll[i]
+                explorer, state, ll = old.explorers[i], old.states[i], run.ll[i]
                 explorer.set_beta(betas[j])
             block.add(explorer, state)
             lls.append(ll)
-        kernel._rungs, kernel._ll = block, lls
-        index = kernel._recorder.index
-        kernel._recorder = TemperingRecorder(num, self.warmup_steps,
-                                             exact_hots=kernel._ladder.exact_hots)
-        kernel._recorder.scans = scan
+        run.rungs, run.ll = block, lls
+        index = run.recorder.index
+        run.recorder = TemperingRecorder(num, self.warmup_steps,
+                                         exact_hots=run.ladder.exact_hots)
+        run.recorder.scans = scan
         # the report counts trips and restarts from its rows
-        kernel._recorder.index.round_trips = index.round_trips
-        kernel._recorder.index.restarts = index.restarts
+        run.recorder.index.round_trips = index.round_trips
+        run.recorder.index.restarts = index.restarts
         return True
-

@@ -142,7 +142,7 @@ def _restart_problem(diagnostics, num_rounds):
             f"between on its own rest on them, and {known}; {rungs} ({longer})")
 
 
-def _divergence_problem(diagnostics, num_scans, explorer):
+def _divergence_problem(diagnostics, num_scans, on_divergence):
     cold = len(diagnostics.get("divergences") or ())
     if cold == 0:
         return None
@@ -161,8 +161,8 @@ def _divergence_problem(diagnostics, num_scans, explorer):
     if highest < 0.99:  # past 0.99 a higher target only shortens the step further
         advice.append(f"pass explorer_kwargs={{'target_accept_prob': "
                       f"{1 - (1 - highest) / 2:.3g}}}")
-    if explorer != "nuts":
-        advice.append("try explorer='nuts'")
+    if on_divergence:
+        advice.append(on_divergence)
     what = ", ".join(advice[:-1]) + (", or " if len(advice) > 1 else "") + advice[-1]
     return (f"the cold chain diverged {cold} times{share} in the sampling phase (per "
             f"temperature: {per_rung}): its draws miss a region of high curvature and are "
@@ -185,8 +185,11 @@ def _further_than_the_prior(diagnostics, reference):
             "the rungs to the prior's path")
 
 
-def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, reference=None,
-           legs=None, max_replicas=None):
+NUTS_INSTEAD = "try explorer='nuts'"  # the default explorer kind's advice
+
+
+def review(diagnostics, betas, num_rounds, num_scans=None, on_divergence=NUTS_INSTEAD,
+           reference=None, legs=None, max_replicas=None):
     """
     The problems of a run's sampling phase, from its diagnostics (the kernel's
     :meth:`~pyro_pt.ParallelTempering.diagnostics`, before review).
@@ -197,7 +200,8 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, refere
     :param int num_rounds: swap rounds in the sampling phase.
     :param int num_scans: the sampling phase's explorer transitions per rung (to say what
         share of them diverged).
-    :param str explorer: the rungs' explorer (``explorer_info["explorer"]``), for the advice.
+    :param str on_divergence: what the rungs' explorer kind says to try when the cold chain
+        diverges (:class:`~pyro_pt.explorers.registry.ExplorerKind`), None for nothing.
     :param str reference: the fitted reference's description (``explorer_info["reference"]``),
         None for the prior: a stuck run against it is told to compare with the prior.
     :param Legs legs: the ladder's legs (:mod:`pyro_pt.legs`); log Z is the first leg's.
@@ -247,7 +251,7 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, refere
                         f"{LOW_COLD_ACCEPTANCE}): its draws are nearly all repeats; warm up "
                         "longer or tune the explorer (explorer_kwargs, e.g. a smaller step "
                         "size or scale, or explorer='nuts')")
-    divergence = _divergence_problem(diagnostics, num_scans, explorer)
+    divergence = _divergence_problem(diagnostics, num_scans, on_divergence)
     if divergence is not None:
         problems.append(divergence)
     ll = diagnostics["tempering_record"]["log_likelihood"]
@@ -275,12 +279,12 @@ def review(diagnostics, betas, num_rounds, num_scans=None, explorer=None, refere
     return problems, log_z_error, log_z_problem
 
 
-def annotate(diagnostics, betas, num_rounds, num_scans=None, explorer=None, reference=None,
-             legs=None, max_replicas=None):
+def annotate(diagnostics, betas, num_rounds, num_scans=None, on_divergence=NUTS_INSTEAD,
+             reference=None, legs=None, max_replicas=None):
     """Add the review to ``diagnostics`` (in place): ``warnings`` (a list of messages),
     ``log_Z_error``, and in ``log_Z_meaning`` why log Z is unreliable where it is."""
     problems, log_z_error, log_z_problem = review(diagnostics, betas, num_rounds, num_scans,
-                                                  explorer, reference, legs, max_replicas)
+                                                  on_divergence, reference, legs, max_replicas)
     diagnostics["warnings"] = problems
     diagnostics["log_Z_error"] = log_z_error
     if log_z_problem is not None:

@@ -11,26 +11,23 @@ Pyro's ``initial_params`` / ``save_params`` are :class:`~pyro_pt.compat.KernelPa
 import math
 import time
 
-import torch
 
 from pyro.infer.autoguide.initialization import init_to_uniform
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
-from .autocompile import AutoCompile
-from .checkpoint import Checkpointing, check_checkpointing
+from .checkpoint import Checkpointing, check_checkpointing, restore
 from .comm import make_comm
 from .compat import KernelParams, refuse_multichain_mcmc
 from .explain import missing_sites
-from .growth import AUTO, Growth, growth_options
+from .growth import AUTO, growth_options
 from .ladder import Ladder
 from .options import check_options, ladder_temperatures
 from .potential.inductor import check_compiler
 from .reference import check_reference, is_prior
-from .reference.refit import Refitting
 from .reference.stabilized import crossed_bridge, refresh
-from .recorders import TemperingRecorder
-from .report import Report, Reporting
-from .rungs import set_up_kernel
+from .report import Reporting
+from .run import Options, Run
+from .setup import set_up_run
 from .swap import swap_round
 
 
@@ -178,112 +175,108 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         self.compile = check_compiler(compile)
         self.checkpoint_every, self.checkpoint_path = check_checkpointing(checkpoint_every,
                                                                           checkpoint_path)
-        self.transforms = self._split = self._rungs = self._reference = self._refitting = None
-        self._fast = self._autocompile = None
+        self.transforms = self._run = None
+
+    def _options(self):
+        """A snapshot of the settings, for the run that ``setup`` builds (:mod:`pyro_pt.run`)."""
+        return Options(
+            model=self.model, explorer=self.explorer, explorer_kwargs=self.explorer_kwargs,
+            swap_scheme=self.swap_scheme, swap_interval=self.swap_interval,
+            adapt_temperatures=self.adapt_temperatures, init_strategy=self.init_strategy,
+            transforms=self._user_transforms, compile=self.compile, reference=self.reference,
+            checkpoint_every=self.checkpoint_every, checkpoint_path=self.checkpoint_path,
+            initial_params=self._user_initial_params, save_params=self._save_params,
+            ladder_given=self._ladder_given, exact_hot_end_default=self._exact_hot_end_default,
+            max_replicas=self._max_replicas, grows_by_default=self._grows_by_default)
+
+    @property
+    def run(self):
+        """The state of the current (or last) run (:class:`~pyro_pt.run.Run`), None before
+        ``MCMC.run`` sets the kernel up."""
+        return self._run
 
     # ----- ladder -----
 
     @property
+    def _ladder_now(self):
+        return self._run.ladder if self._run else self._ladder
+
+    @property
     def temperatures(self):
         """The ladder in use, cold (1.0) first."""
-        return list(self._ladder.temperatures)
+        return list(self._ladder_now.temperatures)
 
     @property
     def betas(self):
         """Inverse temperatures, cold (1.0) first; 0.0 for a prior rung."""
-        return list(self._ladder.betas)
+        return list(self._ladder_now.betas)
 
     @property
     def num_replicas(self):
-        return len(self._ladder.betas)
+        return len(self._ladder_now.betas)
 
     @property
     def rung_blocks(self):
         """``[(start, stop), ...]``: the rungs each rank holds (after setup)."""
-        return list(self._rungs.blocks) if self._rungs else None
+        return list(self._run.rungs.blocks) if self._run else None
 
     @property
     def local_temperatures(self):
         """The temperatures of the rungs this process runs (after setup)."""
-        return [self.temperatures[k] for k in self._rungs.rungs] if self._rungs else None
+        return [self.temperatures[k] for k in self._run.rungs.rungs] if self._run else None
+
+    @property
+    def explorer_info(self):
+        """Which explorer, potential path, compiler and reference the run uses, and why."""
+        return self._run.explorer_info if self._run else {}
+
+    @property
+    def timings(self):
+        """Wall-clock seconds in ``sample()``: all of it, and inside the explorers' moves."""
+        return self._run.timings if self._run else {}
 
     def setup(self, warmup_steps, *args, **kwargs):
         comm = make_comm(self.process_group)
         refuse_multichain_mcmc(comm)
         self._ladder.reset()  # a rerun starts from the ladder given, not the one it adapted to
-        if self._resume_from:  # the checkpoint's ladder, and the run's warmup from what is left
-            warmup_steps = self._resume_warmup(warmup_steps)
-        num = self.num_replicas
-        # A default ladder grows in one process only: over several, the rungs' blocks are
-        # fixed at set-up, and the end of warmup says when the barrier calls for more rungs.
-        grows = self._max_replicas and not (self._grows_by_default and comm.world_size > 1)
-        self._growth = grows and Growth(self._max_replicas, comm, warmup_steps, num,
-                                        self.swap_interval)
-        start = time.perf_counter()
-        self._rungs, self._split, local_ll, self.explorer_info, seeds = set_up_kernel(
-            self, comm, warmup_steps, args, kwargs)
-        # capture, checks and compilations (a cold Inductor compile: tens of seconds)
-        self.explorer_info["setup_seconds"] = time.perf_counter() - start
-        self.transforms = self._split.transforms
-        self._swap_generator = torch.Generator().manual_seed(seeds[num])
-        self._warmup_steps = warmup_steps
-        self._fingerprint = None  # of this set-up's model and data, at the first checkpoint
-        self._ll = self._rungs.gather(local_ll)
-        self._initial_params = self._rungs.cold_state()
-        self._recorder = TemperingRecorder(num, warmup_steps, self._ladder.legs,
-                                           self._ladder.exact_hots)
-        self._report = Report(warmup_steps, self.adapt_temperatures, comm, self.swap_interval,
-                              self._growth and self._growth.max_replicas or None)
-        self.explorer_info["reference"] = ("prior" if self._reference is None
-                                           else self._reference.describe())
-        self._refitting = self._reference is not None and self.reference == "variational" and \
-            Refitting(self._reference, self._report.round_ends, self._split.latent_names)
-        # compile="auto": TorchScript, then Inductor from the warmup round's end where it pays
-        self._autocompile = AutoCompile.for_run(self, comm, self._report.round_ends)
-        # Wall-clock seconds in sample(): all of it, and inside the explorers' own moves.
-        self.timings = {"explorers": 0.0, "total": 0.0}
-        if self._resume_from:
-            self._restore(comm)
-
-    @property
-    def _t(self):
-        """Scans done."""
-        return self._recorder.scans
+        run = Run(self._options(), comm, self._ladder, warmup_steps)
+        self._resume_into(run, warmup_steps)  # the checkpoint's ladder and warmup, if resumed
+        self._run = None
+        set_up_run(run, args, kwargs)
+        self.transforms = run.split.transforms
+        if run.resume_payload is not None:
+            restore(run)
+        run.initial_state = run.rungs.cold_state()
+        self._run = run
 
     def sample(self, params):
+        run = self._run
         start = time.perf_counter()
-        rungs = self._rungs
-        with missing_sites(self._split):
-            local_ll, cold_moved = rungs.explore()
-        explored = time.perf_counter()
-        self._ll = rungs.gather(local_ll)
-        outcome = [math.nan] * (self.num_replicas - 1)
-        if (self._t + 1) % self.swap_interval == 0:
-            outcome = self._communicate()
-        cold = rungs.cold_state()
-        self._recorder.record_scan(self._ll, outcome)
-        new_betas = self._report.after_scan(self._ladder, self._recorder, cold_moved)
-        if new_betas is not None and not (self._growth and self._growth.grow(self)):
-            for k, explorer in zip(rungs.rungs, rungs.explorers):
-                explorer.set_beta(new_betas[k])
-        if self._refitting:  # at a warmup round's end q is refitted to its cold draws
-            self._refitting.after_scan(self, self._t, cold)
-        self.timings["explorers"] += explored - start
-        if self._autocompile:  # with this scan's explorer time counted
-            self._autocompile.after_scan(self)
-        self.timings["total"] += time.perf_counter() - start
+        with missing_sites(run.split):
+            local_ll, cold_moved = run.rungs.explore()
+        run.timings["explorers"] += time.perf_counter() - start
+        run.ll = run.rungs.gather(local_ll)
+        outcome = [math.nan] * (run.num_replicas - 1)
+        if (run.scans + 1) % self.swap_interval == 0:
+            outcome = self._communicate(run)
+        cold = run.rungs.cold_state()
+        run.recorder.record_scan(run.ll, outcome)
+        run.report.count_cold(cold_moved)
+        if run.refitting:  # q is refitted to the cold draws at warmup rounds' ends
+            run.refitting.keep(run, cold)
+        run.schedule.after_scan(run)  # where this scan ends a round: adapt, grow, refit, ...
+        run.timings["total"] += time.perf_counter() - start
         self._after_scan()
         return cold
 
-    def _communicate(self):
+    def _communicate(self, run):
         """One swap round (the ``t // swap_interval``-th) over the ladder; returns its outcome."""
-        origin, attempts = swap_round(self.swap_scheme, self._t // self.swap_interval,
-                                      self.betas, self._ll, self._swap_generator,
-                                      self._ladder.legs)
-        outcome = self._recorder.record_swaps(attempts)
-        self._ll = [self._ll[k] for k in origin]
+        origin, attempts = swap_round(self.swap_scheme, run.scans // self.swap_interval,
+                                      run.betas, run.ll, run.swap_generator, run.ladder.legs)
+        outcome = run.recorder.record_swaps(attempts)
+        run.ll = [run.ll[k] for k in origin]
         if origin != sorted(origin):
-            self._rungs.permute(origin)
-        if crossed_bridge(self, attempts):  # each cold rung's ll in its own leg's meaning
-            refresh(self, self._ladder.legs.colds)
+            run.rungs.permute(origin)
+        if crossed_bridge(run, attempts):  # each cold rung's ll in its own leg's meaning
+            refresh(run, run.ladder.legs.colds)
         return outcome

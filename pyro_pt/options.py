@@ -4,7 +4,7 @@ import math
 
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
-from .explorers import EXPLORERS, check_hmc_options
+from .explorers import check_explorer
 from .ladder import geometric_ladder, validate_temperatures
 from .reference import is_prior
 from .swap import SWAP_SCHEMES
@@ -63,15 +63,9 @@ def check_options(explorer, explorer_kwargs, swap_scheme, swap_interval, adapt_t
             f"{type(explorer).__name__}) or a factory, e.g. explorer=lambda potential_fn, **kw: "
             f"{type(explorer).__name__}(potential_fn=potential_fn, **kw)"
         )
-    if not (callable(explorer) or explorer in EXPLORERS):
-        raise ValueError(
-            f"explorer must be one of {EXPLORERS} or a callable potential_fn -> MCMCKernel, "
-            f"got {explorer!r}"
-        )
     if explorer_kwargs is not None and not isinstance(explorer_kwargs, dict):
         raise TypeError(f"explorer_kwargs must be a dict, got {explorer_kwargs!r}")
-    if explorer == "hmc":
-        check_hmc_options(explorer_kwargs or {})
+    check_explorer(explorer, explorer_kwargs)
     if swap_scheme not in SWAP_SCHEMES:
         raise ValueError(f"swap_scheme must be one of {SWAP_SCHEMES}, got {swap_scheme!r}")
     if isinstance(swap_interval, bool) or not isinstance(swap_interval, int):
@@ -96,14 +90,15 @@ def check_split(split, betas, save_params, reference="prior"):
             )
 
 
-def shared_settings(kernel, warmup_steps):
+def shared_settings(run, warmup_steps):
     """The settings that decide the ranks' common steps (checked equal on every rank)."""
+    options = run.options
     return {
-        "temperatures": [float(t) for t in kernel.temperatures],
+        "temperatures": [float(t) for t in run.ladder.temperatures],
         "warmup_steps": warmup_steps,
-        "swap_scheme": kernel.swap_scheme,
-        "swap_interval": kernel.swap_interval,
-        "adapt_temperatures": kernel.adapt_temperatures,
-        "explorer": kernel.explorer if isinstance(kernel.explorer, str) else "callable",
-        "reference": kernel.reference if isinstance(kernel.reference, str) else "guide",
+        "swap_scheme": options.swap_scheme,
+        "swap_interval": options.swap_interval,
+        "adapt_temperatures": options.adapt_temperatures,
+        "explorer": options.explorer if isinstance(options.explorer, str) else "callable",
+        "reference": options.reference if isinstance(options.reference, str) else "guide",
     }

@@ -2,7 +2,7 @@
 DataFrame.
 
 Warmup runs in rounds of doubling length (4, 8, 16, ... swap rounds, ending before the warmup
-does; Syed et al. 2021, Sec. 5; :func:`~pyro_pt.ladder.warmup_round_ends`). At the end of each
+does; Syed et al. 2021, Sec. 5; the schedule is :mod:`pyro_pt.rounds`). At the end of each
 round its swap statistics (the recorder's round view) give the pairs' rejection rates, hence the
 barrier and a stepping-stone log Z on the round's (fixed) ladder; with adaptation on, the
 ladder then moves its rungs to equal barrier increments. The sampling phase is reported
@@ -18,8 +18,8 @@ import warnings
 
 import torch
 
+from .explorers import kind_of
 from .health import TemperingWarning, annotate, warning_text
-from .ladder import warmup_round_ends
 from .barrier import global_barrier
 from .recorders import stepping_stone
 from .shortfall import too_few_rungs
@@ -71,61 +71,34 @@ SHOWN_SETUP_SECONDS = 5.0
 
 class Report:
     """
-    The rows of one run's report, and the schedule of its rounds.
-
-    The kernel calls :meth:`after_scan` after every scan and :meth:`finish` at the end.
+    The rows of one run's report. The round schedule (:mod:`pyro_pt.rounds`) adds a row at
+    each round's end and begins the next round; the kernel counts the cold rung's moves after
+    every scan (:meth:`count_cold`) and calls :meth:`finish` at the end.
 
     :param int warmup_steps: the run's warmup scans.
-    :param bool adapt: re-place the ladder at the end of each warmup round.
     :param comm: the run's communicator (rank 0 owns the cold rung and prints the report).
-    :param int swap_interval: scans between swap rounds; rounds are counted in swap rounds.
     :param int max_replicas: the cap of a growing ladder (None: the ladder does not grow), for
         the advice of the end of warmup's warning.
     """
 
-    def __init__(self, warmup_steps, adapt, comm, swap_interval=1, max_replicas=None):
+    def __init__(self, warmup_steps, comm, max_replicas=None):
         self.warmup_steps = warmup_steps
-        self.adapt = adapt
         self.comm = comm
-        self.round_ends = warmup_round_ends(warmup_steps, swap_interval)
         self.rows = []
         self._printing = comm.rank == 0 and _progress_bar_active()
-        self._next_sampling_row = 16
         self._finished = False
         self.max_replicas = max_replicas
-        self._begin_round(0)
+        self.begin_round(0)
 
-    def _begin_round(self, scan, index=None):
+    def begin_round(self, scan, index=None):
         """A round from ``scan`` on; its trips and restarts count from the index process's."""
         self._cold_moves = 0
         counts = (index.round_trips, index.restarts) if index is not None else (0, 0)
         self._round_start = (scan, *counts, time.perf_counter())
 
-    def after_scan(self, ladder, recorder, cold_moved):
-        """
-        Account the scan the recorder has just recorded; ``cold_moved`` says whether rung 0's
-        explorer moved (None on ranks without rung 0). At the end of a warmup round, with
-        adaptation on, the ladder adapts: returns its new betas (None if it stays).
-        """
-        scan = recorder.scans
+    def count_cold(self, cold_moved):
+        """Whether rung 0's explorer moved this scan (None on ranks without rung 0)."""
         self._cold_moves += bool(cold_moved)
-        moved = None
-        if scan in self.round_ends:
-            pairs = recorder.round_pair_barriers(ladder.betas)
-            self._add_row("warmup", scan, ladder.betas, recorder, pairs)
-            if self.adapt:
-                moved = ladder.adapt(scan, recorder.round.rejection_rates(), pairs)
-            recorder.begin_round()
-            self._begin_round(scan, recorder.index)
-        elif scan == self.warmup_steps:
-            self._add_row("warmup", scan, ladder.betas, recorder)
-            self._check_rungs(recorder.legs)
-            recorder.begin_sampling()
-            self._begin_round(scan, recorder.index)  # the sampling phase from its start
-        elif scan - self.warmup_steps == self._next_sampling_row:
-            self._add_row("sampling", scan, ladder.betas, recorder)
-            self._next_sampling_row *= 2
-        return moved
 
     def finish(self, ladder, recorder, problems=()):
         """
@@ -140,7 +113,7 @@ class Report:
         scan = recorder.scans
         done = self.rows[-1]["scans"] if self.rows and self.rows[-1]["phase"] == "sampling" else 0
         if scan > self.warmup_steps and scan - self.warmup_steps != done:
-            self._add_row("sampling", scan, ladder.betas, recorder)
+            self.add_row("sampling", scan, ladder.betas, recorder)
         if not problems or not self.rows:
             return
         self.rows[-1]["warnings"] = "\n".join(problems)
@@ -150,7 +123,7 @@ class Report:
         if self.comm.rank == 0:  # the numbers are the same on every rank: one warning per run
             warnings.warn(warning_text(problems), TemperingWarning, stacklevel=2)
 
-    def _check_rungs(self, legs):
+    def check_rungs(self, legs):
         """At the end of warmup, on rank 0: one :class:`~pyro_pt.health.TemperingWarning` when
         the barrier of warmup's last scans calls for more rungs than the ladder has
         (:func:`~pyro_pt.shortfall.too_few_rungs`, the rule the end-of-run review applies to
@@ -169,7 +142,8 @@ class Report:
             moves = self.comm.broadcast(moves, src=0, what="broadcast of the cold acceptance")
         return float(moves[0]) / num_scans if num_scans else math.nan
 
-    def _add_row(self, phase, scan, betas, recorder, pairs=None):
+    def add_row(self, phase, scan, betas, recorder, pairs=None):
+        """The row of the round that ends at ``scan`` (``phase``: "warmup" or "sampling")."""
         start_scan, start_trips, start_restarts, start_time = self._round_start
         restarts = recorder.index.restarts
         num_scans = scan - start_scan
@@ -212,62 +186,65 @@ class Reporting:
     """
     What a :class:`~pyro_pt.ParallelTempering` kernel says about its run: the report, the
     adaptation history, the progress-bar fields and :meth:`diagnostics` (with the end-of-run
-    review of :mod:`pyro_pt.health`), read from its ladder, recorder, report and rungs.
+    review of :mod:`pyro_pt.health`), read from its :attr:`run` (:mod:`pyro_pt.run`).
     """
 
     @property
     def adaptation_history(self):
         """Per adaptation round: its scans, the ladder it ran and the rejection rates seen."""
-        return list(self._ladder.history) if self._rungs else []
+        return list(self.run.ladder.history) if self.run else []
 
     @property
     def report(self):
         """The per-round report as a pandas DataFrame (columns:
         :data:`pyro_pt.report.COLUMNS`); warmup rows cover one round each, sampling rows are
         cumulative."""
-        if not self._rungs:
+        if not self.run:
             raise RuntimeError("report is available after MCMC.run has set the kernel up")
-        return self._report.data_frame()
+        return self.run.report.data_frame()
 
     def cleanup(self):
-        if self._rungs:
-            problems = self.diagnostics()["warnings"] if self._recorder.sampling else []
-            self._report.finish(self._ladder, self._recorder, problems)
+        run = self.run
+        if run:
+            problems = self.diagnostics()["warnings"] if run.recorder.sampling else []
+            run.report.finish(run.ladder, run.recorder, problems)
 
     def logging(self):
         # The cold explorer lives on rank 0; other ranks log the (shared) swap statistics.
-        cold = self._rungs.explorers[0] if self._rungs.start == 0 else None
+        run = self.run
+        cold = run.rungs.explorers[0] if run.rungs.start == 0 else None
         out = dict(cold.logging() or {}) if cold is not None else {}
-        out["swap acc."] = f"{self._recorder.phase.mean_acceptance():.3f}"
-        out["round trips"] = self._recorder.index.round_trips
-        if self._recorder.index.restarts is not None:
-            out["restarts"] = self._recorder.index.restarts
-        seconds = self.explorer_info.get("setup_seconds", 0.0)
+        out["swap acc."] = f"{run.recorder.phase.mean_acceptance():.3f}"
+        out["round trips"] = run.recorder.index.round_trips
+        if run.recorder.index.restarts is not None:
+            out["restarts"] = run.recorder.index.restarts
+        seconds = run.explorer_info.get("setup_seconds", 0.0)
         if seconds >= SHOWN_SETUP_SECONDS:  # a long compile, said where the run's progress is
             out["set-up"] = f"{seconds:.0f} s"
-        switch = self._autocompile
+        switch = run.autocompile
         if switch and switch.compile_seconds is not None:  # compile="auto" switched
             out["compile"] = f"{switch.engine}, {switch.compile_seconds:.0f} s"
         return out
 
     def diagnostics(self):
-        interval = self.swap_interval
-        num_rounds = max(0, self._t // interval - self._warmup_steps // interval)
-        rungs = self._rungs.summary(self._t, self.temperatures)
-        out = self._recorder.summary(self.betas, num_rounds, rungs)
+        run = self.run
+        interval, scans, betas = run.options.swap_interval, run.scans, run.betas
+        num_rounds = max(0, scans // interval - run.warmup_steps // interval)
+        rungs = run.rungs.summary(scans, run.ladder.temperatures)
+        out = run.recorder.summary(betas, num_rounds, rungs)
         # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
         out["adaptation_history"] = self.adaptation_history
-        legs = self._recorder.legs
-        if self._reference is not None and self.betas[legs.hots[0]] == 0.0:
+        legs = run.recorder.legs
+        if run.reference is not None and betas[legs.hots[0]] == 0.0:
             # the stepping stones run from q (normalized) to the posterior: still log p(y)
             out["log_Z_meaning"] = ("log evidence log p(y) (the hottest rung is the reference "
-                                    f"q, a normalized {self._reference.kind} Gaussian)")
+                                    f"q, a normalized {run.reference.kind} Gaussian)")
         # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
-        out = annotate(out, self.betas, num_rounds, max(0, self._t - self._warmup_steps),
-                       self.explorer_info.get("explorer"),
-                       self._reference and self._reference.describe(), legs,
-                       self._growth and self._growth.max_replicas or None)
-        unfitted = self._refitting and self._refitting.problem()
+        out = annotate(out, betas, num_rounds, max(0, scans - run.warmup_steps),
+                       kind_of(run.options.explorer).on_divergence,
+                       run.reference and run.reference.describe(), legs,
+                       run.growth and run.growth.max_replicas or None)
+        unfitted = run.refitting and run.refitting.problem()
         if unfitted:
             out["warnings"].append(unfitted)
         return out

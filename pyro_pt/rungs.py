@@ -1,21 +1,12 @@
 """The block of rungs one process holds, its set-up, and the moves of states between processes."""
 
-import warnings
-
 import torch
 
 from .comm import agree_on_setup, rung_blocks
-from .explain import model_errors, refuse_random_subsampling
-from .explorers import build_rungs, step_rungs
-from .fingerprint import check_same_model
-from .health import TemperingWarning
-from .ladder import Ladder, geometric_ladder
-from .options import FALLBACK_MAX_TEMPERATURE, check_split, shared_settings
-from .potential import FlatLayout, FunctionalSplit, ModelSplit, torch_compat
+from .explorers import step_rungs
+from .potential import FlatLayout
 from .potential.layout import same_values
-from .random import reference_seed, stream_seeds
-from .reference import is_prior, make_reference
-from .reference.stabilized import stabilize
+from .random import stream_seeds
 
 
 class RungBlock:
@@ -172,79 +163,3 @@ def set_up_rungs(comm, num_rungs, make_split, build, settings):
         view = [(name, tuple(block.states[0][name].shape)) for name in split.latent_names]
     agree_on_setup(comm, failure, view, settings)
     return block, split, lls, info, seeds
-
-
-def default_hot_end_refusal(kernel, split, betas):
-    """Why the default ladder's exact prior rung cannot be drawn for this model (the site and
-    its reason), or None where it can or was not the default."""
-    if not (kernel._exact_hot_end_default and is_prior(kernel.reference) and betas[-1] == 0.0):
-        return None
-    return split.prior_refusal()
-
-
-def finite_hot_end(kernel, why, rank=0):
-    """Where the prior cannot be drawn exactly (``why`` names the site): ``kernel``'s ladder
-    becomes the geometric one to T = 50, said at the first set-up, on rank 0 (as the review is).
-    Returns its betas."""
-    kernel._ladder = Ladder(geometric_ladder(kernel.num_replicas, FALLBACK_MAX_TEMPERATURE))
-    if rank == 0:
-        warnings.warn(
-            f"ParallelTempering: the default hottest rung is the prior, drawn exactly, but "
-            f"{why}. Falling back to a finite hottest temperature T = "
-            f"{FALLBACK_MAX_TEMPERATURE:g}: an MCMC chain that may not cross between modes, "
-            "so the cold chain's mode weights rest on it and tempered restarts are not "
-            "counted. Give the site a proper, unscaled prior for an exact hot end, or pass "
-            "max_temperature= (or temperatures=) to choose the hot end yourself",
-            TemperingWarning, stacklevel=4)
-    return kernel.betas
-
-
-def set_up_kernel(kernel, comm, warmup_steps, args, kwargs):
-    """
-    :func:`set_up_rungs` for a :class:`~pyro_pt.ParallelTempering` ``kernel`` and the model call
-    ``(args, kwargs)``: the split and the explorers of its settings, with errors that name the
-    model's site (:mod:`pyro_pt.explain`).
-    """
-    betas = kernel.betas
-    legs = {}
-
-    def make_split():
-        nonlocal betas
-        with model_errors(kernel.model, args, kwargs):
-            split = ModelSplit(kernel.model, args, kwargs, kernel._user_transforms,
-                               init_strategy=kernel.init_strategy)
-        refuse_random_subsampling(split)  # before anything runs on a changing log density
-        if not is_prior(kernel.reference):  # two legs, to q and to the prior, where allowed
-            legs["info"] = stabilize(kernel, split)
-            betas = kernel.betas
-        why = default_hot_end_refusal(kernel, split, betas)
-        if why is not None:
-            betas = finite_hot_end(kernel, why, comm.rank)
-        check_split(split, betas, kernel._save_params, kernel.reference)
-        if kernel._resume_from:  # before any rung is built: the checkpoint's model and data
-            check_same_model(*kernel._resume_from, split)
-        return split
-
-    def build(split, rungs, seeds):
-        with model_errors(kernel.model, args, kwargs, split):
-            # q's first prior draws take the stream after the swaps' (the same on every rank)
-            kernel._reference = make_reference(kernel.reference, split,
-                                               reference_seed(seeds[-1]), kernel._user_transforms)
-            # the private APIs (pyro_pt.potential.torch_compat) the set-up found missing, and why
-            with torch_compat.recording() as missing:
-                # the captured graphs, the kernel's: compile="auto" recompiles them
-                # (pyro_pt.autocompile), a growing ladder's new rungs reuse them
-                kernel._fast = (FunctionalSplit(split, compile=kernel.compile)
-                                if any(betas[k] > 0.0 for k in rungs) else None)
-                ladder_legs = kernel._ladder.legs
-                built = build_rungs(kernel._fast or split, rungs, betas, seeds, split.device,
-                                    kernel.explorer, kernel.explorer_kwargs, warmup_steps,
-                                    kernel._user_initial_params, reference=kernel._reference,
-                                    referenced=ladder_legs and range(*ladder_legs.spans[0]))
-            if missing:
-                built[3]["private_api"] = missing
-            if legs.get("info"):
-                built[3]["legs"] = legs["info"]
-            return built
-
-    return set_up_rungs(comm, len(betas), make_split, build, shared_settings(kernel, warmup_steps))

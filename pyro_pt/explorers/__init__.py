@@ -18,18 +18,29 @@ the rung runs. The prior rung (beta = 0) draws exactly from the prior.
 """
 
 from ..explain import fallback_reason
-from ..potential import FunctionalSplit, TemperedPotential
-from ..random import RandomStream
+from ..potential import FunctionalSplit
 from ..reference.split import ReferencedSplit
 from .contract import ExplorerGroup, RungExplorer, SingleRungExplorer
-from .hmc_group import HMCGroup, check_hmc_options
+from .hmc_group import HMCGroup
 from .prior import PriorExplorer
-from .pyro_kernels import EXPLORERS, PyroKernelExplorer, make_kernel
+from .pyro_kernels import PyroKernelExplorer, make_kernel
+from .registry import ExplorerKind, Rung, kind_of, names, register
 from .rwmh import RandomWalkMetropolis
 
-__all__ = ["EXPLORERS", "ExplorerGroup", "HMCGroup", "PriorExplorer", "PyroKernelExplorer",
-           "RandomWalkMetropolis", "RungExplorer", "SingleRungExplorer", "build_rungs",
-           "check_hmc_options", "engine_info", "make_kernel", "step_rungs"]
+__all__ = ["ExplorerGroup", "ExplorerKind", "HMCGroup", "PriorExplorer", "PyroKernelExplorer",
+           "RandomWalkMetropolis", "Rung", "RungExplorer", "SingleRungExplorer", "build_rungs",
+           "by_group", "check_explorer", "engine_info", "kind_of", "make_kernel", "names",
+           "register", "step_rungs"]
+
+
+def check_explorer(explorer, explorer_kwargs):
+    """Refuse an ``explorer`` no kind answers to, or ``explorer_kwargs`` its kind does not take."""
+    kind = kind_of(explorer) if isinstance(explorer, str) or callable(explorer) else None
+    if kind is None:
+        raise ValueError(f"explorer must be one of {names()} or a callable potential_fn -> "
+                         f"MCMCKernel, got {explorer!r}")
+    if kind.check is not None:
+        kind.check(explorer_kwargs or {})
 
 
 def step_rungs(explorers, states):
@@ -38,10 +49,7 @@ def step_rungs(explorers, states):
     moves once, all its rungs in one call.
     """
     out = [None] * len(explorers)
-    groups = {}
-    for i, explorer in enumerate(explorers):
-        groups.setdefault(id(explorer.group), (explorer.group, []))[1].append(i)
-    for group, indices in groups.values():
+    for group, indices in by_group(explorers):
         for i, result in zip(indices, group.step([states[i] for i in indices])):
             out[i] = result
     return out
@@ -55,23 +63,27 @@ def _start(split, stream, initial_params):
 
 
 def engine_info(fast, group=None):
-    """What runs the model's graph, and for a batched HMC ``group`` its leapfrog steps, with
-    why not the faster path (``explorer_info``'s keys); builds the group's steps."""
+    """What runs the model's graph, and for a ``group`` what runs its steps
+    (:meth:`~pyro_pt.explorers.contract.ExplorerGroup.engine_info`), with why not the faster
+    path (``explorer_info``'s keys)."""
     compiled = fast.compiled
     info = dict(potential=fast.path, potential_reason=fallback_reason(fast.reason),
                 potential_engine=compiled.engine, potential_engine_reason=compiled.engine_reason)
     matmul = compiled.matmul_path()
     if matmul:  # under Inductor only
         info["potential_matmul"] = matmul
-    if isinstance(group, HMCGroup):
-        split = group.fast  # the fast split, or a reference's split over it
-        leapfrog = group.engine.leapfrog  # compiles the fused or lockstep step now
-        info.update(batched=split.batched.path, batched_reason=split.batched.reason)
-        info.update(leapfrog=leapfrog, leapfrog_reason="" if leapfrog == "lockstep" else (
-            f"not lockstep: {split.lockstep.reason}" if leapfrog == "fused" else (
-                split.fused.reason
-                or f"potential {split.path!r}, replicas evaluated by {split.batched.path!r}")))
+    if group is not None:
+        info.update(group.engine_info())
     return info
+
+
+def by_group(explorers):
+    """``[(group, [indices of its members]), ...]`` of a block's ``explorers``, in the order
+    of each group's first member."""
+    groups = {}
+    for i, explorer in enumerate(explorers):
+        groups.setdefault(id(explorer.group), (explorer.group, []))[1].append(i)
+    return list(groups.values())
 
 
 def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, warmup_steps,
@@ -86,12 +98,16 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
     :class:`~pyro_pt.reference.GaussianReference`, None for the prior) is what the beta = 0
     rung draws and every rung's target leans towards (:mod:`pyro_pt.reference.split`); with
     ``referenced`` (a range of rungs: the reference's leg of a stabilized ladder,
-    :mod:`pyro_pt.legs`) only those rungs, the others the prior's (a batched HMC group each).
+    :mod:`pyro_pt.legs`) only those rungs, the others the prior's (a group each).
+
+    Each tempered rung is built by the factory of ``explorer``'s kind
+    (:mod:`~pyro_pt.explorers.registry`), the beta = 0 rung by :class:`PriorExplorer`; then
+    every group is set up once from its members' starts.
 
     :returns: ``(explorers, states, log_likelihoods, info)``; ``info`` says which explorer and
         which potential path (fast functional graph or Pyro's trace) the rungs use, and why.
     """
-    explorers, states, lls = [], [], []
+    kind = kind_of(explorer)
     info = {"explorer": explorer if isinstance(explorer, str) else "callable"}
     tempered = any(betas[k] > 0.0 for k in rungs)
     if tempered:
@@ -103,36 +119,25 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
         if split.reason:
             info["potential_detail"] = split.reason  # the capture's own message
     # each rung's split: against the reference (one for all such rungs, so that they form one
-    # batched HMC group), or (the prior's leg) the model's own
+    # group), or (the prior's leg) the model's own
     against_q = split if reference is None else ReferencedSplit(split, reference)
     splits = {k: against_q if referenced is None or k in referenced else split for k in rungs}
-    groups = {}  # id(split) -> the batched HMC group of the rungs on it
+    groups = {}  # the block's groups, by kind and split (Rung.group)
+    explorers, starts_of = [], []
     for k in rungs:
-        stream = RandomStream(seeds[k], device=device)
-        rung_split = splits[k]
+        rung = Rung(splits[k], betas[k], seeds[k], device, explorer_kwargs, explorer, groups)
         if betas[k] == 0.0:
-            rung = PriorExplorer(stream, rung_split)
-            z, ll = rung.move(None)
-        elif explorer == "hmc":
-            if id(rung_split) not in groups:
-                groups[id(rung_split)] = HMCGroup(rung_split, explorer_kwargs)
-            group = groups[id(rung_split)]
-            z = _start(rung_split, stream, (starts or {}).get(k, initial_params))
-            rung, ll = group.add(betas[k], seeds[k], z), None
-            info["explorer"] = "hmc (batched)"
-        else:
-            potential = TemperedPotential(rung_split, betas[k])
-            kernel = make_kernel(explorer, potential, explorer_kwargs)
-            rung = PyroKernelExplorer(kernel, stream, potential)
-            z = _start(rung_split, stream, (starts or {}).get(k, initial_params))
-            rung.setup(z, warmup_steps)
-            ll = rung_split.log_likelihood(z)
-        explorers.append(rung)
-        states.append(z)
-        lls.append(ll)
-    started = {id(group): iter(group.setup(warmup_steps)) for group in groups.values()}
-    lls = [next(started[id(rung.group)]) if ll is None else ll
-           for rung, ll in zip(explorers, lls)]
+            explorers.append(PriorExplorer(rung.stream, rung.split))
+            starts_of.append(None)
+            continue
+        explorers.append(kind.build(rung))
+        starts_of.append(_start(rung.split, rung.stream, (starts or {}).get(k, initial_params)))
+        info["explorer"] = kind.label or info["explorer"]
+    states, lls = [None] * len(explorers), [None] * len(explorers)
+    for group, members in by_group(explorers):
+        started = group.setup([starts_of[i] for i in members], warmup_steps)
+        for i, (z, ll) in zip(members, started):
+            states[i], lls[i] = z, ll
     # Compiles the fused steps now, in the set-up, rather than at the first leapfrog; the
     # info is the first group's (against the reference, where there is one).
     for group in reversed(list(groups.values())):

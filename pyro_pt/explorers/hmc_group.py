@@ -13,9 +13,11 @@ import inspect
 import torch
 from pyro.infer import NUTS
 
+from ..checkpoint_state import capture, restore
 from ..random import engine_seed
 from .contract import ExplorerGroup, RungExplorer
 from .hmc import BatchedHMC
+from .registry import ExplorerKind, register
 
 BATCHED_HMC_OPTIONS = ("num_steps", "step_size", "target_accept_prob", "adapt_step_size",
                        "adapt_mass_matrix", "num_steps_jitter", "max_delta_energy",
@@ -59,23 +61,21 @@ class HMCGroup(ExplorerGroup):
         self.engine = BatchedHMC(fast.batched_potential_and_grad, fused_step=fast.fused.step,
                                  lockstep=fast.lockstep.plan,
                                  **options)
-        self._betas, self._seeds, self._initial = [], [], []
+        self._betas, self._seeds = [], []
         self._ready = False
 
-    def add(self, beta, seed, z):
-        """A new slot for a rung at ``beta`` starting at ``z``; returns its handle."""
+    def add(self, beta, seed):
+        """A new slot for a rung at ``beta``; returns its handle."""
         self._betas.append(float(beta))
         self._seeds.append(engine_seed(seed))
-        self._initial.append(self.fast.flatten(z))
         return HMCRung(self, len(self._betas) - 1)
 
-    def setup(self, warmup_steps):
-        """Start the engine; returns the initial log-likelihoods of the slots."""
-        z = torch.stack(self._initial)
+    def setup(self, states, warmup_steps):
+        """Start the engine from ``states`` (slot order): ``[(z, ll), ...]``."""
+        z = torch.stack([self.fast.flatten(s) for s in states])
         ll = self.engine.setup(z, self._betas, self._seeds, warmup_steps)
-        self._initial = None
         self._ready = True
-        return [float(v) for v in ll.tolist()]
+        return list(zip(states, (float(v) for v in ll.tolist())))
 
     def step(self, states):
         """One iteration of every slot from ``states`` (slot order): ``[(z, ll), ...]``."""
@@ -96,6 +96,21 @@ class HMCGroup(ExplorerGroup):
     def replace_state(self, slot):
         if self._ready:
             self.engine.replace_states([slot])
+
+    def engine_info(self):
+        """Which leapfrog step runs the slots, and why not a faster one; compiles the fused or
+        lockstep step now, in the set-up or at a compile switch, not at the first leapfrog."""
+        split = self.fast  # the fast split, or a reference's split over it
+        leapfrog = self.engine.leapfrog
+        return dict(batched=split.batched.path, batched_reason=split.batched.reason,
+                    leapfrog=leapfrog, leapfrog_reason="" if leapfrog == "lockstep" else (
+                        f"not lockstep: {split.lockstep.reason}" if leapfrog == "fused" else (
+                            split.fused.reason or f"potential {split.path!r}, replicas "
+                            f"evaluated by {split.batched.path!r}")))
+
+    def load_state_dict(self, states, device):
+        """The slots' states, in slot order (those of the rungs this process holds now)."""
+        restore(self, states, device)
 
 
 class HMCRung(RungExplorer):
@@ -138,3 +153,15 @@ class HMCRung(RungExplorer):
 
     def logging(self):
         return self.group.engine.logging(self.slot)
+
+    def state_dict(self):
+        """The rung's slot of the process's batched engine."""
+        return capture(self.group, slot=(self.slot, self.group.engine.num_slots))
+
+
+def _hmc_rung(rung):
+    return rung.group(HMCGroup).add(rung.beta, rung.seed)
+
+
+register(ExplorerKind("hmc", _hmc_rung, steps="leapfrog steps", check=check_hmc_options,
+                      label="hmc (batched)"))

@@ -15,8 +15,9 @@ class PriorExplorer(SingleRungExplorer):
         self.stream = stream
         self.split = split
 
-    def setup(self, z, warmup_steps):
-        pass
+    def start(self, z, warmup_steps):
+        """The rung starts from a draw of its own."""
+        return self.move(None)
 
     def move(self, z):
         """An exact prior draw and its log-likelihood (known from the same model trace)."""

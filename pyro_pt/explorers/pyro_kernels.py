@@ -24,11 +24,10 @@ import pyro.ops.integrator as integrator
 from pyro.infer.mcmc import NUTS
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
-from ..potential import torch_compat
+from ..potential import TemperedPotential, torch_compat
 from .contract import SingleRungExplorer
+from .registry import ExplorerKind, names, register
 from .rwmh import RandomWalkMetropolis
-
-EXPLORERS = ("nuts", "hmc", "rwmh")
 
 
 def _leapfrog_takes_the_hook():
@@ -93,7 +92,7 @@ def make_kernel(explorer, potential_fn, explorer_kwargs):
         build = RandomWalkMetropolis
     else:
         raise ValueError(
-            f"explorer must be one of {EXPLORERS} or a callable potential_fn -> MCMCKernel, "
+            f"explorer must be one of {names()} or a callable potential_fn -> MCMCKernel, "
             f"got {explorer!r}"
         )
     try:
@@ -139,10 +138,11 @@ class PyroKernelExplorer(SingleRungExplorer):
         self.potential.beta = beta
         self.replace_state()  # the cached potential and gradient were for the old beta
 
-    def setup(self, z, warmup_steps):
+    def start(self, z, warmup_steps):
         with self.stream, graph_gradients():
             self.kernel.initial_params = z
             self.kernel.setup(warmup_steps)
+        return z, self.potential.split.log_likelihood(z)
 
     def move(self, z):
         """One local move from ``z``: the new state and its ll (remembered by the rung's
@@ -163,3 +163,16 @@ class PyroKernelExplorer(SingleRungExplorer):
 
     def logging(self):
         return self.kernel.logging()
+
+
+def pyro_kernel_rung(rung):
+    """A rung's :class:`PyroKernelExplorer`: the run's ``explorer`` (a name here, a kernel class
+    or a factory) built on the rung's tempered potential."""
+    potential = TemperedPotential(rung.split, rung.beta)
+    return PyroKernelExplorer(make_kernel(rung.explorer, potential, rung.options), rung.stream,
+                              potential)
+
+
+register(ExplorerKind("nuts", pyro_kernel_rung, on_divergence=None))
+register(ExplorerKind("rwmh", pyro_kernel_rung, gradients=False))
+register(ExplorerKind("callable", pyro_kernel_rung))

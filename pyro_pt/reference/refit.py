@@ -8,7 +8,7 @@ The cold chain's state is the same on every rank after each scan (it is broadcas
 0's owner), so every rank gathers the same draws and fits the same :math:`q`, bitwise: no
 collective is needed for the fit itself. A fit changes every tempered rung's target, so after
 it each rung forgets its cached potential (as after a swap) and the kernel's record of the
-rungs' ``ll'`` is recomputed.
+rungs' ``ll`` is recomputed.
 """
 
 import torch
@@ -36,25 +36,28 @@ class Refitting:
         self.lineages = []  # the replica lineage of each draw (pyro_pt.recorders.IndexProcess)
         self.skipped = []  # round ends with too few draws
 
-    def after_scan(self, kernel, scan, cold):
-        """Keep the cold draw of ``scan``; at a round's end refit q and refresh the rungs.
-        Returns whether q changed."""
-        if not self.round_ends or scan > max(self.round_ends):
-            return False
+    def keep(self, run, cold):
+        """Keep the cold draw of the scan just recorded, until the last warmup round's end."""
+        if not self.round_ends or run.scans > max(self.round_ends):
+            return
         self.draws.append(FlatLayout.of(cold, self.names).flatten(cold).detach()
                           .to(device="cpu", dtype=torch.float64))
-        self.lineages.append(kernel._recorder.index.lineage[0])
-        if scan not in self.round_ends:
+        self.lineages.append(run.recorder.index.lineage[0])
+
+    def end_round(self, run, end):
+        """At a warmup round's end: refit q to the draws kept and refresh the rungs (a round
+        end step, :mod:`pyro_pt.rounds`). Returns whether q changed."""
+        if end.kind != "warmup round":
             return False
         if not self.reference.fit(torch.stack(self.draws),
                                   lineages=torch.tensor(self.lineages, dtype=torch.long)):
-            self.skipped.append(scan)
+            self.skipped.append(end.scan)
             return False
         self.draws, self.lineages = [], []
-        for explorer in kernel._rungs.explorers:
+        for explorer in run.rungs.explorers:
             explorer.replace_state()  # its cached potential was against the old q
-        refresh(kernel)
-        kernel.explorer_info["reference"] = self.reference.describe()
+        refresh(run)
+        run.explorer_info["reference"] = self.reference.describe()
         return True
 
     def problem(self):
@@ -67,19 +70,18 @@ class Refitting:
                 "(warmup_steps), or pass a fitted Pyro autoguide as reference")
 
 
-def reference_state(kernel):
-    """What a checkpoint stores of ``kernel``'s reference: q, and the draws for its next fit."""
-    refitting = kernel._refitting
-    return {"q": kernel._reference.state(), "draws": refitting.draws if refitting else [],
+def reference_state(run):
+    """What a checkpoint stores of ``run``'s reference: q, and the draws for its next fit."""
+    refitting = run.refitting
+    return {"q": run.reference.state(), "draws": refitting.draws if refitting else [],
             "lineages": refitting.lineages if refitting else [],
             "skipped": refitting.skipped if refitting else []}
 
 
-def restore_reference(kernel, saved):
-    """Put a checkpoint's reference (:func:`reference_state`) back into ``kernel``."""
-    kernel._reference.load(saved["q"])
-    kernel.explorer_info["reference"] = kernel._reference.describe()
-    if kernel._refitting:
-        kernel._refitting.draws, kernel._refitting.skipped = list(saved["draws"]), list(
-            saved["skipped"])
-        kernel._refitting.lineages = list(saved["lineages"])
+def restore_reference(run, saved):
+    """Put a checkpoint's reference (:func:`reference_state`) back into ``run``."""
+    run.reference.load(saved["q"])
+    run.explorer_info["reference"] = run.reference.describe()
+    if run.refitting:
+        run.refitting.draws, run.refitting.skipped = list(saved["draws"]), list(saved["skipped"])
+        run.refitting.lineages = list(saved["lineages"])

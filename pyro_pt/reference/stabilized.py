@@ -27,35 +27,36 @@ from .split import ReferencedSplit
 MIN_REPLICAS = 4  # two legs of two rungs
 
 
-def _why_not(kernel, split):
-    if not isinstance(kernel.reference, str):
+def _why_not(run, split):
+    options = run.options
+    if not isinstance(options.reference, str):
         return "one leg: a fitted guide is taken as it is"
-    if kernel._max_replicas:
+    if options.max_replicas:
         return "one leg: num_replicas='auto' grows one leg"
-    if kernel._ladder_given:
+    if options.ladder_given:
         return "one leg: the ladder was given (temperatures or max_temperature)"
-    if kernel.num_replicas < MIN_REPLICAS:
-        return f"one leg: {kernel.num_replicas} rungs, fewer than {MIN_REPLICAS} for two legs"
-    if kernel.swap_scheme == "sequential":
+    if run.num_replicas < MIN_REPLICAS:
+        return f"one leg: {run.num_replicas} rungs, fewer than {MIN_REPLICAS} for two legs"
+    if options.swap_scheme == "sequential":
         return "one leg: the sequential sweep would move a state twice across the cold end"
     if split.prior_refusal() is not None:
         return "one leg: the prior is improper, and a prior leg ends at a draw from it"
     return None
 
 
-def stabilize(kernel, split):
+def stabilize(run, split):
     """
-    At set-up, before the rungs are built: give ``kernel`` the two legs of a stabilized ladder
+    At set-up, before the rungs are built: give ``run`` the two legs of a stabilized ladder
     where its settings allow (see the module), else keep its one. A resumed run keeps the
     checkpoint's. Returns what ``explorer_info["legs"]`` says.
     """
-    legs = kernel._ladder.legs
-    if legs is None and not kernel._resume_from:
-        why = _why_not(kernel, split)
+    legs = run.ladder.legs
+    if legs is None and not run.resume_from:
+        why = _why_not(run, split)
         if why is not None:
             return why
-        kernel._ladder = stabilized_ladder(kernel.num_replicas)
-        legs = kernel._ladder.legs
+        run.ladder = stabilized_ladder(run.num_replicas)
+        legs = run.ladder.legs
     return None if legs is None else legs.describe()
 
 
@@ -66,31 +67,31 @@ def stabilized_ladder(num_replicas):
     return Ladder([t for size in legs.sizes for t in geometric_ladder(size, math.inf)], legs)
 
 
-def rung_log_likelihood(kernel, rung, z):
+def rung_log_likelihood(run, rung, z):
     """The log-likelihood the swaps use at ``rung``'s state ``z``: against q on the
     reference's leg (:class:`~pyro_pt.reference.split.ReferencedSplit`), the model's own on the
     prior's."""
-    base = kernel._split
-    legs = kernel._ladder.legs
-    if kernel._reference is not None and (legs is None or legs.leg_of(rung) == 0):
-        base = ReferencedSplit(base, kernel._reference)
+    base = run.split
+    legs = run.ladder.legs
+    if run.reference is not None and (legs is None or legs.leg_of(rung) == 0):
+        base = ReferencedSplit(base, run.reference)
     return float(base.log_likelihood(z))
 
 
-def refresh(kernel, rungs=None):
+def refresh(run, rungs=None):
     """Recompute the swaps' log-likelihoods of ``rungs`` (all by default) on their owners and
     gather them (a collective): after q changes, or after the bridge moved the cold states
     from one leg's meaning of ll to the other's."""
-    block = kernel._rungs
+    block = run.rungs
     local = []
     for k, z in zip(block.rungs, block.states):
         mine = rungs is None or k in rungs
-        local.append(rung_log_likelihood(kernel, k, z) if mine else kernel._ll[k])
-    kernel._ll = block.gather(local)
+        local.append(rung_log_likelihood(run, k, z) if mine else run.ll[k])
+    run.ll = block.gather(local)
 
 
-def crossed_bridge(kernel, attempts):
+def crossed_bridge(run, attempts):
     """Whether a swap round's ``attempts`` moved states across the bridge."""
-    legs = kernel._ladder.legs
+    legs = run.ladder.legs
     return legs is not None and legs.stabilized and any(
         pair == legs.bridge and accepted for pair, accepted, _ in attempts)

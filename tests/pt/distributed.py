@@ -33,7 +33,7 @@ def run_linear(kernel_kwargs, num_samples=20, warmup_steps=10, seed=0):
     mcmc = MCMC(kernel, num_samples, warmup_steps, disable_progbar=True)
     mcmc.run(*linear_data())
     diag = mcmc.diagnostics()
-    if kernel._rungs.comm.rank == 0:
+    if kernel.run.comm.rank == 0:
         # After the run, one rank alone may ask the kernel (e.g. to plot): no collective.
         assert kernel.diagnostics()["swap_acceptance"] == diag["swap_acceptance"]["chain 0"]
     return {
@@ -43,7 +43,7 @@ def run_linear(kernel_kwargs, num_samples=20, warmup_steps=10, seed=0):
         "swap_acceptance": diag["swap_acceptance"]["chain 0"],
         "local_acceptance": diag["local_acceptance"]["chain 0"],
         "round_trips": diag["round_trips"]["chain 0"],
-        "world_size": kernel._rungs.comm.world_size,
+        "world_size": kernel.run.comm.world_size,
         "temperatures": kernel.temperatures,
         # Every number of the report but the seconds (each rank's own clock).
         "report": kernel.report.drop(columns="seconds").to_dict("list"),

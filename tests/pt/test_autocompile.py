@@ -20,6 +20,7 @@ from pyro_pt import ParallelTempering, autocompile
 from pyro_pt.autocompile import FRACTION, AutoCompile
 from pyro_pt.comm import LocalComm
 from pyro_pt.potential import FunctionalSplit, ModelSplit, compiled, torch_compat
+from pyro_pt.rounds import RoundEnd
 
 from . import models
 from .distributed import run_linear, run_linear_switching, spawn
@@ -98,7 +99,8 @@ def test_the_switch_leaves_the_draws_those_of_the_engine(records, failing_induct
 def test_random_walk_metropolis_never_switches(records, failing_inductor, monkeypatch):
     expect(monkeypatch, 0.0)  # it would pay, but rwmh uses no gradient graph
     kernel, _ = run("auto", "rwmh")
-    assert kernel.explorer_info["compile"].startswith("TorchScript: random-walk Metropolis")
+    assert kernel.explorer_info["compile"].startswith("TorchScript: explorer 'rwmh' takes no "
+                                                      "gradients")
     assert failing_inductor == []
 
 
@@ -111,14 +113,14 @@ def test_a_switch_re_evaluates_every_state_and_rebuilds_every_graph(records, fai
     torch.set_num_threads(1)  # replicas looped: the fused step (vmapped ones have none)
     try:
         kernel, _ = run("torchscript", explorer)  # a finished run, switched by hand
-        fast, explorers = kernel._fast, kernel._rungs.explorers
+        fast, explorers = kernel.run.fast, kernel.run.rungs.explorers
         graphs = {k: v for k, v in fast.compiled._graphs.items() if k[0] == "grads"}
         steps = dict(fast.fused._steps)
         cleared = []
         if explorer == "nuts":  # Pyro's kernels keep their own cache of the state's density
             monkeypatch.setattr(type(explorers[0]), "replace_state",
                                 lambda self: cleared.append(self))
-        AutoCompile(fast, LocalComm(), [], 20, 0).switch(kernel, 20, "by hand (took {took})")
+        AutoCompile(fast, LocalComm(), [], 20, 0).switch(kernel.run, 20, "by hand (took {took})")
     finally:
         torch.set_num_threads(threads)
     assert len(failing_inductor) == 1  # the graph was compiled again
@@ -141,20 +143,20 @@ def test_the_decision_is_the_compile_against_five_percent_of_the_projected_run(
     # left, a projection of 2.9 s (5 %: 0.145 s). Scan 12: the round's 8 scans took 0.56 s,
     # 0.07 s a scan, 108 scans left: 7.56 s (5 %: 0.378 s).
     fast = FunctionalSplit(ModelSplit(models.linear_model, models.linear_data()))
-    kernel = types.SimpleNamespace(explorer="hmc", explorer_info={}, _reference=None,
-                                   _rungs=types.SimpleNamespace(explorers=[]))
+    run = types.SimpleNamespace(options=types.SimpleNamespace(explorer="hmc"), explorer_info={},
+                                reference=None, rungs=types.SimpleNamespace(explorers=[]))
     outcomes = {}
     for expected in (0.37, 0.39):
         expect(monkeypatch, expected)
         switch = AutoCompile(fast, LocalComm(), [4, 12], 20, 100)
-        kernel._t, kernel.timings = 4, {"explorers": 0.1}
-        switch.after_scan(kernel)
+        run.timings = {"explorers": 0.1}
+        switch.end_round(run, RoundEnd(4, "warmup round"))
         assert switch.switched_at is None
-        assert f"over {FRACTION:.0%} of the 2.9 s" in kernel.explorer_info["compile"]
-        kernel._t, kernel.timings = 12, {"explorers": 0.66}
-        switch.after_scan(kernel)
+        assert f"over {FRACTION:.0%} of the 2.9 s" in run.explorer_info["compile"]
+        run.timings = {"explorers": 0.66}
+        switch.end_round(run, RoundEnd(12, "warmup round"))
         outcomes[expected] = switch.switched_at
-        assert "of the 7.6 s the explorers" in kernel.explorer_info["compile"]
+        assert "of the 7.6 s the explorers" in run.explorer_info["compile"]
     assert outcomes == {0.37: 12, 0.39: None}
     assert len(failing_inductor) == 1
 

@@ -184,8 +184,8 @@ def test_explorer_given_as_a_kernel_class_is_its_factory():
     kernel = ParallelTempering(linear_model, num_replicas=2, max_temperature=10.0, explorer=NUTS,
                                explorer_kwargs={"max_tree_depth": 2})
     MCMC(kernel, 3, 3, disable_progbar=True).run(*linear_data())
-    assert all(isinstance(e.kernel, NUTS) for e in kernel._rungs.explorers)
-    assert [e.kernel._max_tree_depth for e in kernel._rungs.explorers] == [2, 2]
+    assert all(isinstance(e.kernel, NUTS) for e in kernel.run.rungs.explorers)
+    assert [e.kernel._max_tree_depth for e in kernel.run.rungs.explorers] == [2, 2]
 
 
 def test_sites_that_change_between_runs_are_named():
@@ -244,7 +244,7 @@ def test_a_shape_bug_names_the_site_at_setup():
             r"\(\), its value has shape \(8,\)") as caught:
         setup(kernel)
     assert isinstance(caught.value.__cause__, RuntimeError)
-    assert kernel._rungs is None  # refused before any rung was built
+    assert kernel.run is None  # refused before any rung was built
 
 
 def test_to_inference_data_wants_the_mcmc_that_ran():

@@ -100,10 +100,10 @@ def run_config(name):
     assert diagnostics.pop("adaptation_history") == kernel.adaptation_history
     # Added after the record: the rungs' raised targets, which local_diagnostics hold.
     assert diagnostics.pop("raised_target_accept_probs") == [
-        e.diagnostics().get("target accept prob") for e in kernel._rungs.explorers]
+        e.diagnostics().get("target accept prob") for e in kernel.run.rungs.explorers]
     diagnostics["log_Z_meaning"] = diagnostics["log_Z_meaning"].split(UNRELIABLE)[0]
     # Tempered restarts, counted after the record: the index process's own count.
-    assert diagnostics.pop("restarts") == kernel._recorder.index.restarts
+    assert diagnostics.pop("restarts") == kernel.run.recorder.index.restarts
     # Wall-clock seconds, added after the record (and shown on the progress bar when long).
     explorer_info = dict(kernel.explorer_info)
     assert explorer_info.pop("setup_seconds") > 0.0
@@ -123,7 +123,7 @@ def run_config(name):
         "temperatures": kernel.temperatures,
         "explorer_info": explorer_info,
         "logging": logging,
-        "local_diagnostics": [e.diagnostics() for e in kernel._rungs.explorers],
+        "local_diagnostics": [e.diagnostics() for e in kernel.run.rungs.explorers],
     })
 
 

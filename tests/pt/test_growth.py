@@ -42,7 +42,7 @@ def test_too_few_rungs_grow_to_the_recommended_number():
     assert grown and abs(kernel.num_replicas - recommended_replicas(exact)) <= 1
     assert kernel.temperatures[0] == 1.0 and kernel.temperatures[-1] == pytest.approx(1e6)
     # Every rung's explorer targets its ladder's beta, new ones included.
-    explorers = kernel._rungs.explorers
+    explorers = kernel.run.rungs.explorers
     assert len(explorers) == len(kernel.betas) == kernel.num_replicas
     assert [e.beta for e in explorers] == pytest.approx(kernel.betas, rel=1e-12)
     diag = kernel.diagnostics()

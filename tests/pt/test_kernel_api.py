@@ -55,7 +55,7 @@ def test_shapes_constrained_values_and_diagnostics():
     attempted = ~torch.isnan(record["swap_accepted"])
     assert (attempted.sum(1) == 1).all()
     # The cold rung's recorded ll is that of the returned sample.
-    split_ll = kernel._split.log_densities(
+    split_ll = kernel.run.split.log_densities(
         {k: kernel.transforms[k](v[-1]) for k, v in samples.items()}
     )[1]
     assert float(record["log_likelihood"][-1, 0]) == pytest.approx(float(split_ll), rel=1e-5)
@@ -230,8 +230,8 @@ def test_hmc_num_steps_stays_fixed_while_the_step_size_adapts(data):
     kernel = ParallelTempering(linear_model, num_replicas=3, max_temperature=10.0,
                                explorer="hmc", explorer_kwargs={"num_steps": 3})
     run(kernel, *data, num_samples=5, warmup_steps=30)
-    step_sizes = [explorer.step_size for explorer in kernel._rungs.explorers]
-    assert [explorer.num_steps for explorer in kernel._rungs.explorers] == [3, 3, 3]
+    step_sizes = [explorer.step_size for explorer in kernel.run.rungs.explorers]
+    assert [explorer.num_steps for explorer in kernel.run.rungs.explorers] == [3, 3, 3]
     assert len(set(step_sizes)) == 3  # adapted per rung
     assert kernel.explorer_info["explorer"] == "hmc (batched)"
     assert kernel.explorer_info["potential"] == "functional"

@@ -177,7 +177,7 @@ def gamma_lockstep_run(seed=3, draws=20):
     mcmc = MCMC(kernel, num_samples=draws, warmup_steps=draws, disable_progbar=True)
     mcmc.run(torch.tensor([0.5, 2.0]))
     assert kernel.explorer_info["leapfrog"] == "lockstep"
-    plan = kernel._rungs.explorers[0].group.engine._plan()
+    plan = kernel.run.rungs.explorers[0].group.engine._plan()
     return mcmc.get_samples(), [step.loop is not None for *_, step in plan]
 
 

@@ -152,7 +152,7 @@ def rung(explorer, explorer_kwargs, beta=0.7):
                                   RandomStream(3), potential)
     pyro.set_rng_seed(0)
     z = fast.initial_point()
-    explorer.setup(z, warmup_steps=6)
+    explorer.setup([z], warmup_steps=6)
     return explorer, z
 
 

@@ -42,10 +42,10 @@ def _rung_errors(kernel, mcmc, y):
     """Per rung: (mean ll' - its closed form) / its standard error, under the final q (on the
     prior's leg of a stabilized ladder, under the prior: ll' is then the model's ll)."""
     mean, cov = sum_posterior(y)
-    q = kernel._reference
+    q = kernel.run.reference
     q_cov = torch.diag(q.scale**2) if q.scale_tril is None else q.scale_tril @ q.scale_tril.T
     prior = torch.zeros(2, dtype=y.dtype), torch.eye(2, dtype=y.dtype) * SUM_PRIOR_SCALE**2
-    legs = kernel._ladder.legs
+    legs = kernel.run.ladder.legs
     record = mcmc.diagnostics()["tempering_record"]["chain 0"]["log_likelihood"]
     errors = []
     for k, beta in enumerate(kernel.betas):
@@ -83,7 +83,7 @@ def test_every_rung_samples_its_target_and_the_cold_rung_the_posterior(num_repli
         assert kernel.explorer_info["reference"] == "diagonal Gaussian (AutoNormal)"
     else:
         kernel, mcmc, y = _variational_run(num_replicas, explorer)
-        assert kernel._reference.fits >= 2 and "full-rank" in kernel.explorer_info["reference"]
+        assert kernel.run.reference.fits >= 2 and "full-rank" in kernel.explorer_info["reference"]
     assert kernel.betas[-1] == 0.0  # the default ladder ends at q, drawn exactly
     if explorer != "nuts":  # the model's fused step, then q's terms (TorchScript: no lockstep)
         assert kernel.explorer_info["leapfrog"] == "fused"
@@ -170,7 +170,7 @@ def test_the_fitted_reference_approaches_the_posterior():
     kernel = ParallelTempering(gaussian_model, num_replicas=3, explorer="hmc",
                                reference="variational")
     MCMC(kernel, warmup_steps=300, num_samples=50, disable_progbar=True).run(y)
-    q, sd = kernel._reference, 1 / math.sqrt(n + 1)
+    q, sd = kernel.run.reference, 1 / math.sqrt(n + 1)
     assert q.kind == "full-rank"
     assert ((q.mean - y.sum(0) / (n + 1)).abs() / sd).max() < 0.6
     variance = torch.diagonal(q.scale_tril @ q.scale_tril.T) / sd**2
@@ -195,7 +195,7 @@ def test_a_fitted_autoguide_is_the_reference_in_the_sorted_flat_order(guide_clas
         svi.step(y)
     kernel = ParallelTempering(two_sites, num_replicas=3, explorer="hmc", reference=guide)
     MCMC(kernel, warmup_steps=60, num_samples=40, disable_progbar=True).run(y)
-    q = kernel._reference
+    q = kernel.run.reference
     assert kernel.explorer_info["reference"].endswith(f"({guide_class.__name__})")
     if guide_class is AutoNormal:
         loc, scale = guide.locs, guide.scales
@@ -247,8 +247,8 @@ def test_a_variational_run_resumes_bitwise(scan, num_replicas, legs, tmp_path):
     kernel = ParallelTempering.resume(path, linear_model)
     resumed = run(kernel, 70 - scan, 10, seed=123)
     assert_continues(full, resumed)
-    assert kernel._reference.fits == 2  # at the ends of scans 28 and 60
-    assert kernel._ladder.legs == (legs and Legs(legs))
+    assert kernel.run.reference.fits == 2  # at the ends of scans 28 and 60
+    assert kernel.run.ladder.legs == (legs and Legs(legs))
 
 
 def test_a_stuck_run_against_a_fitted_reference_says_to_compare_with_the_prior():
@@ -267,6 +267,6 @@ def test_a_stuck_run_against_a_fitted_reference_says_to_compare_with_the_prior()
 
 def test_a_reference_never_fitted_in_a_short_warmup_says_so():
     kernel, _, _ = _sum_run(3, warmup=10, samples=20)  # one round end, at scan 4: 4 draws
-    assert kernel._reference.fits == 0
+    assert kernel.run.reference.fits == 0
     unfitted = [w for w in kernel.diagnostics()["warnings"] if "never fitted" in w]
     assert len(unfitted) == 1 and "scans [4]" in unfitted[0] and "warm up longer" in unfitted[0]

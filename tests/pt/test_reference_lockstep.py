@@ -95,7 +95,7 @@ def test_a_variational_run_in_lockstep_samples_every_rung():
     mcmc = MCMC(kernel, warmup_steps=300, num_samples=1000, disable_progbar=True)
     mcmc.run(y)
     assert kernel.explorer_info["leapfrog"] == "lockstep", kernel.explorer_info
-    assert kernel._ladder.legs is not None  # both legs: against q and against the prior
+    assert kernel.run.ladder.legs is not None  # both legs: against q and against the prior
     errors = _rung_errors(kernel, mcmc, y)
     assert max(abs(e) for e in errors) < 4.5, errors
     theta = mcmc.get_samples()["theta"]

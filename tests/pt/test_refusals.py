@@ -92,7 +92,7 @@ def test_a_random_subsample_is_refused_at_set_up_naming_the_plate(model, plate, 
     message = str(caught.value)
     assert "use the whole data (leave out subsample_size)" in message
     assert "pyro.infer.SVI" in message and "pyro_subnet.SubnetworkLaplace" in message
-    assert kernel._rungs is None  # refused before any rung was built
+    assert kernel.run is None  # refused before any rung was built
     if model is not random_subsample_of_latents:  # (Pyro's own first trace fails on that one)
         with pytest.raises(NotImplementedError, match="does not support model with subsample"):
             MCMC(NUTS(model), 5, 5, disable_progbar=True).run(Y)
@@ -107,7 +107,7 @@ def test_a_fixed_or_whole_subsample_is_one_log_density_and_runs(model, scale):
     expected = scale * dist.Normal(0.3, 1.0).log_prob(Y[idx]).sum()
     assert float(split.log_densities({"mu": torch.tensor(0.3)})[1]) == pytest.approx(
         float(expected), rel=1e-6)
-    assert run(kernel_of(model))._rungs is not None
+    assert run(kernel_of(model)).run is not None
 
 
 def test_an_improper_prior_without_a_starting_value_names_the_site():
@@ -117,14 +117,14 @@ def test_an_improper_prior_without_a_starting_value_names_the_site():
             r"from, and init_strategy=init_to_uniform starts from a draw of the prior: pass "
             r"init_strategy=init_to_value\(values=\{'mu': <a starting value>\}\)")):
         run(kernel)
-    assert kernel._rungs is None
+    assert kernel.run is None
     with pytest.raises(NotImplementedError, match="ImproperUniform does not support sampling"):
         MCMC(NUTS(improper), 5, 5, disable_progbar=True).run(Y)  # Pyro's, for comparison
     # with a starting value it runs, to a finite hot end (the prior cannot be drawn either)
     started = kernel_of(improper, init_strategy=init_to_value(values={"mu": torch.tensor(0.0)}))
     with pytest.warns(TemperingWarning, match="'mu' has an improper prior"):
         kernel = run(started)
-    assert kernel._rungs is not None and math.isfinite(kernel.temperatures[-1])
+    assert kernel.run is not None and math.isfinite(kernel.temperatures[-1])
 
 
 @pytest.mark.parametrize("model, family", [(poisson_latent, "Poisson"),
@@ -135,7 +135,7 @@ def test_a_discrete_latent_is_refused_naming_the_site(model, family):
     with pytest.raises(TypeError, match=rf"latent site 'k' is discrete \({family}\): discrete "
                                         r"latents are unsupported by ParallelTempering"):
         run(kernel)
-    assert kernel._rungs is None
+    assert kernel.run is None
 
 
 def test_an_enumerate_annotation_on_a_continuous_site_changes_nothing():
@@ -154,7 +154,7 @@ def test_an_enumerate_annotation_on_a_continuous_site_changes_nothing():
     want = ModelSplit(plain, (Y,)).log_densities(z)
     assert [float(t) for t in got] == [float(t) for t in want]
     assert float(got[1]) == pytest.approx(float(dist.Normal(0.4, 1.0).log_prob(Y).sum()), rel=1e-6)
-    assert run(kernel_of(annotated))._rungs is not None
+    assert run(kernel_of(annotated)).run is not None
 
 
 def test_a_scaled_observed_plate_is_scaled_in_the_likelihood():

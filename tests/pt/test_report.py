@@ -21,7 +21,7 @@ def run(warmup=40, samples=100, progress=False, adapt=True):
                                explorer="rwmh", adapt_temperatures=adapt)
     ll_per_scan = []
     mcmc = MCMC(kernel, samples, warmup, disable_progbar=not progress,
-                hook_fn=lambda k, params, stage, i: ll_per_scan.append(list(k._ll)))
+                hook_fn=lambda k, params, stage, i: ll_per_scan.append(list(k.run.ll)))
     mcmc.run(*linear_data())
     return kernel, mcmc, torch.tensor(ll_per_scan, dtype=torch.float64)
 
@@ -77,7 +77,7 @@ def test_restarts_per_round_follow_the_lineages():
     positions = []
     mcmc = MCMC(kernel, 60, 40, disable_progbar=True,
                 hook_fn=lambda k, params, stage, i: positions.append(
-                    list(k._recorder.index.lineage)))
+                    list(k.run.recorder.index.lineage)))
     mcmc.run(*linear_data())
     fresh, restarts = {2}, []  # lineage 2 starts at the hot end, drawn from the prior
     for lineage in positions:
@@ -142,20 +142,31 @@ def test_rounds_count_swap_rounds_when_swaps_are_sparse():
 
 
 def test_a_round_with_an_untried_pair_keeps_the_ladder():
+    from types import SimpleNamespace
+
     from pyro_pt.comm import LocalComm
     from pyro_pt.ladder import Ladder, temperatures_of
     from pyro_pt.recorders import TemperingRecorder
     from pyro_pt.report import Report
+    from pyro_pt.rounds import LadderAdaptation, ReportRow, RoundSchedule
 
     betas = [1.0, 0.5, 0.1]
     ladder = Ladder(temperatures_of(betas))
-    recorder = TemperingRecorder(3, warmup_steps=20)
-    report = Report(warmup_steps=20, adapt=True, comm=LocalComm())
+    run = SimpleNamespace(ladder=ladder, recorder=TemperingRecorder(3, warmup_steps=20),
+                          report=Report(warmup_steps=20, comm=LocalComm()), growth=None,
+                          rungs=SimpleNamespace(rungs=[], explorers=[]))
+    schedule = RoundSchedule(20, 1, [ReportRow(), LadderAdaptation()])
 
     def scan(attempts):
-        recorder.record_swaps(attempts)
-        recorder.record_scan([0.0] * 3, [math.nan] * 2)
-        return report.after_scan(ladder, recorder, True)
+        """One scan; the ladder's new betas where its round's end moved them, else None."""
+        history = len(ladder.history)
+        before = list(ladder.betas)
+        run.recorder.record_swaps(attempts)
+        run.recorder.record_scan([0.0] * 3, [math.nan] * 2)
+        run.scans = run.recorder.scans
+        schedule.after_scan(run)
+        moved = len(ladder.history) > history and ladder.betas != before
+        return list(ladder.betas) if moved else None
 
     for _ in range(1, 4):
         assert scan([(0, True, 0.9)]) is None

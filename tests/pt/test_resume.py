@@ -231,7 +231,7 @@ def test_a_default_run_resumed_before_it_grows_grows_as_the_uninterrupted_run(tm
     path = str(tmp_path / "grows.pt")
     pyro.set_rng_seed(0)
     whole = MCMC(kernel(), 40, 300, disable_progbar=True,
-                 hook_fn=lambda k, *_: k._t == 100 and k.checkpoint(path))
+                 hook_fn=lambda k, *_: k.run.scans == 100 and k.checkpoint(path))
     whole.run(10**6)
     grown = whole.kernel.num_replicas
     assert grown > 8  # the barrier of 10^6 points calls for more than the 8 it starts with

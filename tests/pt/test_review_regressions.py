@@ -12,7 +12,7 @@ from .models import gaussian_data, gaussian_model, linear_data, linear_model
 
 
 def _rung_betas(kernel):
-    return [explorer.beta for explorer in kernel._rungs.explorers]
+    return [explorer.beta for explorer in kernel.run.rungs.explorers]
 
 
 @pytest.mark.parametrize("explorer", ["hmc", "rwmh"])

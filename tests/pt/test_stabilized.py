@@ -103,7 +103,7 @@ def _cold_ll_gap(kernel, mcmc):
     draws (the sampling phase: q is fixed)."""
     record = mcmc.diagnostics()["tempering_record"]["chain 0"]["log_likelihood"][:, 0]
     theta = mcmc.get_samples()["theta"]
-    recomputed = torch.tensor([stabilized.rung_log_likelihood(kernel, 0, {"theta": t})
+    recomputed = torch.tensor([stabilized.rung_log_likelihood(kernel.run, 0, {"theta": t})
                                for t in theta], dtype=torch.float64)
     return float((record.to(torch.float64) - recomputed).abs().max())
 
@@ -114,7 +114,7 @@ def test_every_rung_of_both_legs_samples_its_target():
     assert kernel.betas[2] == kernel.betas[4] == 0.0 and kernel.betas[3] == 1.0
     # one batched group per leg: rungs 0-1 against q, rung 3 the prior's
     groups = {}
-    for k, explorer in enumerate(kernel._rungs.explorers):
+    for k, explorer in enumerate(kernel.run.rungs.explorers):
         if isinstance(explorer, HMCRung):
             groups.setdefault(id(explorer.group), []).append(k)
     assert sorted(groups.values()) == [[0, 1], [3]]
@@ -140,7 +140,7 @@ def test_where_the_settings_allow_no_second_leg_the_run_says_why():
         pyro.set_rng_seed(0)
         kernel = ParallelTempering(sum_model, explorer="rwmh", reference="variational", **kwargs)
         MCMC(kernel, warmup_steps=2, num_samples=2, disable_progbar=True).run(sum_data())
-        assert kernel._ladder.legs is None and why in kernel.explorer_info["legs"]
+        assert kernel.run.ladder.legs is None and why in kernel.explorer_info["legs"]
 
 
 def test_a_q_far_from_the_posterior_costs_the_reference_leg_not_the_run(monkeypatch):
@@ -171,7 +171,7 @@ def test_a_q_far_from_the_posterior_costs_the_reference_leg_not_the_run(monkeypa
 
 def test_the_stabilized_ladder_is_that_of_a_run():
     kernel, _, _ = _run(num_replicas=5, warmup=0, samples=3)
-    assert kernel._ladder.initial == stabilized.stabilized_ladder(5).initial
+    assert kernel.run.ladder.initial == stabilized.stabilized_ladder(5).initial
 
 
 def test_two_stuck_chains_interleaved_by_the_bridge_do_not_narrow_q():

@@ -267,7 +267,7 @@ def test_cold_rung_accepts_near_the_target_after_warmup(model, explorer_kwargs):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             mcmc.run()
-        cold = kernel._rungs.explorers[0]
+        cold = kernel.run.rungs.explorers[0]
         assert cold.beta == 1.0
         d = cold.diagnostics()
         runs.append((d["acceptance rate"], d.get("target accept prob", 0.8),

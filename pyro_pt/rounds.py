@@ -1,0 +1,102 @@
+"""When a run's rounds end, computed once, and the ordered steps that run at each end.
+
+Warmup runs in rounds of doubling length (4, 8, 16, ... swap rounds, ending before the warmup
+does; :func:`~pyro_pt.ladder.warmup_round_ends`); the sampling phase is reported at doubling
+scan counts (16, 32, 64, ... after the warmup). A scan that ends one of them is a
+:class:`RoundEnd`, of one of three kinds:
+
+- ``"warmup round"``: the end of an adaptation round of warmup;
+- ``"warmup"``: the last scan of warmup (it ends the warmup's last, partial round);
+- ``"sampling"``: a row of the sampling phase's report.
+
+At each round end the :class:`RoundSchedule` runs its steps in order, each an object with one
+method ``end_round(run, end)`` that acts on the kinds it is for: the report's row
+(:class:`ReportRow`), the ladder's adaptation and growth (:class:`LadderAdaptation`), the
+reference's fit (:class:`~pyro_pt.reference.refit.Refitting`) and the compile switch
+(:class:`~pyro_pt.autocompile.AutoCompile`). After them the next round begins: its swap
+statistics, ll record and report counts start afresh (the sampling phase's from its start).
+
+Pigeons.jl's ``pigeons()`` loop has the same shape: after each round, reduce the recorders,
+adapt the tempering, then the explorers, report and checkpoint.
+"""
+
+from collections import namedtuple
+
+from .ladder import warmup_round_ends
+
+RoundEnd = namedtuple("RoundEnd", ["scan", "kind"])
+
+FIRST_SAMPLING_ROW = 16  # scans after the warmup; the rows then double
+
+
+class RoundSchedule:
+    """
+    The round ends of one run and the steps at each.
+
+    :param int warmup_steps: the run's warmup scans.
+    :param int swap_interval: scans between swap rounds (rounds are counted in swap rounds).
+    :param list steps: the round-end steps, in the order they run.
+    """
+
+    def __init__(self, warmup_steps, swap_interval, steps=()):
+        self.warmup_steps = warmup_steps
+        self.warmup_ends = frozenset(warmup_round_ends(warmup_steps, swap_interval))
+        self.steps = list(steps)
+
+    def end_at(self, scan):
+        """The :class:`RoundEnd` that ``scan`` is, or None."""
+        if scan in self.warmup_ends:
+            return RoundEnd(scan, "warmup round")
+        if scan == self.warmup_steps:
+            return RoundEnd(scan, "warmup")
+        after = scan - self.warmup_steps
+        if after >= FIRST_SAMPLING_ROW and after & (after - 1) == 0:  # a power of two
+            return RoundEnd(scan, "sampling")
+        return None
+
+    def after_scan(self, run):
+        """Where the scan just recorded ends a round: its steps, then the next round."""
+        end = self.end_at(run.scans)
+        if end is None:
+            return
+        for step in self.steps:
+            step.end_round(run, end)
+        if end.kind == "warmup round":
+            run.recorder.begin_round()
+        elif end.kind == "warmup":
+            run.recorder.begin_sampling()
+        if end.kind != "sampling":
+            run.report.begin_round(end.scan, run.recorder.index)
+
+
+class ReportRow:
+    """The report's row of each round (:mod:`pyro_pt.report`); at the end of warmup, the
+    warning when the barrier calls for more rungs than the ladder has."""
+
+    def end_round(self, run, end):
+        if end.kind == "warmup round":
+            pairs = run.recorder.round_pair_barriers(run.ladder.betas)
+            run.report.add_row("warmup", end.scan, run.ladder.betas, run.recorder, pairs)
+        elif end.kind == "warmup":
+            run.report.add_row("warmup", end.scan, run.ladder.betas, run.recorder)
+            run.report.check_rungs(run.recorder.legs)
+        else:
+            run.report.add_row("sampling", end.scan, run.ladder.betas, run.recorder)
+
+
+class LadderAdaptation:
+    """At a warmup round's end, with ``adapt_temperatures``: the ladder moves its rungs to
+    equal increments of the round's barrier (:meth:`~pyro_pt.ladder.Ladder.adapt`), or grows
+    where the barrier calls for more rungs (:mod:`pyro_pt.growth`); the explorers then target
+    their rungs' new betas."""
+
+    def end_round(self, run, end):
+        if end.kind != "warmup round":
+            return
+        recorder, ladder = run.recorder, run.ladder
+        pairs = recorder.round_pair_barriers(ladder.betas)
+        betas = ladder.adapt(end.scan, recorder.round.rejection_rates(), pairs)
+        if betas is None or (run.growth and run.growth.grow(run)):
+            return
+        for k, explorer in zip(run.rungs.rungs, run.rungs.explorers):
+            explorer.set_beta(betas[k])

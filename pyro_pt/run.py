@@ -1,0 +1,82 @@
+"""The state of one tempered run, in one plain object.
+
+A :class:`Run` is built by the kernel's set-up (:func:`pyro_pt.rungs.set_up_run`) and passed
+to every part that reads or changes the run: the round-end steps (:mod:`pyro_pt.rounds`),
+the growth of the ladder, the reference's fits, the compile switch, checkpoints and the
+report. No part reaches into the kernel; the kernel holds its run as :attr:`ParallelTempering.run
+<pyro_pt.ParallelTempering.run>` and reads its public properties from it. A new run (another
+``MCMC.run``) is a new :class:`Run`.
+
+The settings a run was asked for are :class:`Options`, a snapshot of the kernel's
+constructor arguments at set-up.
+"""
+
+import torch
+
+
+class Options:
+    """
+    What one run was asked for: the kernel's constructor arguments (as given, ``reference`` and
+    ``transforms`` included), and what the constructor concluded from them.
+
+    :param dict values: ``name -> value``; each becomes an attribute.
+    """
+
+    def __init__(self, **values):
+        vars(self).update(values)
+
+    def __repr__(self):
+        return f"Options({', '.join(sorted(vars(self)))})"
+
+
+class Run:
+    """
+    The state of one run (see the module).
+
+    :param Options options: the run's settings.
+    :param comm: the run's communicator (:mod:`pyro_pt.comm`).
+    :param Ladder ladder: the run's ladder (:mod:`pyro_pt.ladder`), the one source of its betas.
+    :param int warmup_steps: the whole run's warmup scans (a resumed run's included).
+    """
+
+    def __init__(self, options, comm, ladder, warmup_steps):
+        self.options = options
+        self.comm = comm
+        self.ladder = ladder
+        self.warmup_steps = warmup_steps
+        self.split = None  # the model's ModelSplit
+        self.fast = None  # its captured graphs (FunctionalSplit), where a rung is tempered
+        self.reference = None  # a GaussianReference, None for the prior
+        self.rungs = None  # this rank's RungBlock
+        self.ll = None  # the K rungs' log-likelihoods, in rung order, on every rank
+        self.swap_generator = None  # the swaps' stream, the same on every rank
+        self.recorder = None  # TemperingRecorder
+        self.report = None  # Report
+        self.schedule = None  # the round-end steps (pyro_pt.rounds)
+        self.growth = None  # Growth of a growing ladder, else None
+        self.refitting = None  # Refitting of a variational reference, else None
+        self.autocompile = None  # AutoCompile of compile="auto", else None
+        self.explorer_info = {}
+        self.timings = {"explorers": 0.0, "total": 0.0}  # seconds in sample()
+        self.initial_state = None  # the cold rung's at the start: what MCMC records first
+        self.fingerprint = None  # of the model and data, at the first checkpoint
+        self.resume_from = None  # (path, header) of the checkpoint a resumed run continues
+        self.resume_payload = None
+        self.draws_before = 0  # draws of the run before it was resumed
+
+    @property
+    def scans(self):
+        """Scans done."""
+        return self.recorder.scans
+
+    @property
+    def betas(self):
+        return list(self.ladder.betas)
+
+    @property
+    def num_replicas(self):
+        return len(self.ladder.betas)
+
+    def swap_seed(self, seed):
+        """The swaps' stream from its seed (the same on every rank)."""
+        self.swap_generator = torch.Generator().manual_seed(seed)

@@ -1,0 +1,137 @@
+"""The set-up of a run: from the kernel's options and the model call to a :class:`~pyro_pt.run.Run`.
+
+In order: the model's split and the checks that need it (random subsampling, the hot end the
+prior allows, a stabilized ladder's legs, a resumed run's model and data); the reference; the
+captured graphs; this rank's block of rungs (:mod:`pyro_pt.rungs`); the recorder, the report
+and the round schedule with its steps (:mod:`pyro_pt.rounds`). Every rank agrees on the set-up
+or every rank stops with the reason (:func:`~pyro_pt.rungs.set_up_rungs`).
+"""
+
+import time
+import warnings
+
+from .autocompile import AutoCompile
+from .explain import model_errors, refuse_random_subsampling
+from .fingerprint import check_same_model
+from .growth import Growth
+from .health import TemperingWarning
+from .ladder import Ladder, geometric_ladder
+from .options import FALLBACK_MAX_TEMPERATURE, check_split, shared_settings
+from .potential import FunctionalSplit, ModelSplit, torch_compat
+from .random import reference_seed
+from .recorders import TemperingRecorder
+from .reference import is_prior, make_reference
+from .reference.refit import Refitting
+from .reference.stabilized import stabilize
+from .report import Report
+from .rounds import LadderAdaptation, ReportRow, RoundSchedule
+from .rungs import set_up_rungs
+from .explorers import build_rungs
+
+
+def default_hot_end_refusal(run, split, betas):
+    """Why the default ladder's exact prior rung cannot be drawn for this model (the site and
+    its reason), or None where it can or was not the default."""
+    options = run.options
+    if not (options.exact_hot_end_default and is_prior(options.reference) and betas[-1] == 0.0):
+        return None
+    return split.prior_refusal()
+
+
+def finite_hot_end(run, why):
+    """Where the prior cannot be drawn exactly (``why`` names the site): the run's ladder
+    becomes the geometric one to T = 50, said on rank 0 (as the review is). Returns its betas."""
+    run.ladder = Ladder(geometric_ladder(run.num_replicas, FALLBACK_MAX_TEMPERATURE))
+    if run.comm.rank == 0:
+        warnings.warn(
+            f"ParallelTempering: the default hottest rung is the prior, drawn exactly, but "
+            f"{why}. Falling back to a finite hottest temperature T = "
+            f"{FALLBACK_MAX_TEMPERATURE:g}: an MCMC chain that may not cross between modes, "
+            "so the cold chain's mode weights rest on it and tempered restarts are not "
+            "counted. Give the site a proper, unscaled prior for an exact hot end, or pass "
+            "max_temperature= (or temperatures=) to choose the hot end yourself",
+            TemperingWarning, stacklevel=5)
+    return run.betas
+
+
+def _set_up_block(run, args, kwargs):
+    """The split and this rank's rungs (:func:`~pyro_pt.rungs.set_up_rungs`), with errors that
+    name the model's site (:mod:`pyro_pt.explain`). Returns the local log-likelihoods and the
+    seeds."""
+    options, betas, legs = run.options, run.betas, {}
+
+    def make_split():
+        nonlocal betas
+        with model_errors(options.model, args, kwargs):
+            split = ModelSplit(options.model, args, kwargs, options.transforms,
+                               init_strategy=options.init_strategy)
+        refuse_random_subsampling(split)  # before anything runs on a changing log density
+        if not is_prior(options.reference):  # two legs, to q and to the prior, where allowed
+            legs["info"] = stabilize(run, split)
+            betas = run.betas
+        why = default_hot_end_refusal(run, split, betas)
+        if why is not None:
+            betas = finite_hot_end(run, why)
+        check_split(split, betas, options.save_params, options.reference)
+        if run.resume_from:  # before any rung is built: the checkpoint's model and data
+            check_same_model(*run.resume_from, split)
+        return split
+
+    def build(split, rungs, seeds):
+        with model_errors(options.model, args, kwargs, split):
+            # q's first prior draws take the stream after the swaps' (the same on every rank)
+            run.reference = make_reference(options.reference, split, reference_seed(seeds[-1]),
+                                           options.transforms)
+            # the private APIs (pyro_pt.potential.torch_compat) the set-up found missing, and why
+            with torch_compat.recording() as missing:
+                # the captured graphs, the run's: compile="auto" recompiles them
+                # (pyro_pt.autocompile), a growing ladder's new rungs reuse them
+                run.fast = (FunctionalSplit(split, compile=options.compile)
+                            if any(betas[k] > 0.0 for k in rungs) else None)
+                ladder_legs = run.ladder.legs
+                built = build_rungs(run.fast or split, rungs, betas, seeds, split.device,
+                                    options.explorer, options.explorer_kwargs, run.warmup_steps,
+                                    options.initial_params, reference=run.reference,
+                                    referenced=ladder_legs and range(*ladder_legs.spans[0]))
+            if missing:
+                built[3]["private_api"] = missing
+            if legs.get("info"):
+                built[3]["legs"] = legs["info"]
+            return built
+
+    run.rungs, run.split, local_ll, run.explorer_info, seeds = set_up_rungs(
+        run.comm, len(betas), make_split, build, shared_settings(run, run.warmup_steps))
+    return local_ll, seeds
+
+
+def set_up_run(run, args, kwargs):
+    """Fill ``run`` (a :class:`~pyro_pt.run.Run` with its options, communicator, ladder and
+    warmup) for the model call ``(args, kwargs)``; see the module."""
+    options, comm = run.options, run.comm
+    num = run.num_replicas
+    # A default ladder grows in one process only: over several, the rungs' blocks are
+    # fixed at set-up, and the end of warmup says when the barrier calls for more rungs.
+    grows = options.max_replicas and not (options.grows_by_default and comm.world_size > 1)
+    run.growth = grows and Growth(options.max_replicas, comm, run.warmup_steps, num,
+                                  options.swap_interval) or None
+    start = time.perf_counter()
+    local_ll, seeds = _set_up_block(run, args, kwargs)
+    # capture, checks and compilations (a cold Inductor compile: tens of seconds)
+    run.explorer_info["setup_seconds"] = time.perf_counter() - start
+    run.swap_seed(seeds[num])
+    run.ll = run.rungs.gather(local_ll)
+    run.recorder = TemperingRecorder(num, run.warmup_steps, run.ladder.legs,
+                                     run.ladder.exact_hots)
+    run.report = Report(run.warmup_steps, comm, run.growth and run.growth.max_replicas or None)
+    run.explorer_info["reference"] = ("prior" if run.reference is None
+                                      else run.reference.describe())
+    schedule = RoundSchedule(run.warmup_steps, options.swap_interval)
+    if run.reference is not None and options.reference == "variational":
+        run.refitting = Refitting(run.reference, schedule.warmup_ends, run.split.latent_names)
+    # compile="auto": TorchScript, then Inductor from the warmup round's end where it pays
+    run.autocompile = AutoCompile.for_run(run, schedule.warmup_ends)
+    schedule.steps = [ReportRow()] + ([LadderAdaptation()] if options.adapt_temperatures else [])
+    schedule.steps += [step for step in (run.refitting, run.autocompile) if step]
+    run.schedule = schedule
+    return run
+

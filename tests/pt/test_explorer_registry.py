@@ -1,0 +1,109 @@
+"""A new explorer is one class and one registry line: an independence sampler proposing from
+the prior, registered here, runs with swaps, checkpoints, the report and the export, and its
+cold chain is the exact posterior of the conjugate linear model."""
+
+import math
+
+import pytest
+import torch
+
+from pyro_pt import ParallelTempering, to_inference_data
+from pyro_pt.explorers import ExplorerKind, SingleRungExplorer, names, register
+from pyro_pt.explorers.registry import KINDS
+
+from .models import linear_data, linear_model, linear_posterior
+from .test_checkpoint import assert_continues, resume, run
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+class PriorProposals(SingleRungExplorer):
+    r"""Independence Metropolis-Hastings with the prior as proposal: the tempered target
+    :math:`p(z) e^{\beta\, ll(z)}` over the proposal :math:`p(z)` leaves an acceptance
+    probability of :math:`\min(1, e^{\beta (ll(z') - ll(z))})`."""
+
+    def __init__(self, rung):
+        self.stream, self.split, self._beta = rung.stream, rung.split, rung.beta
+        self.moves, self.accepted = 0, 0
+
+    @property
+    def beta(self):
+        return self._beta
+
+    def set_beta(self, beta):
+        self._beta = beta
+
+    def start(self, z, warmup_steps):
+        return z, self.split.log_likelihood(z)
+
+    def move(self, z):
+        ll = self.split.log_likelihood(z)
+        with self.stream:
+            proposal, proposed = self.split.sample_prior()
+            accept = math.log(torch.rand(()).item()) < self._beta * (float(proposed) - ll)
+        self.moves += 1
+        self.accepted += accept
+        return (proposal, float(proposed)) if accept else (z, ll)
+
+    def replace_state(self):
+        pass  # nothing cached
+
+    def diagnostics(self):
+        return {"divergences": [], "acceptance rate": self.accepted / max(self.moves, 1)}
+
+    def logging(self):
+        return {"acc. rate": f"{self.accepted / max(self.moves, 1):.3f}"}
+
+
+@pytest.fixture(autouse=True)
+def independence():
+    register(ExplorerKind("independence", PriorProposals, gradients=False))  # the one line
+    yield
+    del KINDS["independence"]
+
+
+KWARGS = {"num_replicas": 4, "explorer": "independence"}
+
+
+def test_registered_explorer_is_a_name_the_kernel_takes():
+    assert "independence" in names()
+    with pytest.raises(ValueError, match=r"explorer must be one of \('hmc', 'nuts', 'rwmh', "
+                                         r"'independence'\)"):
+        ParallelTempering(linear_model, explorer="independent")
+
+
+def test_registered_explorer_samples_the_posterior_with_swaps_report_and_export():
+    torch.set_num_threads(1)
+    x, y = linear_data()
+    out = run(ParallelTempering(linear_model, **KWARGS), warmup=200, samples=3000,
+              data=(x, y))
+    mean, covariance = linear_posterior(x, y)
+    w = out["w"]
+    # the chain's correlation leaves about 1000 effective draws: standard errors of ~0.01
+    assert torch.allclose(w.mean(0), mean, atol=0.05), (w.mean(0), mean)
+    assert torch.allclose(w.T.cov(), covariance, rtol=0.15, atol=0.01)
+    assert out["swap_accepted"].eq(1).any() and out["round_trips"] > 0
+    assert 0.1 < out["local_acceptance"][0] < 0.9  # the explorer's own diagnostics
+    assert "sampling" in out["report"]
+    kernel = ParallelTempering(linear_model, **KWARGS)
+    mcmc = run_mcmc(kernel, x, y)
+    idata = to_inference_data(mcmc)
+    assert idata.posterior["w"].shape == (1, 20, 2)
+    assert kernel.explorer_info["explorer"] == "independence"
+    assert kernel.explorer_info["compile"].startswith("TorchScript: explorer 'independence' "
+                                                      "takes no gradients")
+
+
+def run_mcmc(kernel, x, y):
+    from pyro.infer import MCMC
+    mcmc = MCMC(kernel, num_samples=20, warmup_steps=20, disable_progbar=True)
+    mcmc.run(x, y)
+    return mcmc
+
+
+def test_registered_explorer_resumes_from_a_checkpoint_as_the_uninterrupted_run(tmp_path):
+    torch.set_num_threads(1)
+    paths = {scan: str(tmp_path / f"scan{scan}.pt") for scan in (12, 27)}
+    full = run(ParallelTempering(linear_model, **KWARGS), warmup=20, samples=15, write=paths)
+    for scan in paths:
+        assert_continues(full, resume(paths[scan], scan, KWARGS, warmup=20, samples=15))
