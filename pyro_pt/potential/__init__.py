@@ -26,6 +26,8 @@ evaluating it gives the traced path's numbers: NaN where distribution validation
   bitwise the same whatever the batch.
 - :mod:`~pyro_pt.potential.functional`: :class:`FunctionalSplit`, the split as the explorers use
   it: the captured graph where it is exact, Pyro's trace elsewhere.
+- :mod:`~pyro_pt.potential.leapfrog`: the leapfrog step, written once over a captured graph,
+  and the unfused step every compiled form of it is checked by.
 
 The accelerators of the compiled path (``compile="inductor"``, ``explorer="hmc"``), one module
 each, each kept for an end-to-end gain that ``benchmarks/ablation.py`` measures by switching
@@ -40,8 +42,8 @@ it off (stated in its docstring; the table is in ``benchmarks/README.md``):
   graph;
 - :mod:`~pyro_pt.potential.direct_call`: the compiled code called past Inductor's wrappers;
 
-Dependencies point one way: layout <- split <- densities <- compiled <- batched <- fused <-
-lockstep <- functional, and constants, direct_call, matmul <- inductor <- capture.
+Dependencies point one way: layout <- split <- densities <- compiled <- batched <- leapfrog <-
+fused <- lockstep <- functional, and constants, direct_call, matmul <- inductor <- capture.
 """
 
 from .compiled import CompiledSplit

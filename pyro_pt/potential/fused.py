@@ -3,13 +3,13 @@
 Where a process's replicas are evaluated one at a time (``batched == "loop"``, the default on
 one CPU thread), each leapfrog step of a slot is one call of one compiled graph: the position
 update, the model's graph, the tempered combination, the finiteness check and the momentum
-update (:func:`leapfrog_step`), run by the single-point graph's engine (Inductor, else
+update (:func:`~pyro_pt.potential.leapfrog.leapfrog_step`), run by the single-point graph's engine (Inductor, else
 TorchScript), instead of a call of the batched potential with the updates in torch around it.
 It is used only where it gives bitwise the unfused step's numbers at the check points.
 Measured gain, end to end (``benchmarks/ablation.py``: whole PT runs, one thread, ranges over
 interleaved rounds): without it the seed BNN's sampling phase (K = 8, Inductor) takes
 1.83-2.10x as long. On small models under Inductor the lockstep step takes precedence; it
-is the vmap of :func:`leapfrog_step` over the slots (:mod:`~pyro_pt.potential.lockstep`).
+is the vmap of the same step over the slots (:mod:`~pyro_pt.potential.lockstep`).
 """
 
 import torch
@@ -17,27 +17,7 @@ import torch
 from . import batched
 from .capture import Uncapturable, capture, compile_graph, forked_rng, keeping_validation
 from .inductor import inductor_compile
-
-
-def leapfrog_step(gm):
-    """
-    One leapfrog step of one point as one function of tensors, for capture:
-    ``(z, p, scaled_eps, kick, beta, *extra) -> (z', p', potential, grad, ll, ok)`` with
-    ``z' = z + scaled_eps p``, the tempered potential at ``z'`` as
-    :func:`~pyro_pt.potential.batched.combine` makes it, ``p' = p - kick grad`` and ``ok``
-    whether the densities and the gradient are finite; ``extra``: more inputs of ``gm`` after
-    the point (a fitted reference's parameters, :mod:`pyro_pt.reference.graph`).
-    """
-
-    def step(z, p, scaled_eps, kick, beta, *extra):
-        z_new = z + scaled_eps * p
-        lp, ll, grad_lp, grad_ll = gm(z_new, *extra)
-        potential, grad = batched.combine(lp, ll, grad_lp, grad_ll, beta)
-        ok = (torch.isfinite(lp) & torch.isfinite(ll) & torch.isfinite(potential)
-              & torch.isfinite(grad).all())
-        return z_new, p - grad * kick, potential, grad, ll, ok
-
-    return step
+from .leapfrog import agrees, check_examples, leapfrog_step
 
 
 class FusedSteps:
@@ -88,22 +68,13 @@ class FusedSteps:
         compiled = self.evaluator.compiled
         points = compiled.check_points(dtype, device)
         fn = leapfrog_step(compiled.fx_graph(dtype, device))
-        p = points[-1] - points[0]
-        kw = {"dtype": dtype, "device": device}
-        examples = [(z, p, torch.full_like(z, 1e-3), torch.tensor(1e-3, **kw),
-                     torch.tensor(beta, **kw)) for z in points for beta in (1.0, 0.5)]
+        examples = check_examples(points)
         with forked_rng(device), keeping_validation():
             gm = capture(fn, *examples[0])
             if compiled.engine_for(dtype, device) == "inductor":
                 step = inductor_compile(gm, *examples[0])
             else:
                 step = batched.Interpreted(compile_graph(gm, *examples[0])[0])
-        for z, p, scaled_eps, kick, beta in examples:
-            with torch.no_grad():
-                out = step(z, p, scaled_eps, kick, beta)
-            z_new = z + scaled_eps * p
-            potential, grad, ll = self.evaluator(z_new[None], beta[None])
-            reference = (z_new, p - grad[0] * kick, potential[0], grad[0], ll[0])
-            if not bool(out[-1]) or not all(torch.equal(a, b) for a, b in zip(out, reference)):
-                raise Uncapturable("the fused leapfrog step is not bitwise the unfused one")
+        if not agrees(step, self.evaluator, examples):
+            raise Uncapturable("the fused leapfrog step is not bitwise the unfused one")
         return step

@@ -2,7 +2,7 @@
 
 On a small model a call of a compiled graph costs far more than its arithmetic: on the
 25-weight BNN of ``benchmarks/vs_numpyro_ess.py`` (one CPU thread, loaded 2-core VM) the fused
-step of one slot (:func:`~pyro_pt.potential.fused.leapfrog_step`) costs ~60-130 us for a few
+step of one slot (:func:`~pyro_pt.potential.leapfrog.leapfrog_step`) costs ~60-130 us for a few
 thousand flops, so running a batched HMC's slots one at a time pays that per slot and step. The
 lockstep step is ``torch.func.vmap`` of the fused step over the slots, compiled by Inductor as
 one graph, and it carries each slot's state: a slot past its own last step, or one that met a
@@ -28,10 +28,10 @@ phase takes 5.1-6.0x as long, eight schools' 0.97-1.62x (median 1.48).
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from .fused import leapfrog_step
 from .capture import Uncapturable, capture, forked_rng, keeping_validation, mismatch
 from .constants import bitwise_equal
 from .inductor import inductor_compile
+from .leapfrog import leapfrog_step, unfused_step
 from .native import native_loop
 
 # Where the arithmetic of one evaluation takes about as long as a compiled call's fixed cost
@@ -197,9 +197,7 @@ class Lockstep:
         n = len(points)
         for i, (example, out) in enumerate(runs):
             z, p, scaled_eps, eps, betas = (example[k][:1] for k in (2, 3, 8, 9, 11))
-            z_new = z + scaled_eps * p
-            potential, grad, ll = self._evaluate(z_new, betas)
-            reference = (z_new, p - grad * eps[:, None], potential, grad, ll)
+            reference = unfused_step(self._evaluate, z, p, scaled_eps, eps, betas)
             if bool(out[5].any()):
                 raise Uncapturable("the lockstep step met a non-finite point at a check point")
             for value, ref in zip(out[:5], reference):

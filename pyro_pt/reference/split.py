@@ -23,6 +23,7 @@ call, holds q's density in its graph (:mod:`~pyro_pt.reference.graph`).
 import torch
 
 from ..potential import FlatLayout
+from ..potential.leapfrog import agrees, check_examples
 from .graph import ReferencedLockstep
 
 NOT_LOCKSTEP = "the model's potential is not a captured graph"
@@ -86,23 +87,10 @@ class ReferencedFused:
         return step
 
     def _checked(self, step, dtype, device):
-        points = self.split.base.compiled.check_points(dtype, device)
-        kw = {"dtype": dtype, "device": device}
-        p = points[-1] - points[0]
-        for z in points:
-            for beta in (torch.tensor(1.0, **kw), torch.tensor(0.5, **kw)):
-                scaled_eps, kick = torch.full_like(z, 1e-3), torch.tensor(1e-3, **kw)
-                with torch.no_grad():
-                    out = step(z, p, scaled_eps, kick, beta)
-                z_new = z + scaled_eps * p
-                potential, grad, ll = self.split.batched_potential_and_grad(z_new[None],
-                                                                            beta[None])
-                expected = (z_new, p - grad[0] * kick, potential[0], grad[0], ll[0])
-                if not bool(out[-1]) or not all(torch.equal(a, b)
-                                                for a, b in zip(out, expected)):
-                    self.reason = ("the leapfrog step against the reference is not bitwise "
-                                   "the unfused one")
-                    return None
+        examples = check_examples(self.split.base.compiled.check_points(dtype, device))
+        if not agrees(step, self.split.batched_potential_and_grad, examples):
+            self.reason = "the leapfrog step against the reference is not bitwise the unfused one"
+            return None
         return step
 
 

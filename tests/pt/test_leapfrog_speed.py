@@ -17,7 +17,7 @@ import pyro.distributions as dist
 from pyro_pt.explorers.hmc import BatchedHMC
 from pyro_pt.explorers.hmc_dynamics import leapfrog, leapfrog_rows
 from pyro_pt.potential import FunctionalSplit, ModelSplit
-from pyro_pt.potential.fused import leapfrog_step
+from pyro_pt.potential.leapfrog import leapfrog_step
 
 BETAS = torch.tensor([1.0, 0.5, 0.2])
 
