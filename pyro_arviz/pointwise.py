@@ -12,8 +12,7 @@ import xarray as xr
 from pyro.distributions import Unit
 from pyro.distributions.util import scale_and_mask
 
-import pyro_arviz
-
+from .containers import dataset
 from .masked import KeptPoints, check_same_points, check_some_data, data_groups
 from .sites import data_sites, deterministic_sites, kept_points
 
@@ -97,4 +96,4 @@ def pointwise_log_likelihood(model, samples, args=(), kwargs=None, seed=0, predi
     groups = data_groups(stack(loglik), stack(pred), {k: v.detach().cpu().numpy() for k, v in observed.items()},
                          kept)
     return Traced(groups["log_likelihood"], groups["posterior_predictive"], groups["observed_data"],
-                  pyro_arviz.dataset(stack(recorded)))
+                  dataset(stack(recorded)))

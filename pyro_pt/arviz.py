@@ -153,3 +153,8 @@ def _betas(temperatures):
     temperatures = np.asarray(temperatures, dtype=np.float64)
     flat = inverse_temperatures(temperatures.reshape(-1).tolist())
     return np.asarray(flat, dtype=np.float64).reshape(temperatures.shape)
+
+
+# pyro_arviz.from_pyro imports no plugin: it learns here what exports a ParallelTempering run
+pyro_arviz.register(ParallelTempering, to_inference_data, kernel=True,
+                    hint="pass the MCMC object that ran the kernel: mcmc = MCMC(kernel, ...); mcmc.run(...)")
