@@ -16,7 +16,7 @@ networks and ``X @ w`` regressions included (ArviZ's vectorized trace does not).
 
 Every export follows the same rules (:mod:`pyro_arviz.sites`, :mod:`pyro_arviz.masked`):
 ``log_likelihood`` holds the data sites only (``obs=`` sites and, for MCMC runs, ``pyro.factor``
-sites), so that ``az.loo`` finds one array in a model with one observed site; the
+sites: see docs/design.md, "``pyro.factor`` terms"), so that ``az.loo`` finds one array in a model with one observed site; the
 ``pyro.deterministic`` sites are in ``posterior``, at each draw; masked observations are left
 out of ``log_likelihood``, ``observed_data`` and ``posterior_predictive``, with coordinates that
 give the kept points' original positions.

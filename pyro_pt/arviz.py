@@ -21,7 +21,8 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     :func:`arviz.from_pyro`, so ``PyroModule`` networks and ``X @ w`` regressions get their
     log-likelihood too; see :func:`pyro_arviz.pointwise_log_likelihood`): ``posterior`` (with
     the ``pyro.deterministic`` sites at each draw), ``log_likelihood`` (the data sites only:
-    ``obs=`` and ``pyro.factor`` sites, the terms the tempering scales), ``posterior_predictive``,
+    ``obs=`` and ``pyro.factor`` sites, the terms the tempering scales; docs/design.md,
+    "``pyro.factor`` terms"), ``posterior_predictive``,
     ``observed_data`` (these three without masked observations, :mod:`pyro_arviz.masked`) and
     ``sample_stats``, which holds ``diverging`` and the tempering record:
 

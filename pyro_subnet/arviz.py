@@ -34,7 +34,7 @@ PSIS-LOO for draws that come from :math:`q` rather than from the posterior.
 
 What the groups hold follows :mod:`pyro_arviz`: ``log_likelihood`` the ``obs=`` sites only
 (``pyro.factor`` terms, which have no distribution to linearize, are in ``lp``; the MCMC exports
-count them in ``log_likelihood``); ``pyro.deterministic`` sites in ``posterior``, the model's own
+count them in ``log_likelihood``: docs/design.md, "``pyro.factor`` terms"); ``pyro.deterministic`` sites in ``posterior``, the model's own
 values at each draw (functions of the latents, not outputs to linearize); masked observations
 left out of ``log_likelihood``, ``observed_data`` and ``posterior_predictive``, and of ``lp``
 (:mod:`pyro_arviz.masked`). The points kept are those of the model traced at the MAP, whose
