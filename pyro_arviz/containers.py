@@ -1,5 +1,5 @@
-"""The ArviZ containers: groups as :class:`xarray.Dataset`\ s (:func:`dataset`), and the one step
-that depends on the installed ArviZ generation (:func:`build`)."""
+"""The ArviZ containers: groups as :class:`xarray.Dataset` objects (:func:`dataset`), and the
+one step that depends on the installed ArviZ generation (:func:`build`)."""
 
 import datetime
 
