@@ -115,6 +115,8 @@ def from_pyro(obj=None, *args, log_likelihood=True, dims=None, coords=None, **kw
         hint = _registered(_HINTS, obj)
         hint = f"; {hint}" if hint else ""
         raise TypeError(f"from_pyro expects {ACCEPTED}; got {type(obj).__name__}{hint}")
+    if log_likelihood and not (dims or coords):
+        return data
     groups = datasets(data)
     # an export may compute these all the same (the subnet posterior's lp sums the first)
     dropped = [groups.pop(g) for g in ("log_likelihood", "posterior_predictive")
