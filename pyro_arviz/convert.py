@@ -1,18 +1,60 @@
 r"""
 :func:`from_pyro`: one call that exports any result of this project's plugins, or of Pyro's own
 MCMC, to the ArviZ that is installed (what ``az.from_pyro`` did before ArviZ 1 dropped it).
+
+This package imports neither plugin (each imports it): a plugin teaches :func:`from_pyro` its
+classes with :func:`register` when it is imported, which it must be before one of its objects
+exists. An MCMC run of an unregistered kernel gets :func:`~pyro_arviz.mcmc_groups`' groups.
 """
 
 import numpy as np
 import xarray as xr
 from pyro.infer import MCMC
 
-import pyro_arviz
-
+from .containers import build
 from .masked import AXIS, ORIGINAL_SIZE
+from .mcmc import mcmc_groups
 
 ACCEPTED = ("a pyro.infer.MCMC after mcmc.run(...) (any kernel: NUTS, HMC, ParallelTempering) or "
             "the SubnetworkLaplacePosterior that guide.laplace_approximation(...) returns")
+
+# class -> export, for results passed as they are and for the kernels of MCMC runs; class ->
+# what to pass instead, for objects that are not results
+_EXPORTS, _KERNEL_EXPORTS, _HINTS = {}, {}, {}
+
+
+def register(cls, export=None, *, kernel=False, hint=None):
+    r"""
+    Teaches :func:`from_pyro` the instances of ``cls`` (and of its subclasses). A plugin calls
+    it when it is imported, so that this package needs no import of the plugin.
+
+    Example (what :mod:`pyro_pt.arviz` does)::
+
+        pyro_arviz.register(ParallelTempering, to_inference_data, kernel=True,
+                            hint="pass the MCMC object that ran the kernel")
+
+    :param type cls: the class of a result, or of an MCMC kernel (``kernel=True``).
+    :param callable export: ``export(obj, *args, log_likelihood=..., **kwargs)`` for a result,
+        ``export(mcmc, log_likelihood=...)`` for a kernel, giving what :func:`build` gives; where
+        ``log_likelihood`` is False, :func:`from_pyro` drops the ``log_likelihood`` and
+        ``posterior_predictive`` groups an export made all the same.
+    :param bool kernel: whether ``cls`` is an MCMC kernel, whose runs ``export`` exports.
+    :param str hint: for an instance passed itself (a kernel, a guide before its posterior):
+        what to pass instead, for the error message.
+    """
+    if export is not None:
+        (_KERNEL_EXPORTS if kernel else _EXPORTS)[cls] = export
+    if hint is not None:
+        _HINTS[cls] = hint
+
+
+def _registered(table, obj):
+    """What ``table`` holds for the nearest class of ``obj`` in its MRO (as ``isinstance``), else None."""
+    return next((table[c] for c in type(obj).__mro__ if c in table), None)
+
+
+def _mcmc_export(mcmc, log_likelihood=True):
+    return build(mcmc_groups(mcmc, log_likelihood=log_likelihood))
 
 
 def from_pyro(obj=None, *args, log_likelihood=True, dims=None, coords=None, **kwargs):
@@ -27,6 +69,7 @@ def from_pyro(obj=None, *args, log_likelihood=True, dims=None, coords=None, **kw
       :func:`pyro_subnet.to_inference_data`'s export; ``*args`` and ``**kwargs`` go there: the
       model's arguments with the observed data, ``num_samples``, ``predictive``...
 
+    The plugins' results are known through :func:`register`.
     An MCMC run is evaluated with the arguments of its ``mcmc.run(...)``, so it takes none here.
     With ``log_likelihood`` (the default) the export holds the pointwise log-likelihood of every
     data site, which ``az.loo`` and ``az.compare`` need, and a posterior predictive draw per
@@ -52,45 +95,36 @@ def from_pyro(obj=None, *args, log_likelihood=True, dims=None, coords=None, **kw
     :param dict coords: ``{dim: values}``.
     :returns: ``arviz.InferenceData`` or ``xarray.DataTree``.
     """
-    # imported here: both plugins import this package
-    import pyro_pt
-    import pyro_subnet
-    from pyro_subnet import SubnetworkLaplace, SubnetworkLaplacePosterior
-
     if obj is None and "posterior" in kwargs:  # az.from_pyro(posterior=mcmc), as ArviZ < 1 spelled it
         obj = kwargs.pop("posterior")
     if not isinstance(log_likelihood, bool):
         raise TypeError(f"log_likelihood must be True or False, got {log_likelihood!r}")
-    if isinstance(obj, SubnetworkLaplacePosterior):
-        data = pyro_subnet.to_inference_data(obj, *args, **kwargs)
-        if log_likelihood and not (dims or coords):
-            return data
-        groups = datasets(data)
-        if not log_likelihood:
-            groups.pop("log_likelihood", None)
-            groups.pop("posterior_predictive", None)
-        return pyro_arviz.build(label(groups, dims, coords), library="pyro_subnet")
-    if isinstance(obj, MCMC):
+    export = _registered(_EXPORTS, obj)
+    if export is not None:
+        data = export(obj, *args, log_likelihood=log_likelihood, **kwargs)
+    elif isinstance(obj, MCMC):
         if args or kwargs:
             raise TypeError(
                 "from_pyro(mcmc) takes only log_likelihood=, dims= and coords=: it evaluates the model "
                 f"with the arguments of mcmc.run(...); got {len(args)} positional and keyword arguments "
                 f"{sorted(kwargs)}"
             )
-        if isinstance(obj.kernel, pyro_pt.ParallelTempering):
-            data = pyro_pt.to_inference_data(obj, log_likelihood=log_likelihood)
-        else:
-            data = pyro_arviz.build(pyro_arviz.mcmc_groups(obj, log_likelihood=log_likelihood))
-        if not (dims or coords):
-            return data
-        return pyro_arviz.build(label(datasets(data), dims, coords))
-    if isinstance(obj, SubnetworkLaplace):
-        hint = "; call posterior = guide.laplace_approximation(x, y) after the MAP phase and pass that"
-    elif isinstance(obj, pyro_pt.ParallelTempering):
-        hint = "; pass the MCMC object that ran the kernel: mcmc = MCMC(kernel, ...); mcmc.run(...)"
+        export = _registered(_KERNEL_EXPORTS, obj.kernel) or _mcmc_export
+        data = export(obj, log_likelihood=log_likelihood)
     else:
-        hint = ""
-    raise TypeError(f"from_pyro expects {ACCEPTED}; got {type(obj).__name__}{hint}")
+        hint = _registered(_HINTS, obj)
+        hint = f"; {hint}" if hint else ""
+        raise TypeError(f"from_pyro expects {ACCEPTED}; got {type(obj).__name__}{hint}")
+    if log_likelihood and not (dims or coords):
+        return data
+    groups = datasets(data)
+    # an export may compute these all the same (the subnet posterior's lp sums the first)
+    dropped = [groups.pop(g) for g in ("log_likelihood", "posterior_predictive")
+               if not log_likelihood and g in groups]
+    if not (dims or coords or dropped):
+        return data
+    # the groups keep the provenance attributes build gave them (inference_library among them)
+    return build(label(groups, dims, coords))
 
 
 def datasets(data):

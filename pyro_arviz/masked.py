@@ -31,7 +31,7 @@ exports refuse, naming the site, a mask that depends on the latents.
 
 import numpy as np
 
-import pyro_arviz
+from .containers import dataset
 
 # attributes of a coordinate of original positions: the axis' length and which axis of the site it is
 ORIGINAL_SIZE, AXIS = "original_size", "site_axis"
@@ -117,7 +117,7 @@ def data_groups(log_likelihood, posterior_predictive, observed_data, kept):
             elif not points.none:
                 variables[name], dims[name], own = points.select(value, len(sample_dims))
                 coords.update(own)
-        groups[group] = pyro_arviz.dataset(variables, sample_dims=sample_dims, dims=dims, coords=coords)
+        groups[group] = dataset(variables, sample_dims=sample_dims, dims=dims, coords=coords)
     return groups
 
 

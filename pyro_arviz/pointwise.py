@@ -12,8 +12,7 @@ import xarray as xr
 from pyro.distributions import Unit
 from pyro.distributions.util import scale_and_mask
 
-import pyro_arviz
-
+from .containers import dataset
 from .masked import KeptPoints, check_same_points, check_some_data, data_groups
 from .sites import data_sites, deterministic_sites, kept_points
 
@@ -42,9 +41,9 @@ def pointwise_log_likelihood(model, samples, args=(), kwargs=None, seed=0, predi
     - ``deterministic``: the value of each ``pyro.deterministic`` site at each draw, for
       ``posterior``.
 
-    ``pyro.factor`` sites are in ``log_likelihood`` because they are likelihood terms in the
-    tempered log-likelihood :mod:`pyro_pt` samples (a custom likelihood is written as one); they
-    have no predictive draw and no observed value. ``pyro.deterministic`` sites are not data
+    ``pyro.factor`` sites are in ``log_likelihood`` because they are likelihood terms, those
+    :mod:`pyro_pt` tempers (a custom likelihood is written as one; docs/design.md,
+    "``pyro.factor`` terms"); they have no predictive draw and no observed value. ``pyro.deterministic`` sites are not data
     (:mod:`pyro_arviz.sites`).
 
     One model call per draw: slower than a vectorized trace, but it needs nothing of the model.
@@ -97,4 +96,4 @@ def pointwise_log_likelihood(model, samples, args=(), kwargs=None, seed=0, predi
     groups = data_groups(stack(loglik), stack(pred), {k: v.detach().cpu().numpy() for k, v in observed.items()},
                          kept)
     return Traced(groups["log_likelihood"], groups["posterior_predictive"], groups["observed_data"],
-                  pyro_arviz.dataset(stack(recorded)))
+                  dataset(stack(recorded)))

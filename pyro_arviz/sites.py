@@ -1,7 +1,8 @@
 r"""
 Which sites of a traced model an export reads, and which points of an observed site are data.
 
-- Data sites (:func:`data_sites`): the sample sites with ``obs=`` and ``pyro.factor`` sites.
+- Data sites (:func:`data_sites`): the sample sites with ``obs=`` and ``pyro.factor`` sites
+  (likelihood terms; docs/design.md, "``pyro.factor`` terms").
   Not ``pyro.deterministic`` sites: Pyro writes them as observed sites of a masked
   :class:`~pyro.distributions.Delta` whose log density is 0, so they carry no data; they are
   functions of the latents and belong to ``posterior`` (:func:`deterministic_sites`). Not the

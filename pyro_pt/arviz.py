@@ -21,7 +21,8 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     :func:`arviz.from_pyro`, so ``PyroModule`` networks and ``X @ w`` regressions get their
     log-likelihood too; see :func:`pyro_arviz.pointwise_log_likelihood`): ``posterior`` (with
     the ``pyro.deterministic`` sites at each draw), ``log_likelihood`` (the data sites only:
-    ``obs=`` and ``pyro.factor`` sites, the terms the tempering scales), ``posterior_predictive``,
+    ``obs=`` and ``pyro.factor`` sites, the terms the tempering scales; docs/design.md,
+    "``pyro.factor`` terms"), ``posterior_predictive``,
     ``observed_data`` (these three without masked observations, :mod:`pyro_arviz.masked`) and
     ``sample_stats``, which holds ``diverging`` and the tempering record:
 
@@ -153,3 +154,8 @@ def _betas(temperatures):
     temperatures = np.asarray(temperatures, dtype=np.float64)
     flat = inverse_temperatures(temperatures.reshape(-1).tolist())
     return np.asarray(flat, dtype=np.float64).reshape(temperatures.shape)
+
+
+# pyro_arviz.from_pyro imports no plugin: it learns here what exports a ParallelTempering run
+pyro_arviz.register(ParallelTempering, to_inference_data, kernel=True,
+                    hint="pass the MCMC object that ran the kernel: mcmc = MCMC(kernel, ...); mcmc.run(...)")

@@ -34,7 +34,7 @@ PSIS-LOO for draws that come from :math:`q` rather than from the posterior.
 
 What the groups hold follows :mod:`pyro_arviz`: ``log_likelihood`` the ``obs=`` sites only
 (``pyro.factor`` terms, which have no distribution to linearize, are in ``lp``; the MCMC exports
-count them in ``log_likelihood``); ``pyro.deterministic`` sites in ``posterior``, the model's own
+count them in ``log_likelihood``: docs/design.md, "``pyro.factor`` terms"); ``pyro.deterministic`` sites in ``posterior``, the model's own
 values at each draw (functions of the latents, not outputs to linearize); masked observations
 left out of ``log_likelihood``, ``observed_data`` and ``posterior_predictive``, and of ``lp``
 (:mod:`pyro_arviz.masked`). The points kept are those of the model traced at the MAP, whose
@@ -53,6 +53,10 @@ from torch.distributions import biject_to
 import pyro_arviz
 from pyro_arviz.masked import KeptPoints, check_same_points, check_some_data, data_groups
 from pyro_arviz.sites import deterministic_sites, kept_points
+
+from .guide import SubnetworkLaplace
+from .posterior import SubnetworkLaplacePosterior
+from .predictive import linearized_outputs
 
 PREDICTIVES = ("linearized", "network")
 
@@ -91,9 +95,6 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
     :returns: ``arviz.InferenceData`` under ArviZ < 1, ``xarray.DataTree`` under ArviZ >= 1
         (:mod:`pyro_arviz`).
     """
-    from .posterior import SubnetworkLaplacePosterior
-    from .predictive import linearized_outputs
-
     if not isinstance(posterior, SubnetworkLaplacePosterior):
         raise TypeError(
             "to_inference_data expects the SubnetworkLaplacePosterior returned by "
@@ -177,6 +178,13 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
     }, library="pyro_subnet")
 
 
+def from_pyro_export(posterior, *args, log_likelihood=True, **kwargs):
+    """:func:`pyro_arviz.from_pyro`'s export of a posterior: :func:`to_inference_data`'s. It
+    computes ``log_likelihood`` (``lp`` in ``sample_stats`` sums it), which ``from_pyro`` then
+    drops where ``log_likelihood`` is False."""
+    return to_inference_data(posterior, *args, **kwargs)
+
+
 def log_prior(posterior, draws, args, kwargs):
     r"""
     :math:`c_k [\log p_k(T(u)) + \log|\det \partial T_k/\partial u_k|]` summed over the latent
@@ -209,3 +217,9 @@ def _trace_draws(posterior, draws, args, kwargs, prior=True, deterministic=()):
             total = total + (scale.get(name, 1.0) if isinstance(scale, dict) else scale) * term
         out.append(torch.as_tensor(total, dtype=draws.dtype))
     return (torch.stack(out) if prior else None), {name: torch.stack(v) for name, v in recorded.items()}
+
+
+# pyro_arviz.from_pyro imports no plugin: it learns here what exports this package's results
+pyro_arviz.register(SubnetworkLaplacePosterior, from_pyro_export)
+pyro_arviz.register(SubnetworkLaplace, hint="call posterior = guide.laplace_approximation(x, y) after the MAP "
+                                            "phase and pass that")

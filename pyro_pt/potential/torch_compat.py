@@ -35,8 +35,6 @@ torch.
   (or where ``Distribution`` stops calling it), a model with validation on is traced.
 - ``torch.distributions.Distribution._validate_args``: the setting restored after Inductor
   turned validation off. Without it, Pyro's validation setting is restored.
-- ``torch._C.DisableTorchFunctionSubclass``: ``pyro_subnet``'s ``SubnetMatrix``. Without it,
-  dense Jacobian rows (the same numbers, more memory).
 - ``torch._inductor.config.cpp.vec_isa_ok``: set, Inductor trusts the CPU's report of its
   vector instructions instead of building a test program for each. Without it, the tests
   (8-11 s of a machine's first compilation).
@@ -119,11 +117,6 @@ TABLE = {
     "Distribution._validate_args": Entry(
         "torch.distributions", "Distribution._validate_args",
         "Pyro's validation setting is the one restored after compiling"),
-    # The ordinary tensor operation inside SubnetMatrix.__torch_function__.
-    "DisableTorchFunctionSubclass": Entry(
-        "torch._C", "DisableTorchFunctionSubclass",
-        "pyro_subnet takes dense Jacobian rows of a matrix with selected entries (the same "
-        "numbers, more memory)"),
     # Inductor checks each vector instruction set the CPU reports by building and loading a
     # test program: 8-11 s of a machine's first compilation and a dlopen subprocess in every
     # process after it; set to True, the CPU's own report is trusted (a compiler that cannot

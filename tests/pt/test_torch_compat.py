@@ -16,7 +16,6 @@ from pyro_pt.explain import fallback_reason
 from pyro_pt.explorers import pyro_kernels
 from pyro_pt.potential import (FunctionalSplit, ModelSplit, capture, compiled, direct_call, matmul,
                                native, torch_compat)
-from pyro_subnet import SubnetworkLaplace, curvature
 
 from . import models
 
@@ -25,7 +24,7 @@ TESTED = {"inductor.compile", "FakeTensorMode", "ShapeEnv", "TracingContext", "t
           "OutputCode", "unsafe_alloc_void_ptrs_from_tensors",
           "alloc_tensors_by_stealing_from_void_ptrs", "CppCodeCache", "custom_ops_to_c_shims",
           "is_functorch_wrapped_tensor", "_functorch_wrapper_str_intern", "_is_all_true",
-          "Distribution._validate_args", "DisableTorchFunctionSubclass", "_single_step_verlet",
+          "Distribution._validate_args", "_single_step_verlet",
           "vec_isa_ok", "cache_dir"}  # cache_dir: tests/pt/test_autocompile.py
 
 
@@ -247,33 +246,6 @@ def test_a_leapfrog_that_stops_looking_the_name_up_is_a_change(monkeypatch):
     assert reason.startswith("pyro.ops.integrator._single_step_verlet (private API) changed in "
                              f"pyro {pyro.__version__} (it no longer looks up potential_grad")
     assert not pyro_kernels._leapfrog_takes_the_hook()
-
-
-def matrix_model(x, y=None):
-    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([3, 4]).to_event(2))
-    with pyro.plate("data", x.shape[0]):
-        pyro.sample("obs", dist.Normal(torch.tanh(x @ w), 0.5).to_event(1), obs=y)
-
-
-def test_without_disable_subclass_pyro_subnet_takes_dense_rows(stub):
-    pyro.clear_param_store()  # the guide would adopt another test's MAP
-    x, y = torch.randn(5, 3), torch.randn(5, 4)
-    guide = SubnetworkLaplace(matrix_model, 1.0)
-    guide(x, y)
-    u, idx = guide.loc.detach(), torch.tensor([1, 6, 11])
-
-    def precision():
-        latent = curvature.LatentModel(guide, guide._raw_model, ["obs"], [], {})
-        values, _ = latent.values(u, idx, u[idx].clone())
-        return latent, type(values["w"]), curvature.ggn(latent, u, idx, [((x, y), {})])
-
-    latent, kind, fast = precision()
-    assert latent.use_subnet_matrix and kind.__name__ == "SubnetMatrix"
-    reason = stub("DisableTorchFunctionSubclass")
-    latent, kind, dense = precision()
-    assert (latent.use_subnet_matrix, latent.subnet_matrix_reason, kind) == (
-        False, reason, torch.Tensor)
-    assert torch.allclose(fast, dense, rtol=1e-6, atol=1e-6)
 
 
 def test_the_cpu_is_trusted_inside_the_block_and_the_setting_restored():
