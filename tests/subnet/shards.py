@@ -70,12 +70,19 @@ def laplace(u_map, world_size, guide_cls=SubnetworkLaplace, spec=SPEC):
     """The posterior at the MAP ``u_map`` from this rank's shard (all the data in one process)."""
     _start()
     rank = tdist.get_rank() if tdist.is_initialized() else 0
-    x, y = shard(rank, world_size)
+    x, y = (t.to(u_map.device) for t in shard(rank, world_size))
     guide = guide_cls(model, **spec)
     guide(x, y)  # set up
     with torch.no_grad():
         guide.loc.copy_(u_map)
     return summary(guide.laplace_approximation(x, y), guide)
+
+
+def on_cuda(u_map):
+    """:func:`laplace` with the model, the data and the MAP on ``cuda:rank`` (nccl)."""
+    torch.set_default_device(torch.device("cuda", tdist.get_rank()))
+    result = laplace(u_map.cuda(), tdist.get_world_size())
+    return {k: v.cpu() if torch.is_tensor(v) else v for k, v in result.items()}
 
 
 def map_phase(world_size, steps=200):
@@ -102,7 +109,8 @@ def one_process_map(steps=200):
 def planted(bug, fn, *args):
     """``fn(*args)`` with a planted bug: ``"prior_per_rank"`` (the MAP phase: likelihoods not
     scaled, so each rank's prior counts; the curvature: each rank's prior Hessian summed too) or
-    ``"curvature_not_reduced"`` (every sum over the ranks left out)."""
+    ``"curvature_not_reduced"`` (every sum over the ranks left out) or ``"ggn_not_reduced"`` (the
+    subnetwork's GGN alone left out: the selection still agrees)."""
     saved = (data_parallel.likelihood_scale, prior.prior_hessian, subnet_comm.TorchComm.all_reduce_sum)
     try:
         if bug == "prior_per_rank":
@@ -111,6 +119,10 @@ def planted(bug, fn, *args):
             prior.prior_hessian = lambda *a, **k: subnet_comm.make_comm().all_reduce_sum(hessian(*a, **k))
         elif bug == "curvature_not_reduced":
             subnet_comm.TorchComm.all_reduce_sum = lambda self, tensor, what=None: tensor
+        elif bug == "ggn_not_reduced":
+            reduce = subnet_comm.TorchComm.all_reduce_sum
+            subnet_comm.TorchComm.all_reduce_sum = (
+                lambda self, tensor, what=None: tensor if "subnetwork's curvature" in what else reduce(self, tensor, what))
         return fn(*args)
     finally:
         data_parallel.likelihood_scale, prior.prior_hessian, subnet_comm.TorchComm.all_reduce_sum = saved
