@@ -78,6 +78,25 @@ def laplace(u_map, world_size, guide_cls=SubnetworkLaplace, spec=SPEC):
     return summary(guide.laplace_approximation(x, y), guide)
 
 
+def export(u_map, world_size, seed=1):
+    """The pointwise log-likelihood of every point: this rank's export gathered over the ranks
+    (``seed``: the draws' seed, 1 on rank 0 and ``seed`` on the others)."""
+    from pyro_subnet import gather_log_likelihood, to_inference_data
+    from pyro_arviz.convert import datasets
+
+    _start()
+    rank = tdist.get_rank() if tdist.is_initialized() else 0
+    x, y = shard(rank, world_size)
+    guide = SubnetworkLaplace(model, **SPEC)
+    guide(x, y)
+    with torch.no_grad():
+        guide.loc.copy_(u_map)
+    posterior = guide.laplace_approximation(x, y)
+    pyro.set_rng_seed(1 if rank == 0 else seed)
+    gathered = datasets(gather_log_likelihood(to_inference_data(posterior, x, y, num_samples=50)))
+    return {"log_likelihood": gathered["log_likelihood"]["y"].values, "observed": gathered["observed_data"]["y"].values}
+
+
 def on_cuda(u_map):
     """:func:`laplace` with the model, the data and the MAP on ``cuda:rank`` (nccl)."""
     torch.set_default_device(torch.device("cuda", tdist.get_rank()))

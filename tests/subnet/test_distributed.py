@@ -57,6 +57,7 @@ def reference():
     out["laplace"] = shards.laplace(u, 1)
     out["exact"] = shards.laplace(u, 1, SubnetworkLaplace, EXACT)
     out["diagonal"] = shards.laplace(u, 1, DiagonalLaplace, DIAGONAL)
+    out["export"] = shards.export(u, 1)
     return out
 
 
@@ -77,6 +78,7 @@ def two_ranks(reference, tmp_path_factory):
             for step, fn, args in [("laplace", shards.laplace, (u, 2)), ("map", shards.map_phase, (2, 150))]]
     bugs.append(("bug ggn_not_reduced laplace", shards.planted, ("ggn_not_reduced", shards.laplace, u, 2), True))
     refusals = [("refuse " + kind, shards.disagreeing, (kind, u, 2), True) for kind in ("skipped_map", "size", "map", "random")]
+    refusals += [("export", shards.export, (u, 2), True), ("refuse export", shards.export, (u, 2, 2), True)]
     refusals += [("subsampled " + where, shards.subsampled, (where,), True) for where in ("map", "laplace")]
     ranks = shards.spawn(2, tmp_path_factory.mktemp("two_ranks"), shards.run_tasks, tasks(u, 2) + bugs + refusals)
     assert all(isinstance(r, dict) and "error" not in r for r in ranks), ranks
@@ -150,6 +152,18 @@ def test_a_subsampling_data_plate_is_refused(where, two_ranks):
     for rank in two_ranks:
         message = rank["subsampled " + where]["message"]
         assert "pyro.plate('data', 24) subsampled to" in message and "len(x_shard)" in message, message
+
+
+@pytest.mark.slow
+def test_the_ranks_exports_gather_into_the_one_process_pointwise_log_likelihood(two_ranks, reference):
+    ref = reference["export"]
+    assert ref["log_likelihood"].shape == (1, 50, shards.N)
+    for rank in two_ranks:
+        assert rel(rank["export"]["log_likelihood"], ref["log_likelihood"]) < RTOL
+        assert (rank["export"]["observed"] == ref["observed"]).all()
+        error = rank["refuse export"]
+        assert error["error"] == "ValueError" and "posterior draws (sha256)" in error["message"]
+        assert "rank 1 has" in error["message"] and "same seed" in error["message"]
 
 
 @pytest.mark.slow
