@@ -78,10 +78,11 @@ def main(argv=None):
     p.add_argument("--hidden", type=int, default=20, help="hidden units per layer (default 20)")
     p.add_argument("--steps", type=int, default=2000, help="MAP steps (default 2000)")
     p.add_argument("--subnetwork-size", type=int, default=100)
+    p.add_argument("--num-samples", type=int, default=1000, help="draws of the ArviZ export (default 1000)")
     p.add_argument("--quick", action="store_true", help="tiny run for tests (seconds)")
     args = p.parse_args(argv)
     if args.quick:
-        args.num_data, args.hidden, args.steps, args.subnetwork_size = 60, 6, 150, 20
+        args.num_data, args.hidden, args.steps, args.subnetwork_size, args.num_samples = 60, 6, 100, 20, 100
     torch.set_default_dtype(torch.float64)
     rank, world_size, device = init_distributed()
     try:
@@ -119,7 +120,7 @@ def run(args, rank, world_size, device):
         f"{float(m):+.6f} +- {float(s):.6f}" for m, s in zip(pred.mean, pred.stddev)))
 
     pyro.set_rng_seed(1)  # the same draws on every rank, so their log-likelihoods line up
-    idata = gather_log_likelihood(to_inference_data(posterior, x, y, args.hidden, num_samples=200))
+    idata = gather_log_likelihood(to_inference_data(posterior, x, y, args.hidden, num_samples=args.num_samples))
     try:
         import arviz as az
 
