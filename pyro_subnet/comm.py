@@ -142,6 +142,16 @@ class TorchComm:
         return out
 
 
+def check_group(process_group):
+    """``process_group`` itself, or a ``TypeError`` unless it is ``None`` or a ``torch.distributed`` group."""
+    import torch.distributed as dist
+
+    if process_group is not None and not (dist.is_available() and isinstance(process_group, dist.ProcessGroup)):
+        raise TypeError("process_group must be a torch.distributed process group (e.g. from "
+                        f"torch.distributed.new_group) or None for the default group, got {process_group!r}")
+    return process_group
+
+
 def make_comm(process_group=None):
     """A :class:`TorchComm` when a process group is given or ``torch.distributed`` is
     initialized, else a :class:`LocalComm`."""

@@ -39,7 +39,7 @@ from pyro.infer import Trace_ELBO
 from pyro.infer.elbo import ELBO
 from pyro.poutine.messenger import Messenger
 
-from .comm import agree, make_comm
+from .comm import agree, check_group, make_comm
 
 
 def likelihood_scale(world_size):
@@ -109,7 +109,7 @@ class DataParallelELBO(ELBO):
         if not hasattr(elbo, "loss_and_grads"):
             raise TypeError(f"elbo must be a Pyro ELBO (e.g. Trace_ELBO()), got {type(elbo).__name__}")
         self.elbo = elbo
-        self.process_group = process_group
+        self.process_group = check_group(process_group)
         self._comm = None
         self._agreed_layout = None
 
@@ -120,6 +120,8 @@ class DataParallelELBO(ELBO):
         return self._comm
 
     def _scaled(self, model):
+        if self.comm.world_size == 1:  # one process: the ELBO itself, subsampling plates included
+            return model
         return _ScaleLikelihood(likelihood_scale(self.comm.world_size))(model)
 
     def _get_trace(self, model, guide, args, kwargs):

@@ -14,7 +14,7 @@ from pyro.poutine.util import site_is_subsample
 
 from . import batching, curvature, evidence, prior, shapes, sharding
 from . import selection as choose
-from .comm import make_comm
+from .comm import check_group, make_comm
 from .posterior import SubnetworkLaplacePosterior, normal_quantiles
 
 
@@ -141,7 +141,7 @@ class SubnetworkLaplace(AutoContinuous):
         # in a tuple, as AutoGuide keeps its model: a PyroModule model must not become a submodule
         self._raw = (model,)
         self._init_loc_fn = init_loc_fn
-        self.process_group = process_group
+        self.process_group = check_group(process_group)
 
     @property
     def _raw_model(self):
@@ -215,7 +215,9 @@ class SubnetworkLaplace(AutoContinuous):
         returns the :class:`SubnetworkLaplacePosterior`. ``*args, **kwargs`` are one call of the
         model on the whole data set; it is split into chunks of ``chunk_size`` data points
         along the data plate when the tensors allow (see :mod:`pyro_subnet.batching`). A fitted
-        ``prior_scale`` (``"marglik"``) is chosen from the curvature computed here once.
+        ``prior_scale`` (``"marglik"``) is chosen from the curvature computed here once. Across
+        processes (``process_group``) each rank passes its own shard and every rank returns the
+        posterior of one process holding all the data.
 
         :raises ValueError: if the guide was not trained (see the class docstring).
         """

@@ -155,9 +155,9 @@ def select(guide, latent, u_hat, chunks, batches, comm=LocalComm()):
     """
     The sorted subnetwork indices for the guide's ``selection``, ``subnetwork_size``,
     ``selection_sites``, ``variance`` and ``prior_scale``; across processes (``comm``, each
-    rank with its shard) the rankings' data terms are summed over the ranks first. Sets ``guide.marginal_variance``
-    (zero outside the candidates: they stay at the MAP) and, when computed,
-    ``guide.jacobian_energy`` (NaN outside the candidates); ``None`` when not computed.
+    rank with its shard) the rankings' data terms are summed over the ranks first. Sets
+    ``guide.marginal_variance`` (zero outside the candidates: they stay at the MAP) and, when
+    computed, ``guide.jacobian_energy`` (NaN outside the candidates); ``None`` when not computed.
     """
     D = u_hat.numel()
     guide.marginal_variance = guide.jacobian_energy = None

@@ -140,8 +140,8 @@ def planted(bug, fn, *args):
             subnet_comm.TorchComm.all_reduce_sum = lambda self, tensor, what=None: tensor
         elif bug == "ggn_not_reduced":
             reduce = subnet_comm.TorchComm.all_reduce_sum
-            subnet_comm.TorchComm.all_reduce_sum = (
-                lambda self, tensor, what=None: tensor if "subnetwork's curvature" in what else reduce(self, tensor, what))
+            subnet_comm.TorchComm.all_reduce_sum = (lambda self, tensor, what=None: tensor
+                                                    if "subnetwork's curvature" in what else reduce(self, tensor, what))
         return fn(*args)
     finally:
         data_parallel.likelihood_scale, prior.prior_hessian, subnet_comm.TorchComm.all_reduce_sum = saved

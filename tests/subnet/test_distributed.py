@@ -46,7 +46,8 @@ def differs(result, reference, rtol=RTOL):
     coordinates or another covariance."""
     if "error" in result:
         return True
-    return not torch.equal(result["indices"], reference["indices"]) or rel(result["covariance"], reference["covariance"]) > rtol
+    return (not torch.equal(result["indices"], reference["indices"])
+            or rel(result["covariance"], reference["covariance"]) > rtol)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +78,8 @@ def two_ranks(reference, tmp_path_factory):
             for bug in ("prior_per_rank", "curvature_not_reduced")
             for step, fn, args in [("laplace", shards.laplace, (u, 2)), ("map", shards.map_phase, (2, 150))]]
     bugs.append(("bug ggn_not_reduced laplace", shards.planted, ("ggn_not_reduced", shards.laplace, u, 2), True))
-    refusals = [("refuse " + kind, shards.disagreeing, (kind, u, 2), True) for kind in ("skipped_map", "size", "map", "random")]
+    refusals = [("refuse " + kind, shards.disagreeing, (kind, u, 2), True)
+                for kind in ("skipped_map", "size", "map", "random")]
     refusals += [("export", shards.export, (u, 2), True), ("refuse export", shards.export, (u, 2, 2), True)]
     refusals += [("subsampled " + where, shards.subsampled, (where,), True) for where in ("map", "laplace")]
     ranks = shards.spawn(2, tmp_path_factory.mktemp("two_ranks"), shards.run_tasks, tasks(u, 2) + bugs + refusals)
@@ -210,3 +212,10 @@ def test_one_process_data_parallel_elbo_is_its_elbo():
 def test_data_parallel_elbo_refuses_what_is_no_elbo():
     with pytest.raises(TypeError, match="elbo must be a Pyro ELBO"):
         DataParallelELBO("trace")
+
+
+@pytest.mark.parametrize("make", [lambda g: SubnetworkLaplace(shards.model, subnetwork_size=2, process_group=g),
+                                  lambda g: DataParallelELBO(process_group=g)])
+def test_a_process_group_that_is_none_is_refused(make):
+    with pytest.raises(TypeError, match="process_group must be a torch.distributed process group"):
+        make("world")
