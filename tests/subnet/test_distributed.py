@@ -5,7 +5,7 @@ with the posterior of one process holding all of it.
 The Laplace step is compared at one MAP (the one-process MAP copied to every rank): the
 subnetwork equal, the covariance, the fitted prior scale and the log evidence to 1e-10
 relative (float64; only the order of the additions differs, ~1e-14 measured). The MAP phase
-(DataParallelELBO, 150 Adam steps from the same seed) is compared to the one-process MAP to
+(DataParallelELBO, 100 Adam steps from the same seed) is compared to the one-process MAP to
 1e-9 relative: the ranks' gradients are the one-process gradient up to rounding (~1e-16), which
 Adam's steps carry but do not amplify on this model (4e-13 measured); the posterior after it is
 then compared to 1e-9 as well. Planted bugs (each rank's prior counted, the sums over the ranks
@@ -23,6 +23,7 @@ from pyro_subnet import DataParallelELBO, DiagonalLaplace, SubnetworkLaplace
 
 RTOL = 1e-10  # the Laplace step at one MAP
 MAP_RTOL = 1e-9  # after the MAP phase
+STEPS = 100  # of the MAP phase
 EXACT = {"subnetwork_size": 5, "selection": "wasserstein", "variance": "exact", "prior_scale": 2.0}
 DIAGONAL = {"prior_scale": 1.0}
 
@@ -53,7 +54,7 @@ def differs(result, reference, rtol=RTOL):
 @pytest.fixture(scope="module")
 def reference():
     """One process, all the data: the MAP phase and the posteriors at its MAP."""
-    out = {"map": shards.one_process_map(150)}
+    out = {"map": shards.one_process_map(STEPS)}
     u = out["map"]["loc"]
     out["laplace"] = shards.laplace(u, 1)
     out["exact"] = shards.laplace(u, 1, SubnetworkLaplace, EXACT)
@@ -66,7 +67,7 @@ def tasks(u, world_size):
     return [("laplace", shards.laplace, (u, world_size), False),
             ("exact", shards.laplace, (u, world_size, SubnetworkLaplace, EXACT), False),
             ("diagonal", shards.laplace, (u, world_size, DiagonalLaplace, DIAGONAL), False),
-            ("map", shards.map_phase, (world_size, 150), False)]
+            ("map", shards.map_phase, (world_size, STEPS), False)]
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +77,7 @@ def two_ranks(reference, tmp_path_factory):
     u = reference["map"]["loc"]
     bugs = [("bug " + bug + " " + step, shards.planted, (bug, fn, *args), True)
             for bug in ("prior_per_rank", "curvature_not_reduced")
-            for step, fn, args in [("laplace", shards.laplace, (u, 2)), ("map", shards.map_phase, (2, 150))]]
+            for step, fn, args in [("laplace", shards.laplace, (u, 2)), ("map", shards.map_phase, (2, STEPS))]]
     bugs.append(("bug ggn_not_reduced laplace", shards.planted, ("ggn_not_reduced", shards.laplace, u, 2), True))
     refusals = [("refuse " + kind, shards.disagreeing, (kind, u, 2), True)
                 for kind in ("skipped_map", "size", "map", "random")]
