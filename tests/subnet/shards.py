@@ -28,10 +28,11 @@ SPEC = {"subnetwork_size": 8, "prior_scale": "marglik"}
 def model(x, y=None):
     """A 2-6-1 tanh network, Normal(0, 1) weights, LogNormal noise (a transformed latent) and a
     per-point pyro.factor (a likelihood term without a Fisher)."""
-    W1 = pyro.sample("W1", dist.Normal(0.0, 1.0).expand([2, 6]).to_event(2))
-    b1 = pyro.sample("b1", dist.Normal(0.0, 1.0).expand([6]).to_event(1))
-    W2 = pyro.sample("W2", dist.Normal(0.0, 1.0).expand([6]).to_event(1))
-    sigma = pyro.sample("sigma", dist.LogNormal(-1.0, 0.5))
+    zero, one = x.new_zeros(()), x.new_ones(())  # on the data's device (cuda:rank under nccl)
+    W1 = pyro.sample("W1", dist.Normal(zero, one).expand([2, 6]).to_event(2))
+    b1 = pyro.sample("b1", dist.Normal(zero, one).expand([6]).to_event(1))
+    W2 = pyro.sample("W2", dist.Normal(zero, one).expand([6]).to_event(1))
+    sigma = pyro.sample("sigma", dist.LogNormal(-one, 0.5 * one))
     f = torch.tanh(x @ W1 + b1) @ W2
     with pyro.plate("data", x.shape[0]):
         pyro.factor("smooth", -0.05 * f**4)
@@ -99,8 +100,7 @@ def export(u_map, world_size, seed=1):
 
 def on_cuda(u_map):
     """:func:`laplace` with the model, the data and the MAP on ``cuda:rank`` (nccl)."""
-    torch.set_default_device(torch.device("cuda", tdist.get_rank()))
-    result = laplace(u_map.cuda(), tdist.get_world_size())
+    result = laplace(u_map.to(torch.device("cuda", tdist.get_rank())), tdist.get_world_size())
     return {k: v.cpu() if torch.is_tensor(v) else v for k, v in result.items()}
 
 
