@@ -166,6 +166,20 @@ def disagreeing(kind, u_map, world_size):
     return summary(guide.laplace_approximation(x, y))
 
 
+def map_disagreeing(kind):
+    """The first MAP step with rank 1 seeded otherwise (``"seed"``) or failing in its model (``"model"``)."""
+    _start(seed=int(kind == "seed" and tdist.get_rank() == 1))
+    x, y = shard(tdist.get_rank(), tdist.get_world_size())
+
+    def failing(x, y):
+        if kind == "model" and tdist.get_rank() == 1:
+            raise ValueError("the data of rank 1 are unusable")
+        model(x, y)
+
+    guide = SubnetworkLaplace(failing, **SPEC)
+    return SVI(failing, guide, pyro.optim.Adam({"lr": 0.02}), DataParallelELBO()).step(x, y)
+
+
 def subsampled(where):
     """A model whose data plate subsamples, in the MAP phase or the Laplace step."""
     _start()

@@ -81,6 +81,7 @@ def two_ranks(reference, tmp_path_factory):
     bugs.append(("bug ggn_not_reduced laplace", shards.planted, ("ggn_not_reduced", shards.laplace, u, 2), True))
     refusals = [("refuse " + kind, shards.disagreeing, (kind, u, 2), True)
                 for kind in ("skipped_map", "size", "map", "random")]
+    refusals += [("refuse map " + kind, shards.map_disagreeing, (kind,), True) for kind in ("seed", "model")]
     refusals += [("export", shards.export, (u, 2), True), ("refuse export", shards.export, (u, 2, 2), True)]
     refusals += [("subsampled " + where, shards.subsampled, (where,), True) for where in ("map", "laplace")]
     ranks = shards.spawn(2, tmp_path_factory.mktemp("two_ranks"), shards.run_tasks, tasks(u, 2) + bugs + refusals)
@@ -147,6 +148,18 @@ def test_a_rank_that_skipped_the_map_phase_stops_every_rank(two_ranks):
     assert own["error"] == "ValueError" and "needs a trained guide" in own["message"]
     assert other["error"] == "RuntimeError"
     assert "failed on rank(s) [1]" in other["message"] and "needs a trained guide" in other["message"]
+
+
+@pytest.mark.slow
+def test_the_map_phase_stops_every_rank_at_its_first_step_when_ranks_disagree(two_ranks):
+    for rank in two_ranks:  # seeded otherwise: another initial MAP
+        error = rank["refuse map seed"]
+        assert error["error"] == "ValueError" and "initial parameter values (sha256)" in error["message"]
+        assert "rank 1 has" in error["message"] and "seed every rank alike" in error["message"]
+    own, other = two_ranks[1]["refuse map model"], two_ranks[0]["refuse map model"]
+    assert own["error"] == "ValueError" and "the data of rank 1 are unusable" in own["message"]
+    assert other["error"] == "RuntimeError" and "failed on rank(s) [1]" in other["message"]
+    assert "the data of rank 1 are unusable" in other["message"]
 
 
 @pytest.mark.slow
