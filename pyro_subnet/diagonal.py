@@ -67,31 +67,30 @@ class DiagonalLaplace(SubnetworkLaplace):
         means ``len(candidates) / D``).
     :param list selection_sites: the latent sites that get a diagonal posterior; the others stay
         at the MAP. ``None``: all.
+    :param process_group: as for :class:`SubnetworkLaplace`: each rank holds a shard of the data.
     :param callable init_loc_fn: per-site initialization of the MAP.
     Other keywords as for :class:`SubnetworkLaplace`.
     """
 
     def __init__(self, model, prior_scale=1.0, init_loc_fn=init_to_median, *, selection_sites=None,
-                 mc_fisher=True, num_mc=16, chunk_size=4):
+                 mc_fisher=True, num_mc=16, chunk_size=4, process_group=None):
         super().__init__(model, subnetwork_size=1.0, selection="random", prior_scale=prior_scale,
                          init_loc_fn=init_loc_fn, mc_fisher=mc_fisher, num_mc=num_mc, chunk_size=chunk_size,
-                         selection_sites=selection_sites)
+                         selection_sites=selection_sites, process_group=process_group)
         self.selection = None  # no ranking: every candidate coordinate gets its variance
 
     def laplace_approximation_batched(self, batches):
         """Diagonal GGN plus diagonal prior Hessian at the MAP; see :class:`DiagonalLaplace`."""
         batches = batching.as_batches(batches)
-        u_hat = self._trained_map(*batches[0])
-        latent = curvature.LatentModel(self, self._raw_model, self._observed, self._factors, self._spec_options)
-        chunks = self._chunks(latent, u_hat, batches)
+        comm, u_hat, latent, chunks = self._set_up(batches)
         idx = choose.candidates(latent, self.selection_sites, u_hat.device)
         c = prior.prior_scale_multiplier(self.prior_scale, len(idx) / u_hat.numel())
         if c is None:
             raise ValueError(f"DiagonalLaplace takes a fixed prior_scale (a positive number, \"subnet\" or "
                              f"(\"subnet\", a)), not the fitted {self.prior_scale!r}: fit it with "
                              "SubnetworkLaplace(..., prior_scale=\"marglik\") and pass the value it finds")
-        energy = choose.jacobian_energy(latent, u_hat, idx, chunks)
-        prec = choose.diag_precision(latent, u_hat, chunks, c, idx, energy).to(u_hat.dtype)
+        energy = comm.all_reduce_sum(choose.jacobian_energy(latent, u_hat, idx, chunks), "sum of the GGN diagonal")
+        prec = choose.diag_precision(latent, u_hat, chunks, c, idx, energy, comm).to(u_hat.dtype)
         if not (prec > 0).all():
             bad = [s for s, _ in _names(latent, idx[prec <= 0])]
             raise ValueError(f"the diagonal precision is not positive on sites {sorted(set(bad))} (flat prior "

@@ -12,8 +12,9 @@ from pyro.infer.autoguide.initialization import init_to_median
 from pyro.nn import PyroParam
 from pyro.poutine.util import site_is_subsample
 
-from . import batching, curvature, evidence, prior, shapes
+from . import batching, curvature, evidence, prior, shapes, sharding
 from . import selection as choose
+from .comm import check_group, make_comm
 from .posterior import SubnetworkLaplacePosterior, normal_quantiles
 
 
@@ -87,6 +88,11 @@ class SubnetworkLaplace(AutoContinuous):
         as a fraction is then a fraction of their coordinates); every other latent stays at its
         MAP, its prior counted in the MAP phase, e.g. ``selection_sites=["W0", "W1"]`` for the
         paper's weights-only inference. ``None``: every latent site.
+    :param process_group: a ``torch.distributed`` group whose ranks each hold a shard of the
+        data; ``None``: the default group when ``torch.distributed`` is initialized (e.g. under
+        ``torchrun``), else one process. Every rank then ends with the posterior of one
+        process holding all the data (see :mod:`pyro_subnet.comm`); fit the MAP with
+        :class:`~pyro_subnet.DataParallelELBO`.
 
     After a ``"predictive"`` or ``"wasserstein"`` selection the ranked variances are kept in
     ``guide.marginal_variance`` (zero outside the candidates) and, when computed, the training
@@ -104,7 +110,7 @@ class SubnetworkLaplace(AutoContinuous):
 
     def __init__(self, model, subnetwork_size=None, selection="predictive", variance="diag_laplace",
                  prior_scale=1.0, init_loc_fn=init_to_median, *, mc_fisher=True, num_mc=16,
-                 chunk_size=4, variance_options=None, selection_sites=None):
+                 chunk_size=4, variance_options=None, selection_sites=None, process_group=None):
         if isinstance(selection, str) and selection not in choose.STRATEGIES:
             raise ValueError(f"selection must be one of {choose.STRATEGIES}, a list of site names, "
                              f"an index tensor or a boolean mask; got {selection!r}")
@@ -135,6 +141,7 @@ class SubnetworkLaplace(AutoContinuous):
         # in a tuple, as AutoGuide keeps its model: a PyroModule model must not become a submodule
         self._raw = (model,)
         self._init_loc_fn = init_loc_fn
+        self.process_group = check_group(process_group)
 
     @property
     def _raw_model(self):
@@ -208,7 +215,9 @@ class SubnetworkLaplace(AutoContinuous):
         returns the :class:`SubnetworkLaplacePosterior`. ``*args, **kwargs`` are one call of the
         model on the whole data set; it is split into chunks of ``chunk_size`` data points
         along the data plate when the tensors allow (see :mod:`pyro_subnet.batching`). A fitted
-        ``prior_scale`` (``"marglik"``) is chosen from the curvature computed here once.
+        ``prior_scale`` (``"marglik"``) is chosen from the curvature computed here once. Across
+        processes (``process_group``) each rank passes its own shard and every rank returns the
+        posterior of one process holding all the data.
 
         :raises ValueError: if the guide was not trained (see the class docstring).
         """
@@ -222,15 +231,28 @@ class SubnetworkLaplace(AutoContinuous):
         minibatch; ``pyro.factor`` terms, as likelihood terms, add up over all of them.
         """
         batches = batching.as_batches(batches)
-        u_hat = self._trained_map(*batches[0])
-        D = u_hat.numel()
-        latent = curvature.LatentModel(self, self._raw_model, self._observed, self._factors, self._spec_options)
-        chunks = self._chunks(latent, u_hat, batches)
-
-        idx = choose.select(self, latent, u_hat, chunks, batches)
-        parts = evidence.SubnetworkCurvature(latent, u_hat, idx.to(u_hat.device), chunks,
-                                             num_candidates=choose.num_candidates(self, latent, D))
+        comm, u_hat, latent, chunks = self._set_up(batches)
+        try:
+            idx = sharding.check_subnetwork(comm, choose.select(self, latent, u_hat, chunks, batches, comm))
+            parts = evidence.SubnetworkCurvature(latent, u_hat, idx.to(u_hat.device), chunks, comm=comm,
+                                                 num_candidates=choose.num_candidates(self, latent, u_hat.numel()))
+        except Exception as error:
+            comm.leave_note(error)  # the other ranks may wait in a sum: their error names this one
+            raise
         return SubnetworkLaplacePosterior(latent, parts, self.prior_scale, *batches[0], init_loc_fn=self._init_loc_fn)
+
+    def _set_up(self, batches):
+        """``(comm, u_hat, latent, chunks)``: the communicator, the MAP, the model as a function of
+        the flat latent vector and the chunks of this rank's data, checked against the other
+        ranks' (:func:`pyro_subnet.sharding.prepare`) when there are several."""
+        comm = make_comm(self.process_group)
+
+        def set_up():
+            u_hat = self._trained_map(*batches[0])
+            latent = curvature.LatentModel(self, self._raw_model, self._observed, self._factors, self._spec_options)
+            return u_hat, latent, self._chunks(latent, u_hat, batches)
+
+        return (comm,) + sharding.prepare(self, comm, set_up, batches)
 
     def _trained_map(self, args, kwargs):
         """The MAP as the param store holds it; a ``ValueError`` if the guide was not trained."""

@@ -160,18 +160,20 @@ def prior_hessian(latent, u_hat, idx, batches, max_rows=None, out=None, scale=1.
     return H
 
 
-def prior_hessian_diagonal(latent, u_hat, batches, scale=1.0):
+def prior_hessian_diagonal(latent, u_hat, batches, scale=1.0, factors_out=None):
     r"""
     Diagonal of :math:`c P + Q` (``c = scale``) over all D coordinates with one Hessian-vector product per latent site
     (the indicator of the site's block). This is exact when, within each site, the log prior
     couples no two elements — true for the usual elementwise priors, hierarchical ones included.
     Sites whose unconstrained distribution has an event dimension are done exactly, one row per
-    coordinate.
+    coordinate. With ``factors_out`` (a D-vector) the factors' :math:`Q` is added to it in place
+    instead, and the result is :math:`c P` alone (a sum over data apart from the prior).
     """
     u_hat = u_hat.detach()
     D = u_hat.numel()
     d = u_hat.new_zeros(D)
-    for u, g, c, _ in _prior_gradients(latent, u_hat, torch.arange(D, device=u_hat.device), batches, scale):
+    for u, g, c, is_prior in _prior_gradients(latent, u_hat, torch.arange(D, device=u_hat.device), batches, scale):
+        target = d if is_prior or factors_out is None else factors_out
         for name, (a, b) in latent.blocks.items():
             elementwise = _elementwise(latent, name)
             if elementwise:
@@ -184,5 +186,5 @@ def prior_hessian_diagonal(latent, u_hat, batches, scale=1.0):
                 g, u, vs, retain_graph=True, is_grads_batched=True,
                 allow_unused=True, materialize_grads=True,
             )
-            d[a:b] -= c * (hv[:, a:b].sum(0) if elementwise else hv[:, a:b].diagonal())
+            target[a:b] -= c * (hv[:, a:b].sum(0) if elementwise else hv[:, a:b].diagonal())
     return d

@@ -52,6 +52,7 @@ import warnings
 import torch
 
 from . import prior
+from .comm import LocalComm
 from .curvature import _depends_on
 from .likelihoods import OutputSpec, unwrap
 from .variance import (  # noqa: F401 (the estimators' public home is here too)
@@ -150,12 +151,13 @@ def num_candidates(guide, latent, D):
     return D if sites is None else len(candidates(latent, sites))
 
 
-def select(guide, latent, u_hat, chunks, batches):
+def select(guide, latent, u_hat, chunks, batches, comm=LocalComm()):
     """
     The sorted subnetwork indices for the guide's ``selection``, ``subnetwork_size``,
-    ``selection_sites``, ``variance`` and ``prior_scale``. Sets ``guide.marginal_variance``
-    (zero outside the candidates: they stay at the MAP) and, when computed,
-    ``guide.jacobian_energy`` (NaN outside the candidates); ``None`` when not computed.
+    ``selection_sites``, ``variance`` and ``prior_scale``; across processes (``comm``, each
+    rank with its shard) the rankings' data terms are summed over the ranks first. Sets
+    ``guide.marginal_variance`` (zero outside the candidates: they stay at the MAP) and, when
+    computed, ``guide.jacobian_energy`` (NaN outside the candidates); ``None`` when not computed.
     """
     D = u_hat.numel()
     guide.marginal_variance = guide.jacobian_energy = None
@@ -187,13 +189,13 @@ def select(guide, latent, u_hat, chunks, batches):
     c = prior.prior_scale_multiplier(guide.prior_scale) or 1.0
     energy = None
     if guide.selection == "predictive" or guide.variance == "diag_laplace":
-        energy = jacobian_energy(latent, u_hat, pool, chunks)
+        energy = comm.all_reduce_sum(jacobian_energy(latent, u_hat, pool, chunks), "sum of the Jacobian energies")
         guide.jacobian_energy = torch.full_like(u_hat, float("nan")).index_copy(0, pool, energy)
     if guide.variance == "diag_laplace":
-        prec = diag_precision(latent, u_hat, chunks, c, pool, energy)
+        prec = diag_precision(latent, u_hat, chunks, c, pool, energy, comm)
         var64 = torch.where(prec > 0, prec.reciprocal(), torch.full_like(prec, float("inf")))
     elif guide.variance == "exact":
-        var64 = exact_variance(latent, u_hat, chunks, c, idx=pool).double()
+        var64 = exact_variance(latent, u_hat, chunks, c, idx=pool, comm=comm).double()
     else:
         var64 = swag_variance(latent, u_hat, batches, **guide.variance_options)[pool].double()  # unsplit calls
     guide.marginal_variance = torch.zeros_like(u_hat).index_copy(0, pool, var64.to(u_hat.dtype))

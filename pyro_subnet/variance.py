@@ -15,6 +15,7 @@ import torch
 from pyro.distributions.util import scale_and_mask
 
 from . import curvature, prior
+from .comm import LocalComm
 from .warning import SubnetWarning
 
 EXACT_MAX_DIM = 4096
@@ -32,11 +33,15 @@ def jacobian_energy(latent, u_hat, idx, batches, max_rows=None):
     return d
 
 
-def diag_precision(latent, u_hat, batches, prior_scale, idx, energy):
+def diag_precision(latent, u_hat, batches, prior_scale, idx, energy, comm=LocalComm()):
     """``diag(GGN + prior_scale * P + Q)`` on ``idx`` in float64, from the GGN diagonal
     ``energy`` there (float64: ``energy / precision`` ranks coordinates whose data term dwarfs
-    the prior, where float32 rounds the ratio to 1)."""
-    p = prior.prior_hessian_diagonal(latent, u_hat, batches, prior_scale)[idx]
+    the prior, where float32 rounds the ratio to 1). Across processes (``comm``) ``energy`` is
+    the sum over the ranks already; the factors' ``Q``, a sum over data too, is summed here."""
+    q = u_hat.new_zeros(u_hat.numel())
+    p = prior.prior_hessian_diagonal(latent, u_hat, batches, prior_scale, factors_out=q)[idx]
+    if latent.factors:
+        p = p + comm.all_reduce_sum(q[idx], "sum of the factors' Hessian diagonal")
     prec = energy.double() + p.double()
     if (prec <= 0).any():
         warnings.warn(
@@ -61,9 +66,10 @@ def diag_laplace_variance(latent, u_hat, batches, prior_scale=1.0, max_rows=None
     return torch.where(prec > 0, prec.reciprocal(), torch.full_like(prec, float("inf"))).to(u_hat.dtype)
 
 
-def exact_variance(latent, u_hat, batches, prior_scale=1.0, max_rows=None, idx=None):
+def exact_variance(latent, u_hat, batches, prior_scale=1.0, max_rows=None, idx=None, comm=LocalComm()):
     """Diagonal of the inverse of the full precision on the coordinates ``idx`` (all D by
-    default; the others held at the MAP), a ``len(idx)`` squared matrix: small sizes only."""
+    default; the others held at the MAP), a ``len(idx)`` squared matrix: small sizes only.
+    Across processes (``comm``) its data terms are summed over the ranks."""
     if idx is None:
         idx = torch.arange(u_hat.numel(), device=u_hat.device)
     if len(idx) > EXACT_MAX_DIM:
@@ -71,8 +77,9 @@ def exact_variance(latent, u_hat, batches, prior_scale=1.0, max_rows=None, idx=N
             f'variance="exact" builds a D x D matrix and is limited to D <= {EXACT_MAX_DIM} (here '
             f'D={len(idx)}); use variance="diag_laplace" or "swag"'
         )
-    prec = curvature.ggn(latent, u_hat, idx, batches, max_rows)
-    prior.prior_hessian(latent, u_hat, idx, batches, max_rows, out=prec, scale=prior_scale)
+    data = curvature.ggn(latent, u_hat, idx, batches, max_rows)
+    prec = prior.prior_hessian(latent, u_hat, idx, batches, max_rows, scale=prior_scale, factors_out=data)
+    prec += comm.all_reduce_sum(data, "sum of the curvature")
     chol, info = torch.linalg.cholesky_ex(prec)
     if info != 0:
         raise ValueError("the full precision is not positive definite; use another variance estimator")
