@@ -84,7 +84,7 @@ def test_the_guard_finds_every_warn_call():
     pt = {(module, expression and ast.unparse(expression))
           for module, _, expression in warn_calls("pyro_pt")}
     assert ("pyro_pt.report", "TemperingWarning") in pt
-    assert ("pyro_pt.rungs", "TemperingWarning") in pt
+    assert ("pyro_pt.setup", "TemperingWarning") in pt
     subnet = {module for module, _, _ in warn_calls("pyro_subnet")}
     assert {"pyro_subnet.evidence", "pyro_subnet.selection", "pyro_subnet.variance"} <= subnet
 

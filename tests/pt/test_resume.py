@@ -157,10 +157,10 @@ def shifted(x, y):
 ])
 def test_another_likelihood_is_refused_before_any_rung_is_built(written, model, data, match,
                                                                  monkeypatch):
-    import pyro_pt.rungs
+    import pyro_pt.setup
 
     built = []
-    monkeypatch.setattr(pyro_pt.rungs, "build_rungs", lambda *a, **k: built.append(a))
+    monkeypatch.setattr(pyro_pt.setup, "build_rungs", lambda *a, **k: built.append(a))
     kernel = ParallelTempering.resume(written[1][6], model)
     with pytest.raises(ValueError, match=match):
         MCMC(kernel, 4, 0, disable_progbar=True).run(*data)
