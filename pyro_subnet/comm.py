@@ -142,6 +142,16 @@ class TorchComm:
         return out
 
 
+def sum_all(comm, tensors, what):
+    """Each of ``tensors`` summed over the ranks, all in one float64 all-reduce; each returned in
+    its own shape and dtype (the identity in one process)."""
+    if comm.world_size == 1:
+        return list(tensors)
+    flat = comm.all_reduce_sum(torch.cat([t.reshape(-1).double() for t in tensors]), what)
+    parts = flat.split([t.numel() for t in tensors])
+    return [p.reshape(t.shape).to(t.dtype) for p, t in zip(parts, tensors)]
+
+
 def check_group(process_group):
     """``process_group`` itself, or a ``TypeError`` unless it is ``None`` or a ``torch.distributed`` group."""
     import torch.distributed as dist

@@ -65,7 +65,7 @@ from pyro.distributions.util import scale_and_mask
 from torch.distributions import LowRankMultivariateNormal, MultivariateNormal, Normal
 
 from . import curvature, prior
-from .comm import LocalComm
+from .comm import LocalComm, sum_all
 from .likelihoods import unwrap
 from .warning import SubnetWarning
 
@@ -95,14 +95,10 @@ class SubnetworkCurvature:
         self.data_precision = curvature.ggn(latent, self.loc, idx, batches)
         self.prior_precision = prior.prior_hessian(latent, self.loc, idx, batches, factors_out=self.data_precision)
         self.log_likelihood, self.likelihood_grad, self.prior_grad = _gradients(latent, self.loc, idx, batches)
-        if comm.world_size > 1:
-            S = len(idx)
-            data = torch.cat([self.data_precision.reshape(-1).double(), self.likelihood_grad.double(),
-                              torch.tensor([self.log_likelihood], dtype=torch.float64, device=self.loc.device)])
-            data = comm.all_reduce_sum(data, "sum of the subnetwork's curvature")
-            self.data_precision = data[: S * S].reshape(S, S).to(self.loc.dtype)
-            self.likelihood_grad = data[S * S : -1].to(self.loc.dtype)
-            self.log_likelihood = float(data[-1])
+        log_likelihood = torch.tensor(self.log_likelihood, dtype=torch.float64, device=self.loc.device)
+        self.data_precision, self.likelihood_grad, log_likelihood = sum_all(
+            comm, [self.data_precision, self.likelihood_grad, log_likelihood], "sum of the subnetwork's curvature")
+        self.log_likelihood = float(log_likelihood)
         self.sites = {n: (idx >= a) & (idx < b) for n, (a, b) in latent.blocks.items() if ((idx >= a) & (idx < b)).any()}
         gaussian = (Normal, MultivariateNormal, LowRankMultivariateNormal)  # real support: no transform
         self.non_gaussian = [n for n in self.sites
@@ -194,20 +190,16 @@ class SubnetworkCurvature:
         return t
 
     def _newton(self, t, to_coordinates, max_steps=4):
-        """Newton steps on the gradient from L-BFGS's end. L-BFGS stops once the evidence changes
-        by less than its rounding, which on a flat optimum is ~1e-8 away in ``log c``; the
-        gradient's zero is fixed to ~1e-13, so that sums added in another order (the ranks of a
-        process group) give the same scale."""
-        def loss(t):
-            return -self._evidence(to_coordinates(t))
-
+        """Newton steps from L-BFGS's end, which on a flat optimum stops ~1e-8 away in ``log c``;
+        the gradient's zero is fixed to ~1e-13, so that sums added in another order (the ranks of
+        a process group) give the same scale."""
+        loss = lambda t: -self._evidence(to_coordinates(t))  # noqa: E731
         for _ in range(max_steps):
             g = torch.autograd.functional.jacobian(loss, t)
             L, info = torch.linalg.cholesky_ex(torch.autograd.functional.hessian(loss, t))
-            if info != 0:  # not a maximum here: keep L-BFGS's point
-                return t
             step = torch.cholesky_solve(g[:, None], L).squeeze(-1)
-            if not torch.isfinite(step).all() or step.abs().max() > 1e-3:  # far: not the endgame
+            # not a maximum here (no Cholesky), or far from it: keep L-BFGS's point
+            if info != 0 or not torch.isfinite(step).all() or step.abs().max() > 1e-3:
                 return t
             t = t - step
             if step.abs().max() < 1e-14:
