@@ -31,7 +31,7 @@ export PYTHONUNBUFFERED=1
   "$py" -c "import torch, pyro; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'pyro', pyro.__version__)"
   echo "== CUDA tests"
   timeout 120 "$py" -m pytest -q -p no:cacheprovider tests/pt/test_cuda.py \
-    "tests/pt/test_batched_hmc.py::test_cuda_matches_itself_across_batching" 2>&1 | tail -n 15
+    "tests/pt/test_batched_hmc_slots.py::test_cuda_matches_itself_across_batching" 2>&1 | tail -n 15
   echo "== pt_speed (a), (b) on cuda"
   timeout 90 "$py" benchmarks/pt_speed.py --device cuda --section a --rounds 5 --calls 40 2>&1 | tail -n 25
   timeout 80 "$py" benchmarks/pt_speed.py --device cuda --section b --no-nuts-ratio 2>&1 | tail -n 16

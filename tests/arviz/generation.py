@@ -1,11 +1,20 @@
 """Reading ArviZ's answers the same way under both generations (names differ: elpd_loo / elpd)."""
 
+import numpy as np
+
 import pyro_arviz
 
 
 def elpd(loo):
     """The elpd of an ``az.loo`` result."""
     return float(loo["elpd_loo"] if pyro_arviz.arviz_generation() == 0 else loo.elpd)
+
+
+def elpd_parts(result):
+    """The elpd, its standard error and the pointwise elpd of an ``az.loo`` result."""
+    if pyro_arviz.arviz_generation() == 0:
+        return float(result["elpd_loo"]), float(result["se"]), np.asarray(result["loo_i"])
+    return float(result.elpd), float(result.se), np.asarray(result.elpd_i)
 
 
 def compare_columns():

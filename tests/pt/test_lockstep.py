@@ -23,7 +23,7 @@ from pyro_pt.explorers.hmc_dynamics import leapfrog, leapfrog_lockstep, leapfrog
 from pyro_pt.potential import FunctionalSplit, ModelSplit
 from pyro_pt.potential import lockstep as lockstep_module
 
-from .test_batched_hmc import BETAS as GAUSSIAN_BETAS, F64, assert_matches_posterior, gaussian
+from .tempered_gaussian import BETAS as GAUSSIAN_BETAS, F64, assert_matches_posterior, gaussian
 from .mutations import temper_the_prior_in_batched_hmc
 from .test_leapfrog_speed import BETAS, assert_identical, gamma_factor_model, gamma_split
 
@@ -32,7 +32,7 @@ CPU = torch.device("cpu")
 
 
 def gaussian_model(y):
-    """``gaussian()`` of test_batched_hmc as a Pyro model: z_d ~ N(0, s_d), y_nd ~ N(z_d, sigma_d)."""
+    """``gaussian()`` of tempered_gaussian as a Pyro model: z_d ~ N(0, s_d), y_nd ~ N(z_d, sigma_d)."""
     target = gaussian()
     z = pyro.sample("z", dist.Normal(torch.zeros(3, dtype=F64), target.s2.sqrt()).to_event(1))
     with pyro.plate("data", y.shape[0]):

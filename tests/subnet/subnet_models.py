@@ -90,3 +90,18 @@ def random_loc(guide, seed=1, scale=0.7):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         guide.loc.copy_(scale * torch.randn(guide.loc.shape, generator=g, dtype=guide.loc.dtype))
+
+
+SIGMA = 0.5
+
+
+def linreg(x, y=None):
+    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(x @ w, SIGMA), obs=y)
+
+
+def linreg_posterior(x, y):
+    """The exact posterior mean and precision of ``linreg``'s weights."""
+    H = x.T @ x / SIGMA**2 + torch.eye(x.shape[1], dtype=x.dtype)
+    return torch.linalg.solve(H, x.T @ y / SIGMA**2), H

@@ -12,8 +12,8 @@ import torch
 
 import pyro_arviz
 from pyro_subnet import SubnetLOOWarning, SubnetworkLaplace, kfold, loo
-from tests.subnet.test_loo_shift import SIGMA, linreg
-from tests.subnet.test_loo_shift import _linreg_posterior as _exact_mean_precision
+from subnet_models import SIGMA, linreg
+from subnet_models import linreg_posterior as _exact_mean_precision
 
 az = pytest.importorskip("arviz")
 

@@ -13,31 +13,14 @@ import pyro.distributions as dist
 import pytest
 import torch
 
-import pyro_arviz
 from pyro_subnet import SubnetLOOWarning, SubnetworkLaplace, loo
 from pyro_subnet.jackknife import map_shifts
 from pyro_subnet.predictive import linearized_outputs
 from pyro_subnet.reweighting import shifted_ratios
+from subnet_models import SIGMA, linreg, linreg_posterior
+from tests.arviz.generation import elpd_parts
 
 pytest.importorskip("arviz")
-SIGMA = 0.5
-
-
-def _elpd(result):
-    if pyro_arviz.arviz_generation() == 0:
-        return float(result["elpd_loo"]), float(result["se"]), np.asarray(result["loo_i"])
-    return float(result.elpd), float(result.se), np.asarray(result.elpd_i)
-
-
-def linreg(x, y=None):
-    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
-    with pyro.plate("data", x.shape[0]):
-        pyro.sample("obs", dist.Normal(x @ w, SIGMA), obs=y)
-
-
-def _linreg_posterior(x, y):
-    H = x.T @ x / SIGMA**2 + torch.eye(x.shape[1], dtype=x.dtype)
-    return torch.linalg.solve(H, x.T @ y / SIGMA**2), H
 
 
 @pytest.fixture
@@ -58,7 +41,7 @@ def test_linear_gaussian_steps_and_elpd_are_exact(float64):
     guide = SubnetworkLaplace(linreg, subnetwork_size=2, selection=torch.tensor([0, 5]))
     guide(x, y)
     with torch.no_grad():
-        guide.loc.copy_(_linreg_posterior(x, y)[0])
+        guide.loc.copy_(linreg_posterior(x, y)[0])
     post = guide.laplace_approximation(x, y)
     idx = post.subnetwork_indices
     shifts = map_shifts(post, (x, y), {}, "obs")
@@ -67,7 +50,7 @@ def test_linear_gaussian_steps_and_elpd_are_exact(float64):
     exact = []
     for i in range(n):
         keep = torch.arange(n) != i
-        mean, H = _linreg_posterior(x[keep], y[keep])
+        mean, H = linreg_posterior(x[keep], y[keep])
         assert torch.allclose(shifts.delta[:, i], mean - post.loc, atol=1e-10, rtol=0)
         var = SIGMA**2 + x[i, idx] @ torch.linalg.solve(H[idx][:, idx], x[i, idx])
         exact.append(float(dist.Normal(x[i] @ mean, var.sqrt()).log_prob(y[i])))
@@ -79,13 +62,13 @@ def test_linear_gaussian_steps_and_elpd_are_exact(float64):
     pyro.set_rng_seed(1)
     with warnings.catch_warnings():
         warnings.simplefilter("error", SubnetLOOWarning)
-        elpd, _, elpd_i = _elpd(loo(post, x, y, num_samples=2000))
+        elpd, _, elpd_i = elpd_parts(loo(post, x, y, num_samples=2000))
     # what is left is the Monte Carlo error of each point's predictive integral (0.008 here)
     assert abs(elpd - exact.sum()) < 0.05, (elpd, exact.sum())
     assert np.abs(elpd_i - exact).max() < 0.1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SubnetLOOWarning)
-        unshifted = _elpd(loo(post, x, y, num_samples=2000, map_shift=False))[0]
+        unshifted = elpd_parts(loo(post, x, y, num_samples=2000, map_shift=False))[0]
     assert abs(unshifted - exact.sum()) > 1.0, (unshifted, exact.sum())
 
 
@@ -139,35 +122,14 @@ def test_logistic_elpd_matches_brute_force_leave_one_out(float64):
         brute.append(float(torch.logsumexp(spec.log_prob(etas, y[i : i + 1])[:, 0], 0) - math.log(4000)))
     brute = np.array(brute)
     pyro.set_rng_seed(1)
-    elpd, se, elpd_i = _elpd(loo(post, x, y, num_samples=4000))
+    elpd, se, elpd_i = elpd_parts(loo(post, x, y, num_samples=4000))
     assert abs(elpd - brute.sum()) < 2 * se
     assert abs(elpd - brute.sum()) < 0.5, (elpd, brute.sum())
     assert np.abs(elpd_i - brute).max() < 0.2  # one Newton step (0.10 at most here)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SubnetLOOWarning)
-        unshifted = _elpd(loo(post, x, y, num_samples=4000, map_shift=False))[0]
+        unshifted = elpd_parts(loo(post, x, y, num_samples=4000, map_shift=False))[0]
     assert abs(unshifted - brute.sum()) > 2.0, (unshifted, brute.sum())
-
-
-def test_an_unmoved_estimate_warns(float64):
-    """An export holds no model to move the MAP with: with coordinates outside S its estimate is
-    optimistic and says so; with S = D there is nothing to move and nothing to say."""
-    from pyro_subnet import to_inference_data
-
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(20, 3, generator=g)
-    y = x @ torch.tensor([1.0, -0.5, 0.3]) + SIGMA * torch.randn(20, generator=g)
-    for size, warns in ((1, True), (3, False)):
-        guide = SubnetworkLaplace(linreg, subnetwork_size=size, selection=torch.arange(size))
-        guide(x, y)
-        with torch.no_grad():
-            guide.loc.copy_(_linreg_posterior(x, y)[0])
-        idata = to_inference_data(guide.laplace_approximation(x, y), x, y, num_samples=200)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            loo(idata)
-        moved = [w for w in caught if issubclass(w.category, SubnetLOOWarning) and "not moved" in str(w.message)]
-        assert bool(moved) == warns, [str(w.message) for w in caught]
 
 
 @pytest.mark.parametrize("guide_class", ["subnet", "diagonal"])
@@ -184,7 +146,7 @@ def test_diagonal_curvature_is_exact_where_the_curvature_is_diagonal(float64, mo
              else DiagonalLaplace(linreg))
     guide(x, y)
     with torch.no_grad():
-        guide.loc.copy_(_linreg_posterior(x, y)[0])
+        guide.loc.copy_(linreg_posterior(x, y)[0])
     post = guide.laplace_approximation(x, y)
     monkeypatch.setattr(jackknife, "FULL_MAX_DIM", 2)
     shifts = map_shifts(post, (x, y), {}, "obs")
@@ -192,54 +154,12 @@ def test_diagonal_curvature_is_exact_where_the_curvature_is_diagonal(float64, mo
     for i in range(n):
         keep = torch.arange(n) != i
         # without point i the inputs are no longer orthogonal: the step is exact only to first order
-        exact = _linreg_posterior(x[keep], y[keep])[0] - post.loc
+        exact = linreg_posterior(x[keep], y[keep])[0] - post.loc
         assert torch.allclose(shifts.delta[:, i], exact, atol=0.05 * float(exact.abs().max()) + 1e-12, rtol=0)
     pyro.set_rng_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", SubnetLOOWarning)
-        _elpd(loo(post, x, y, num_samples=500))
-
-
-def _masked_linreg(how):
-    def model(x, y=None, mask=None):
-        w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
-        with pyro.plate("data", x.shape[0]):
-            if how == "poutine":
-                with pyro.poutine.mask(mask=mask):
-                    pyro.sample("obs", dist.Normal(x @ w, SIGMA), obs=y)
-            else:
-                pyro.sample("obs", dist.Normal(x @ w, SIGMA).mask(mask), obs=y)
-
-    return model
-
-
-@pytest.mark.parametrize("how", ["poutine", "dist"])
-def test_masked_points_are_no_data(float64, how):
-    """A masked point is neither left out nor part of any step: the estimate is the one of the
-    model fitted on the kept points alone, and its points carry their original positions."""
-    n, p = 30, 4
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, p, generator=g)
-    y = x @ torch.randn(p, generator=g) + SIGMA * torch.randn(n, generator=g)
-    mask = torch.ones(n, dtype=torch.bool)
-    mask[::5] = False
-
-    def posterior(model, *args):
-        guide = SubnetworkLaplace(model, subnetwork_size=2, selection=torch.tensor([0, 3]))
-        guide(*args)
-        with torch.no_grad():
-            guide.loc.copy_(_linreg_posterior(x[mask], y[mask])[0])
-        return guide.laplace_approximation(*args)
-
-    pyro.set_rng_seed(0)
-    masked = loo(posterior(_masked_linreg(how), x, y, mask), x, y, mask, num_samples=300)
-    pyro.set_rng_seed(0)
-    kept = loo(posterior(linreg, x[mask], y[mask]), x[mask], y[mask], num_samples=300)
-    elpd, _, elpd_i = _elpd(masked)
-    assert len(elpd_i) == int(mask.sum())
-    assert abs(elpd - _elpd(kept)[0]) < 1e-8
-    points = (masked["loo_i"] if pyro_arviz.arviz_generation() == 0 else masked.elpd_i).coords["obs_dim_0"].values
-    assert list(points) == mask.nonzero().reshape(-1).tolist()
+        elpd_parts(loo(post, x, y, num_samples=500))
 
 
 def test_linearization_gap_is_the_model_against_its_linearization(float64):
@@ -274,30 +194,3 @@ def test_linearization_gap_is_the_model_against_its_linearization(float64):
     post = _laplace(x2, y2, torch.tensor([0]))
     glm = linearization_gap(post, (x2, y2), {}, map_shifts(post, (x2, y2), {}, "obs"))
     assert float(glm.abs().max()) < 1e-8  # logits linear in the weights
-
-
-def test_points_of_a_two_dimensional_site_keep_the_exports_axes(float64):
-    """A site over two plates: the pointwise results have the export's two axes, not a flat one."""
-    from pyro_subnet import to_inference_data
-
-    def grid(x, y=None):
-        w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
-        with pyro.plate("a", 2, dim=-1), pyro.plate("b", x.shape[0], dim=-2):
-            pyro.sample("obs", dist.Normal((x @ w)[:, None] + torch.tensor([0.0, 1.0]), SIGMA), obs=y)
-
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(10, 3, generator=g)
-    y = (x @ torch.tensor([1.0, -1.0, 0.5]))[:, None] + torch.tensor([0.0, 1.0])
-    y = y + SIGMA * torch.randn(10, 2, generator=g)
-    guide = SubnetworkLaplace(grid, subnetwork_size=1, selection=torch.tensor([0]))
-    guide(x, y)
-    with torch.no_grad():
-        guide.loc.copy_(torch.tensor([1.0, -1.0, 0.5]))
-    post = guide.laplace_approximation(x, y)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SubnetLOOWarning)
-        result = loo(post, x, y, num_samples=300)
-    pointwise = result["loo_i"] if pyro_arviz.arviz_generation() == 0 else result.elpd_i
-    exported = to_inference_data(post, x, y, num_samples=10)["log_likelihood"]["obs"]
-    assert pointwise.dims == exported.dims[2:] and pointwise.shape == exported.shape[2:]
-    assert "map_shift" in (result.index if pyro_arviz.arviz_generation() == 0 else dir(result))
