@@ -50,14 +50,12 @@ import time
 import torch
 
 import pyro
-import pyro.distributions as dist
-from pyro.infer import MCMC
-from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _bnn import CountingModel, initial_params, make_data  # noqa: E402
-
-from pyro_pt import ParallelTempering  # noqa: E402
+from _ladder_control import CONTROL_DIM, CONTROL_POINTS, ExactControlExplorer  # noqa: E402
+from _ladder_control import control_data, control_model  # noqa: E402
+from _ladder_runs import poisson_interval, rate_ratio_interval, run_ladder  # noqa: E402
 
 
 def map_point(model, data, steps, seed=1):
@@ -71,66 +69,6 @@ def map_point(model, data, steps, seed=1):
         loss.backward()
         optimizer.step()
     return {k: v.detach() for k, v in params.items()}, -float(loss.detach())
-
-
-CONTROL_DIM, CONTROL_POINTS = 10, 20
-
-
-def control_model(y):
-    """z ~ N(0, I), y_i ~ N(z, I): the tempered posterior at beta is N(beta sum y / (1 + beta n),
-    1 / (1 + beta n))."""
-    z = pyro.sample("z", dist.Normal(torch.zeros(y.shape[1], dtype=y.dtype), 1.0).to_event(1))
-    with pyro.plate("data", y.shape[0]):
-        pyro.sample("y", dist.Normal(z, 1.0).to_event(1), obs=y)
-
-
-def control_data():
-    generator = torch.Generator().manual_seed(0)
-    return 0.5 + torch.randn(CONTROL_POINTS, CONTROL_DIM, generator=generator, dtype=torch.float64)
-
-
-class ExactControlExplorer(MCMCKernel):
-    """
-    Independent exact draws from one rung of ``control_model``: the local explorer the
-    round-trip theory assumes. It learns its rung's beta from the public contract alone,
-    the potential ``U(z) = -(lp(z) + beta ll(z))`` at ``z = 0``, where lp and ll are known in
-    closed form, so it follows the ladder when adaptation moves the rung.
-    """
-
-    def __init__(self, potential_fn, y):
-        self.potential_fn = potential_fn
-        self.y = y
-        zero = torch.zeros(y.shape[1], dtype=y.dtype)
-        self._zero = {"z": zero}
-        self._lp0 = float(dist.Normal(zero, 1.0).log_prob(zero).sum())
-        self._ll0 = float(dist.Normal(zero, 1.0).log_prob(y).sum())
-        self._initial_params = None
-
-    @property
-    def initial_params(self):
-        return self._initial_params
-
-    @initial_params.setter
-    def initial_params(self, params):
-        self._initial_params = params
-
-    def setup(self, warmup_steps, *args, **kwargs):
-        pass
-
-    def clear_cache(self):
-        pass
-
-    def sample(self, params):
-        with torch.no_grad():
-            beta = (-float(self.potential_fn(self._zero)) - self._lp0) / self._ll0
-            precision = 1.0 + beta * self.y.shape[0]
-            mean = beta * self.y.sum(0) / precision
-            z = {"z": mean + torch.randn_like(mean) / math.sqrt(precision)}
-            self.potential_fn(z)  # so the kernel knows ll(z) without another model trace
-        return z
-
-    def diagnostics(self):
-        return {"divergences": [], "acceptance rate": 1.0}
 
 
 def explorer_kwargs(args):
@@ -148,101 +86,6 @@ def explorer_kwargs(args):
     if args.explorer == "rwmh":
         return {"scale": 1e-3}
     return {}
-
-
-def local_barrier_from_ll(ll):
-    """lambda = E|X - X'| / 2 over pairs of distinct draws, from the sorted draws (O(n log n))."""
-    x, _ = torch.sort(ll.double())
-    n = x.numel()
-    if n < 2:
-        return math.nan
-    weights = 2.0 * torch.arange(1, n + 1, dtype=torch.float64) - n - 1
-    return float((weights * x).sum() / (n * (n - 1)))
-
-
-def ll_barrier(betas, record):
-    """Trapezoid integral of the local barrier over beta, from each rung's recorded ll."""
-    lam = [local_barrier_from_ll(record[:, k]) for k in range(record.shape[1])]
-    pairs = zip(betas, betas[1:], lam, lam[1:])
-    return sum(0.5 * (b0 - b1) * (l0 + l1) for b0, b1, l0, l1 in pairs)
-
-
-def autocorrelation_time(x, c=5.0):
-    """Integrated autocorrelation time of a series, with Sokal's adaptive window (M >= c tau)."""
-    x = torch.as_tensor(x, dtype=torch.float64)
-    x = x - x.mean()
-    n = x.numel()
-    if n < 4 or float(x.var()) == 0.0:
-        return math.nan
-    spectrum = torch.fft.rfft(x, 2 * n)
-    acf = torch.fft.irfft(spectrum * spectrum.conj(), 2 * n)[:n]
-    acf = acf / acf[0]
-    tau = 2.0 * torch.cumsum(acf, 0) - 1.0
-    window = torch.arange(n, dtype=torch.float64) >= c * tau
-    m = int(torch.argmax(window.int())) if bool(window.any()) else n - 1
-    return float(tau[m])
-
-
-def poisson_interval(count, z=1.96):
-    """Approximate 95% interval of a Poisson mean from one count (Wilson-Hilferty)."""
-    def bound(n, sign):
-        return n * (1.0 - 1.0 / (9.0 * n) + sign * z / (3.0 * math.sqrt(n))) ** 3
-
-    return (0.0 if count == 0 else bound(count, -1.0), bound(count + 1, 1.0))
-
-
-def rate_ratio_interval(a, b, z=1.96):
-    """
-    Approximate 95% interval of the ratio of two Poisson rates with equal exposure: given
-    a + b events, a is binomial with p = R / (1 + R); Wilson's interval for p, mapped to R.
-    """
-    n = a + b
-    if n == 0:
-        return (0.0, math.inf)
-    p = a / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    lo, hi = centre - half, centre + half
-    return (lo / (1 - lo), hi / (1 - hi) if hi < 1 else math.inf)
-
-
-def run_ladder(model, data, init, args, seed, adapt, explorer, kwargs):
-    pyro.set_rng_seed(seed)
-    kernel = ParallelTempering(model, num_replicas=args.replicas,
-                               max_temperature=args.max_temperature, explorer=explorer,
-                               explorer_kwargs=kwargs,
-                               swap_interval=args.swap_interval, adapt_temperatures=adapt)
-    mcmc = MCMC(kernel, num_samples=args.scans, warmup_steps=args.warmup, initial_params=init,
-                disable_progbar=True)
-    start = time.perf_counter()
-    mcmc.run(*data)
-    seconds = time.perf_counter() - start
-    d = kernel.diagnostics()
-    acc = d["swap_acceptance"]
-    # Swap rounds of the sampling phase: scans t in (warmup, warmup + scans], t % interval == 0.
-    swap_rounds = ((args.warmup + args.scans) // args.swap_interval
-                   - args.warmup // args.swap_interval)
-    record = d["tempering_record"]["log_likelihood"]
-    return {
-        "seconds": seconds,
-        "acceptance": acc,
-        "min_over_mean": min(acc) / (sum(acc) / len(acc)),
-        "round_trips": d["round_trips"],
-        "per_1000": 1000.0 * d["round_trips"] / args.scans,
-        "swap_rounds": swap_rounds,
-        "observed": d["round_trip_rate"],
-        "theory": d["theoretical_round_trip_rate"],
-        "barrier": d["barrier"],
-        "ll_barrier": ll_barrier(kernel.betas, record),
-        "recommended": d["recommended_replicas"],
-        "temperatures": d["temperatures"],
-        "local_acceptance": d["local_acceptance"],
-        # Per rung (whichever state sits there): how many scans ll takes to decorrelate.
-        "ll_tau": [autocorrelation_time(record[:, k]) for k in range(record.shape[1])],
-        "history": list(getattr(kernel, "adaptation_history", [])),
-        # Which explorer and potential path actually ran (batched HMC, captured graph, ...).
-        "explorer_info": dict(getattr(kernel, "explorer_info", None) or {}),
-    }
 
 
 def fmt_list(values, spec=".2f"):
