@@ -52,18 +52,19 @@ def instrument_comm():
                 COMM["received"] += received
         return wrapper
 
-    def gather_bytes(self, values, block_sizes):
+    # the counters take what the comm's methods take (``what=``: the collective's name in errors)
+    def gather_bytes(self, values, block_sizes, **_):
         width = 8 * max(block_sizes)  # float64, padded to the largest block
         return width, width * (self.world_size - 1)
 
-    def exchange_bytes(self, sends, receives):
+    def exchange_bytes(self, sends, receives, **_):
         return sum(_nbytes(t) for _, t in sends), sum(_nbytes(t) for _, t in receives)
 
-    def broadcast_bytes(self, tensor, src):
+    def broadcast_bytes(self, tensor, src, **_):
         n = _nbytes(tensor)
         return (n * (self.world_size - 1), 0) if self.rank == src else (0, n)
 
-    def object_bytes(self, obj):
+    def object_bytes(self, obj, **_):
         return 0, 0  # setup and diagnostics only, not per iteration
 
     cls.all_gather_floats = timed(cls.all_gather_floats, gather_bytes)
@@ -71,7 +72,7 @@ def instrument_comm():
     cls.broadcast = timed(cls.broadcast, broadcast_bytes)
     cls.all_gather_object = timed(cls.all_gather_object, object_bytes)
     if hasattr(cls, "heartbeat"):  # a TCPStore write before each all-gather (lost-rank report)
-        cls.heartbeat = timed(cls.heartbeat, lambda self: (0, 0))
+        cls.heartbeat = timed(cls.heartbeat, lambda self, *_, **__: (0, 0))
 
 
 # ----- one timed run, in any process -----
