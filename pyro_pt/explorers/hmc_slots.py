@@ -67,7 +67,7 @@ class HMCSlots:
         if self._stale:  # slots marked by set_betas or replace_states
             stale[sorted(self._stale)] = True
         if bool(stale.any()):
-            # Only the stale rows: the potential is batch-invariant (docs/design.md), so a row's
+            # Only the stale rows: the potential is batch-invariant (docs/layout.md), so a row's
             # numbers are the same whichever rows share its call, and after a swap most
             # rows kept their state.
             rows = stale.nonzero().flatten()
