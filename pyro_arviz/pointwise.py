@@ -10,11 +10,10 @@ import pyro.poutine as poutine
 import torch
 import xarray as xr
 from pyro.distributions import Unit
-from pyro.distributions.util import scale_and_mask
 
 from .containers import dataset
 from .masked import KeptPoints, check_same_points, check_some_data, data_groups
-from .sites import data_sites, deterministic_sites, kept_points
+from .sites import data_sites, deterministic_sites, kept_points, scored_log_prob
 
 
 class Traced(NamedTuple):
@@ -74,7 +73,7 @@ def pointwise_log_likelihood(model, samples, args=(), kwargs=None, seed=0, predi
                     check_same_points(name, kept[name], points, f"draw {d} of chain {c}")
                 kept.setdefault(name, points)
                 if log_likelihood:
-                    lp = scale_and_mask(site["fn"].log_prob(site["value"]), site["scale"], site["mask"])
+                    lp = scored_log_prob(site)
                     loglik.setdefault(name, []).append(torch.as_tensor(lp).expand(site["fn"].batch_shape))
                 if isinstance(site["fn"], Unit):
                     continue

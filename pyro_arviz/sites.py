@@ -13,8 +13,17 @@ Which sites of a traced model an export reads, and which points of an observed s
 
 import torch
 from pyro.distributions.torch_distribution import ExpandedDistribution, MaskedDistribution
+from pyro.distributions.util import scale_and_mask
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import Independent
+
+
+def scored_log_prob(site):
+    """A sample site's log density as the model scores it, elementwise: ``poutine.scale`` and
+    masks applied (Pyro's ``scale_and_mask``, as ``Trace.compute_log_prob`` does). The one form
+    of a site's term in pyro_subnet's objective, curvature and evidence and in the exports'
+    ``log_likelihood``."""
+    return scale_and_mask(site["fn"].log_prob(site["value"]), site["scale"], site["mask"])
 
 
 def is_deterministic(site):

@@ -47,12 +47,11 @@ mask the curvature used; the network export refuses a mask that keeps others at 
 """
 
 import torch
-from pyro.distributions.util import scale_and_mask
 from torch.distributions import biject_to
 
 import pyro_arviz
 from pyro_arviz.masked import KeptPoints, check_same_points, check_some_data, data_groups
-from pyro_arviz.sites import deterministic_sites, kept_points
+from pyro_arviz.sites import deterministic_sites, kept_points, scored_log_prob
 
 from .guide import SubnetworkLaplace
 from .posterior import SubnetworkLaplacePosterior
@@ -212,7 +211,7 @@ def _trace_draws(posterior, draws, args, kwargs, prior=True, deterministic=()):
             name = site["name"]
             t = biject_to(site["fn"].support)
             node = tr.nodes[name]
-            term = scale_and_mask(node["fn"].log_prob(node["value"]), node["scale"], node["mask"]).sum()
+            term = scored_log_prob(node).sum()
             term = term + t.log_abs_det_jacobian(uv, t(uv)).sum()
             total = total + (scale.get(name, 1.0) if isinstance(scale, dict) else scale) * term
         out.append(torch.as_tensor(total, dtype=draws.dtype))

@@ -39,6 +39,8 @@ from torch.distributions import biject_to
 
 from torch.distributions.transforms import ComposeTransform, IndependentTransform, identity_transform
 
+from pyro_arviz.sites import scored_log_prob
+
 from .likelihoods import OutputSpec, unwrap
 from .subnet_tensor import SubnetMatrix, unavailable as subnet_unavailable
 
@@ -135,8 +137,7 @@ class LatentModel:
         names = (self.latent_names if prior else []) + (self.factors if factors else [])
         for name in names:
             site = tr.nodes[name]
-            lp = site["fn"].log_prob(site["value"])
-            total = total + scale_and_mask(lp, site["scale"], site["mask"]).sum()
+            total = total + scored_log_prob(site).sum()
         return total
 
     def specs(self, tr, wrt, active=None):

@@ -61,8 +61,9 @@ import math
 import warnings
 
 import torch
-from pyro.distributions.util import scale_and_mask
 from torch.distributions import LowRankMultivariateNormal, MultivariateNormal, Normal
+
+from pyro_arviz.sites import scored_log_prob
 
 from . import curvature, prior
 from .comm import LocalComm, sum_all
@@ -250,14 +251,12 @@ def _gradients(latent, u_hat, idx, batches):
         x = u_hat[idx].clone().requires_grad_(True)
         tr, logdet = latent.trace(u_hat, args, kwargs, idx, x)
         ll = latent.log_prior(tr, logdet, prior=False, factors=True)
-        for name in latent.observed:
-            site = tr.nodes[name]
+        for name, site in ((n, tr.nodes[n]) for n in latent.observed):
             if not site["is_observed"]:
                 raise ValueError(f"observed site '{name}' has no data in this call; pass the observed "
                                  "values to laplace_approximation, e.g. guide.laplace_approximation(x, y)")
-            ll = ll + scale_and_mask(site["fn"].log_prob(site["value"]), site["scale"], site["mask"]).sum()
-        total += float(ll.detach()) if torch.is_tensor(ll) else float(ll)
-        a += _grad(ll, x)
+            ll = ll + scored_log_prob(site).sum()
+        total, a = total + (float(ll.detach()) if torch.is_tensor(ll) else float(ll)), a + _grad(ll, x)
         if g is None:
             g = -_grad(latent.log_prior(tr, logdet, factors=False), x)
     return total, a, g

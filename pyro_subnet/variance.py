@@ -12,7 +12,8 @@ inverse (small D only), or diagonal SWAG (Maddox et al., 2019).
 import warnings
 
 import torch
-from pyro.distributions.util import scale_and_mask
+
+from pyro_arviz.sites import scored_log_prob
 
 from . import curvature, prior
 from .comm import LocalComm
@@ -115,7 +116,7 @@ def swag_variance(latent, u_hat, batches, lr=1e-3, num_steps=500, batch_fraction
         lik, n_total = 0.0, 0
         for name in latent.observed:
             site = tr.nodes[name]
-            lp = scale_and_mask(site["fn"].log_prob(site["value"]), site["scale"], site["mask"]).reshape(-1)
+            lp = scored_log_prob(site).reshape(-1)
             n = lp.numel()
             m = max(1, int(round(batch_fraction * n)))
             keep = torch.randperm(n, generator=generator)[:m].to(lp.device)
