@@ -1,12 +1,14 @@
 """ParallelTempering: a pyro.infer.MCMC kernel doing likelihood-tempered replica exchange.
 
-Glue only: each scan the rungs explore (:mod:`pyro_pt.explorers`), communicate (a swap round,
-:mod:`pyro_pt.swap`, states moved by :mod:`pyro_pt.rungs`), and the run records
-(:mod:`pyro_pt.recorders`, :mod:`pyro_pt.report`, the ladder's adaptation in
-:mod:`pyro_pt.ladder`). What the kernel says about its run (report, diagnostics, logging) is
+Glue only. ``setup`` builds the run's state, a :class:`~pyro_pt.run.Run`
+(:mod:`pyro_pt.setup`); each scan the rungs explore (:mod:`pyro_pt.explorers`), communicate (a
+swap round, :mod:`pyro_pt.swap`, states moved by :mod:`pyro_pt.rungs`) and record
+(:mod:`pyro_pt.recorders`), and where the scan ends a round its steps run
+(:mod:`pyro_pt.rounds`: the report's row, the ladder's adaptation, the reference's fit, the
+compile switch). What the kernel says about its run (report, diagnostics, logging) is
 :class:`~pyro_pt.report.Reporting`; checkpoints are :class:`~pyro_pt.checkpoint.Checkpointing`;
-Pyro's ``initial_params`` / ``save_params`` are :class:`~pyro_pt.compat.KernelParams`.
-"""
+Pyro's ``initial_params`` / ``save_params`` are :class:`~pyro_pt.compat.KernelParams`; all three
+read the run."""
 
 import math
 import time
