@@ -3,6 +3,7 @@
 import os
 
 import pytest
+import torch
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -17,3 +18,12 @@ def own_compile_records(tmp_path_factory):
         del os.environ["PYRO_PT_COMPILE_RECORDS"]
     else:
         os.environ["PYRO_PT_COMPILE_RECORDS"] = before
+
+
+@pytest.fixture
+def float64():
+    """Tensors made without a dtype are float64 within the test (exact comparisons)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)

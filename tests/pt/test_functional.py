@@ -25,12 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import _bnn  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def float64():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
+pytestmark = pytest.mark.usefixtures("float64")  # tests/conftest.py
 
 
 # ----- models -----

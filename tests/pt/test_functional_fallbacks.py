@@ -16,12 +16,7 @@ from pyro_pt.potential import FunctionalSplit, ModelSplit, densities
 from .functional_checks import assert_close, assert_same_as_traced, points
 
 
-@pytest.fixture(autouse=True)
-def float64():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
+pytestmark = pytest.mark.usefixtures("float64")  # tests/conftest.py
 
 
 # ----- models -----

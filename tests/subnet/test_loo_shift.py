@@ -23,15 +23,7 @@ from tests.arviz.generation import elpd_parts
 pytest.importorskip("arviz")
 
 
-@pytest.fixture
-def float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
-
-
-def test_linear_gaussian_steps_and_elpd_are_exact(float64):
+def test_linear_gaussian_steps_and_elpd_are_exact():
     """S = 2 of 6 weights: the step is the exact leave-one-out MAP, and the elpd is the exact
     leave-one-out of the subnetwork posterior whose other weights sit at that MAP."""
     n, p = 40, 6
@@ -101,7 +93,7 @@ def _laplace(x, y, selection):
     return guide.laplace_approximation(x, y)
 
 
-def test_logistic_elpd_matches_brute_force_leave_one_out(float64):
+def test_logistic_elpd_matches_brute_force_leave_one_out():
     """Refit the MAP and the Laplace posterior without each point and score the point under
     the linearized predictive: the shifted estimate is within 2 of its SE of that sum, and the
     paired difference is small (0.03 of 20 when written); the estimate without the step is 4 off,
@@ -133,7 +125,7 @@ def test_logistic_elpd_matches_brute_force_leave_one_out(float64):
 
 
 @pytest.mark.parametrize("guide_class", ["subnet", "diagonal"])
-def test_diagonal_curvature_is_exact_where_the_curvature_is_diagonal(float64, monkeypatch, guide_class):
+def test_diagonal_curvature_is_exact_where_the_curvature_is_diagonal(monkeypatch, guide_class):
     """Above FULL_MAX_DIM the steps use the GGN's diagonal: on orthogonal inputs (a diagonal
     GGN) the steps are still the exact leave-one-out MAPs, with a DiagonalLaplace posterior too."""
     import pyro_subnet.jackknife as jackknife
@@ -162,7 +154,7 @@ def test_diagonal_curvature_is_exact_where_the_curvature_is_diagonal(float64, mo
         elpd_parts(loo(post, x, y, num_samples=500))
 
 
-def test_linearization_gap_is_the_model_against_its_linearization(float64):
+def test_linearization_gap_is_the_model_against_its_linearization():
     """At each moved MAP the gap is the point's log density under the model minus under its
     linearization: zero for a GLM, the closed form for a mean quadratic in the weight."""
     from pyro_subnet.reweighting import linearization_gap

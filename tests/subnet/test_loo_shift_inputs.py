@@ -17,15 +17,7 @@ from tests.arviz.generation import elpd_parts
 pytest.importorskip("arviz")
 
 
-@pytest.fixture
-def float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
-
-
-def test_an_unmoved_estimate_warns(float64):
+def test_an_unmoved_estimate_warns():
     """An export holds no model to move the MAP with: with coordinates outside S its estimate is
     optimistic and says so; with S = D there is nothing to move and nothing to say."""
     from pyro_subnet import to_inference_data
@@ -60,7 +52,7 @@ def _masked_linreg(how):
 
 
 @pytest.mark.parametrize("how", ["poutine", "dist"])
-def test_masked_points_are_no_data(float64, how):
+def test_masked_points_are_no_data(how):
     """A masked point is neither left out nor part of any step: the estimate is the one of the
     model fitted on the kept points alone, and its points carry their original positions."""
     n, p = 30, 4
@@ -88,7 +80,7 @@ def test_masked_points_are_no_data(float64, how):
     assert list(points) == mask.nonzero().reshape(-1).tolist()
 
 
-def test_points_of_a_two_dimensional_site_keep_the_exports_axes(float64):
+def test_points_of_a_two_dimensional_site_keep_the_exports_axes():
     """A site over two plates: the pointwise results have the export's two axes, not a flat one."""
     from pyro_subnet import to_inference_data
 
