@@ -36,6 +36,8 @@ import time
 
 import torch
 
+from subnet_curvature import reset_peak, rss_mib  # benchmarks/ is the script's folder
+
 HIDDEN = 32
 
 
@@ -52,22 +54,6 @@ def model(x, y=None):
     f = torch.tanh(torch.tanh(x @ W1 + b1) @ W2 + b2) @ W3
     with pyro.plate("data", x.shape[0]):
         pyro.sample("y", dist.Normal(f, sigma), obs=y)
-
-
-def rss_mib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def reset_peak():
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM to the current resident set
-    except OSError:
-        pass
 
 
 def worker(rank, world_size, port, args, out):

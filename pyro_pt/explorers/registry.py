@@ -73,6 +73,9 @@ def register(kind):
     """Make ``kind`` (an :class:`ExplorerKind`) nameable as ``explorer=kind.name``."""
     if not isinstance(kind, ExplorerKind):
         raise TypeError(f"register takes an ExplorerKind, got {type(kind).__name__}")
+    if KINDS.get(kind.name, kind) is not kind:
+        raise ValueError(f"an explorer kind named {kind.name!r} is already registered; give "
+                         "yours another name")
     KINDS[kind.name] = kind
     return kind
 
@@ -85,7 +88,7 @@ def names():
 def kind_of(explorer):
     """The :class:`ExplorerKind` of a run's ``explorer`` argument (a name or a callable)."""
     if isinstance(explorer, str):
-        if explorer not in KINDS:
+        if explorer not in names():  # "callable" is the kind of a callable, not a name
             raise ValueError(f"explorer must be one of {names()} or a callable potential_fn -> "
                              f"MCMCKernel, got {explorer!r}")
         return KINDS[explorer]

@@ -70,6 +70,10 @@ def test_registered_explorer_is_a_name_the_kernel_takes():
     with pytest.raises(ValueError, match=r"explorer must be one of \('hmc', 'nuts', 'rwmh', "
                                          r"'independence'\)"):
         ParallelTempering(linear_model, explorer="independent")
+    with pytest.raises(ValueError, match="explorer must be one of"):
+        ParallelTempering(linear_model, explorer="callable")  # a kind, not a name
+    with pytest.raises(ValueError, match="'independence' is already registered"):
+        register(ExplorerKind("independence", PriorProposals))
 
 
 def test_registered_explorer_samples_the_posterior_with_swaps_report_and_export():

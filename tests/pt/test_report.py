@@ -157,16 +157,19 @@ def test_a_round_with_an_untried_pair_keeps_the_ladder():
                           rungs=SimpleNamespace(rungs=[], explorers=[]))
     schedule = RoundSchedule(20, 1, [ReportRow(), LadderAdaptation()])
 
+    adapted = []  # what each call of the ladder's adaptation returned
+    adapt = ladder.adapt
+    ladder.adapt = lambda *a, **k: adapted.append(adapt(*a, **k)) or adapted[-1]
+
     def scan(attempts):
-        """One scan; the ladder's new betas where its round's end moved them, else None."""
-        history = len(ladder.history)
-        before = list(ladder.betas)
+        """One scan; what the ladder's adaptation returned where the scan ended a round (its
+        new betas, or None where it stays), else None."""
+        calls = len(adapted)
         run.recorder.record_swaps(attempts)
         run.recorder.record_scan([0.0] * 3, [math.nan] * 2)
         run.scans = run.recorder.scans
         schedule.after_scan(run)
-        moved = len(ladder.history) > history and ladder.betas != before
-        return list(ladder.betas) if moved else None
+        return adapted[-1] if len(adapted) > calls else None
 
     for _ in range(1, 4):
         assert scan([(0, True, 0.9)]) is None
