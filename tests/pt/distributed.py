@@ -1,12 +1,9 @@
 """Helpers to run ParallelTempering under torch.distributed (gloo, 127.0.0.1) from pytest."""
 
-import datetime
 import os
-import socket
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import pyro
 from pyro.infer import MCMC
@@ -14,13 +11,8 @@ from pyro.infer import MCMC
 from pyro_pt import ParallelTempering
 from pyro_pt.explorers import RandomWalkMetropolis
 
+from ..spawning import free_port, run_tasks, spawn, spawn_catching  # noqa: F401 (the tests import them from here)
 from .models import linear_data, linear_model
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_linear(kernel_kwargs, num_samples=20, warmup_steps=10, seed=0):
@@ -53,54 +45,6 @@ def run_linear(kernel_kwargs, num_samples=20, warmup_steps=10, seed=0):
 def run_linear_each(kernels):
     """:func:`run_linear` of each of ``kernels`` in turn, on one process group."""
     return [run_linear(kernel_kwargs) for kernel_kwargs in kernels]
-
-
-def _worker(rank, world_size, port, out_dir, fn, args, timeout=60.0, catch=False):
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-        timeout=datetime.timedelta(seconds=timeout),
-    )
-    path = os.path.join(out_dir, f"rank{rank}.pt")
-    try:
-        torch.save(fn(*args), path)
-    except Exception as error:
-        if not catch:
-            raise
-        torch.save({"error": type(error).__name__, "message": str(error)}, path)
-    finally:
-        dist.destroy_process_group()
-
-
-def spawn_catching(world_size, out_dir, fn, *args, timeout=10.0, wait=120.0):
-    """
-    Like :func:`spawn`, but every rank records its own exception instead of the first failure
-    killing the rest: for tests of how ranks fail. Returns each rank's result, error dict, or
-    None (the rank left nothing: it died).
-    """
-    context = mp.get_context("spawn")
-    port = free_port()
-    procs = [context.Process(target=_worker,
-                             args=(r, world_size, port, str(out_dir), fn, args, timeout, True))
-             for r in range(world_size)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(wait)
-        if p.is_alive():
-            p.kill()
-    results = []
-    for r in range(world_size):
-        path = os.path.join(out_dir, f"rank{r}.pt")
-        results.append(torch.load(path) if os.path.exists(path) else None)
-    return results
-
-
-def spawn(world_size, out_dir, fn, *args):
-    """Run ``fn(*args)`` on ``world_size`` gloo ranks; returns each rank's result."""
-    mp.spawn(_worker, args=(world_size, free_port(), str(out_dir), fn, args),
-             nprocs=world_size, join=True)
-    return [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(world_size)]
 
 
 def run_and_die(die_rank, die_at, num_samples=40):
@@ -189,24 +133,6 @@ def run_setup_refusals(scenarios):
         try:
             out[name] = fn(*args)
         except Exception as error:
-            out[name] = {"error": type(error).__name__, "message": str(error)}
-    return out
-
-
-def run_tasks(tasks):
-    """
-    Run each of ``tasks``, ``[(name, fn, args, catch)]``, in turn on one process group; returns
-    {name: result}. A task with ``catch`` records this rank's error dict in place of a result
-    (a refusal every rank raises before any collective, so the group stays in step); any other
-    exception stops the rank. One spawn serves all of them: process start-up dominates a spawn.
-    """
-    out = {}
-    for name, fn, args, catch in tasks:
-        try:
-            out[name] = fn(*args)
-        except Exception as error:
-            if not catch:
-                raise
             out[name] = {"error": type(error).__name__, "message": str(error)}
     return out
 

@@ -4,20 +4,18 @@ Every task is a function run on every rank of one spawn, in turn, each seeded on
 spawn serves many tasks, since starting processes (each imports torch and Pyro) dominates.
 """
 
-import datetime
 import os
-import socket
 
 import pyro
 import pyro.distributions as dist
 import torch
 import torch.distributed as tdist
-import torch.multiprocessing as mp
 from pyro.infer import SVI, Trace_ELBO
 
 from pyro_subnet import DataParallelELBO, DiagonalLaplace, SubnetworkLaplace
 from pyro_subnet import comm as subnet_comm
 from pyro_subnet import data_parallel, prior
+from tests.spawning import free_port, run_tasks, spawn_catching  # noqa: F401 (the tests import them from here)
 
 N = 24
 # unequal shards: rank r holds the points data[bounds[r]:bounds[r + 1]]
@@ -214,52 +212,6 @@ def die_in_curvature(u_map, dead_rank):
     return laplace(u_map, tdist.get_world_size())
 
 
-def run_tasks(tasks):
-    """Each of ``tasks``, ``[(name, fn, args, catch)]``, in turn; {name: result or error dict}."""
-    out = {}
-    for name, fn, args, catch in tasks:
-        try:
-            out[name] = fn(*args)
-        except Exception as error:
-            if not catch:
-                raise
-            out[name] = {"error": type(error).__name__, "message": str(error)}
-    return out
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank, world_size, port, out_dir, fn, args, timeout, backend):
-    torch.set_num_threads(1)
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
-        os.environ["LOCAL_RANK"] = str(rank)
-    tdist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                             timeout=datetime.timedelta(seconds=timeout))
-    path = os.path.join(out_dir, f"rank{rank}.pt")
-    try:
-        torch.save(fn(*args), path)
-    except Exception as error:
-        torch.save({"error": type(error).__name__, "message": str(error)}, path)
-    finally:
-        tdist.destroy_process_group()
-
-
 def spawn(world_size, out_dir, fn, *args, timeout=60.0, wait=300.0, backend="gloo"):
     """``fn(*args)`` on ``world_size`` ranks; each rank's result, error dict, or ``None`` (it died)."""
-    context = mp.get_context("spawn")
-    port = free_port()
-    procs = [context.Process(target=_worker, args=(r, world_size, port, str(out_dir), fn, args, timeout, backend))
-             for r in range(world_size)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(wait)
-        if p.is_alive():
-            p.kill()
-    paths = [os.path.join(out_dir, f"rank{r}.pt") for r in range(world_size)]
-    return [torch.load(p, weights_only=False) if os.path.exists(p) else None for p in paths]
+    return spawn_catching(world_size, out_dir, fn, *args, timeout=timeout, wait=wait, backend=backend)
