@@ -1,11 +1,10 @@
 """Tempered potentials and gradients of many replicas in one call.
 
-Replicas are independent, so the batched graph is ``torch.func.vmap`` of the single-point graph
-of :class:`~pyro_pt.potential.compiled.CompiledSplit`, captured once per batch size. A run must
-give the same samples whatever the number of processes (docs/design.md), so a replica's numbers may
-not depend on how many or which other replicas share its call: the vmapped graphs are used only
-if a point gives bitwise the same numbers at any position, in any company and in each batch size
-used (checked on first use of every size); otherwise replicas are evaluated one at a time.
+The batched graph is ``torch.func.vmap`` of the single-point graph, captured once per batch
+size. A run gives the same samples whatever the number of processes (docs/design.md), so a
+replica's numbers may not depend on its company: the vmapped graphs are used only if a point
+gives bitwise the same numbers at any position, in any company and in each batch size used
+(checked on first use of every size); otherwise replicas are evaluated one at a time.
 """
 
 import math
@@ -27,6 +26,11 @@ def combine(lp, ll, grad_lp, grad_ll, betas):
     return potential, grad
 
 
+def pieces(n):
+    """``n`` slots as pieces of the checked sizes 2 and 3 (for a size that failed its check)."""
+    return [3] * (n % 2) + [2] * ((n - 3 * (n % 2)) // 2)
+
+
 class Interpreted:
     """A graph run without autograd and, under TorchScript, without the profiling executor
     (whose fusions could change the numbers)."""
@@ -44,15 +48,10 @@ def _run(graph, batch):
 
 
 class BatchedEvaluator:
-    """
-    ``(potential [R], grad [R, D], ll [R])`` of ``R`` flat points at inverse temperatures
-    ``beta``.
-
-    :param CompiledSplit compiled: the single-point graphs.
-    :param str mode: ``"auto"``, ``"vmap"`` or ``"loop"`` (see
-        :class:`~pyro_pt.potential.functional.FunctionalSplit`).
-    :param int max_batch: most replicas in one vmapped call; more are split into chunks.
-    """
+    """``(potential [R], grad [R, D], ll [R])`` of ``R`` flat points at inverse temperatures
+    ``betas``, from a :class:`~pyro_pt.potential.compiled.CompiledSplit`'s graphs; ``mode`` and
+    ``max_batch`` as :class:`~pyro_pt.potential.functional.FunctionalSplit`'s ``batched`` and
+    ``max_batch``."""
 
     def __init__(self, compiled, mode="auto", max_batch=8):
         if int(max_batch) < _MIN_BATCH:
@@ -91,8 +90,7 @@ class BatchedEvaluator:
         if z_flat.dim() != 2 or z_flat.shape[1] != self.compiled.dim:
             raise ValueError(
                 f"z_flat must have shape [R, {self.compiled.dim}] (R replicas, the flat "
-                f"latent), "
-                f"got {tuple(z_flat.shape)}"
+                f"latent), got {tuple(z_flat.shape)}"
             )
         betas = torch.as_tensor(betas, dtype=z_flat.dtype, device=z_flat.device).detach()
         if betas.shape != z_flat.shape[:1]:
@@ -142,18 +140,14 @@ class BatchedEvaluator:
             if passed:
                 outs.append(_run(graph, chunk))
                 continue
-            # a size that failed its check: pieces of the checked sizes 2 and 3
-            n = chunk.shape[0]
-            sizes = [3] * (n % 2) + [2] * ((n - 3 * (n % 2)) // 2)
-            for piece in chunk.split(sizes):
+            for piece in chunk.split(pieces(chunk.shape[0])):
                 outs.append(_run(self._graph(piece.shape[0], piece.dtype, piece.device)[0], piece))
         return tuple(torch.cat(column)[: z_flat.shape[0]] for column in zip(*outs))
 
     # ----- capture and checks -----
 
     def _graph(self, size, dtype, device):
-        """``(graph, passed)`` for batches of ``size``; a new size is checked against the
-        batches of two."""
+        """``(graph, passed)`` for batches of ``size``, checked against the batches of two."""
         key = (size,) + self.compiled.graph_key(dtype, device)
         if key not in self._graphs:
             points = self.compiled.check_points(dtype, device)
@@ -167,11 +161,8 @@ class BatchedEvaluator:
         return self._graphs[key]
 
     def _reference(self, dtype, device):
-        """
-        Each check point's numbers in a batch of two; raises Uncapturable unless they agree
-        with single evaluations within the tolerance and are bitwise the same in either slot
-        next to another point.
-        """
+        """Each check point's numbers in a batch of two; Uncapturable unless they agree with single
+        evaluations within the tolerance and are bitwise the same in either slot."""
         key = self.compiled.graph_key(dtype, device)
         if key not in self._references:
             points = self.compiled.check_points(dtype, device)

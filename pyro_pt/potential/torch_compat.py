@@ -1,47 +1,14 @@
 """The private torch (and Pyro) APIs the fast paths use, looked up in one place.
 
 Every fast path of the potential rests on public torch where it can; a few gains need names
-that torch does not promise to keep. Each is looked up here, through :func:`lookup`, which
-returns ``(value, None)`` or, where the name is missing or no longer behaves as relied on,
-``(None, reason)``: the reason names the API and says what the run does instead, and the
-caller takes that public path. The set-up of a kernel collects the reasons of its lookups
-(:func:`recording`) into ``explorer_info["private_api"]``; ``tests/pt/test_torch_compat.py``
-stubs each entry away and checks its fallback, and that every entry resolves on the installed
-torch.
-
-- ``torch._inductor.compile``: Inductor on the captured aten graph, without Dynamo's guards
-  per call. Without it, TorchScript runs the graph.
-- ``torch._subclasses.fake_tensor.FakeTensorMode``: fake inputs for Inductor, and one fake
-  mode for a whole capture. Without it, TorchScript instead of Inductor, and ``make_fx`` makes
-  a fake mode per node (a slower capture, the same graph).
-- ``torch.fx.experimental.symbolic_shapes.ShapeEnv``: Inductor's on-disk graph cache needs
-  one. Without it, TorchScript.
-- ``torch._guards.TracingContext`` and ``tracing``: where ``make_fx`` finds the capture's fake
-  mode. Without them, a fake mode per node.
-- ``torch._inductor.output_code.OutputCode``: the generated code under AOTAutograd's wrappers,
-  called past them. Without it, through the wrappers.
-- ``torch._C._aoti``'s handle functions: the generated C++ entry point called without its
-  Python shim. Without them, the shim, and the lockstep loop in Python.
-- ``torch._inductor.codecache.CppCodeCache``: builds ``matmul.cpp`` and the C++ lockstep loop.
-  Without it, MKL's products and the Python loop.
-- Inductor's option ``aot_inductor.custom_ops_to_c_shims``: the native products called without
-  the dispatcher. Without it, through the dispatcher.
-- ``torch._C._functorch.is_functorch_wrapped_tensor``: refuses ``tolist`` of a
-  latent-dependent tensor at capture. Without it, any ``tolist()`` in a model stops its
-  capture (the model is traced).
-- ``torch._tensor_str._functorch_wrapper_str_intern``: refuses the text of a latent-dependent
-  tensor. Without it, the text is not refused; the checks against the traced model remain.
-- ``torch._is_all_true``: distribution validation's checks become flags of a graph. Without it
-  (or where ``Distribution`` stops calling it), a model with validation on is traced.
-- ``torch.distributions.Distribution._validate_args``: the setting restored after Inductor
-  turned validation off. Without it, Pyro's validation setting is restored.
-- ``torch._inductor.config.cpp.vec_isa_ok``: set, Inductor trusts the CPU's report of its
-  vector instructions instead of building a test program for each. Without it, the tests
-  (8-11 s of a machine's first compilation).
-- ``torch._inductor.runtime.cache_dir_utils.cache_dir``: where ``compile="auto"`` records
-  what each Inductor compilation cost. Without it, each is expected to cost a cold one.
-- ``pyro.ops.integrator._single_step_verlet`` (Pyro's): must look ``potential_grad`` up by
-  name for the graph's hook. Without that, Pyro's own autograd gradients.
+that torch does not promise to keep. Each is looked up through :func:`lookup`, which returns
+``(value, None)`` or, where the name is missing or no longer behaves as relied on, ``(None,
+reason)``: the reason names the API and what the run does instead, and the caller takes that
+public path. A kernel's set-up collects the reasons (:func:`recording`) into
+``explorer_info["private_api"]``. What each API is for and what runs without it: :data:`TABLE`
+(and docs/performance.md, "Private torch APIs and their fallbacks");
+``tests/pt/test_torch_compat.py`` stubs each entry away, checks its fallback, and checks that
+every entry resolves on the installed torch.
 """
 
 import collections
