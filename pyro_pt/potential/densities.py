@@ -13,8 +13,9 @@ import math
 import torch
 from torch.func import grad_and_value
 
-from pyro.distributions.util import scale_and_mask
 from pyro.poutine.messenger import Messenger
+
+from pyro_arviz.sites import scored_log_prob
 
 from . import torch_compat
 from .capture import Uncapturable, validation_setting
@@ -41,8 +42,7 @@ class _Substitute(Messenger):
         name = msg["name"]
         if name in self.log_probs:
             raise Uncapturable(f"sample site {name!r} appears twice in one model run")
-        log_p = msg["fn"].log_prob(msg["value"], *msg["args"], **msg["kwargs"])
-        self.log_probs[name] = scale_and_mask(log_p, msg["scale"], msg["mask"]).sum()
+        self.log_probs[name] = scored_log_prob(msg).sum()
 
 
 @contextlib.contextmanager
