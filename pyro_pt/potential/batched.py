@@ -31,6 +31,28 @@ def pieces(n):
     return [3] * (n % 2) + [2] * ((n - 3 * (n % 2)) // 2)
 
 
+def check_pairs(pairs, references, rtol, what):
+    """
+    Raise Uncapturable unless each check point's outputs first in a batch of two with the next
+    point (``pairs[i]``, cyclically) agree with its ``references[i]`` within ``rtol`` and are
+    bitwise its outputs second in the batch before (``pairs[i - 1]``).
+    """
+    for i, out in enumerate(pairs):
+        for value, ref in zip(out, references[i]):
+            problem = mismatch(value[0], ref, rtol)
+            if problem is not None:
+                raise Uncapturable(f"{what} disagrees with single evaluations: {problem}")
+        if not all(torch.equal(a[0], b[1]) for a, b in zip(out, pairs[i - 1])):
+            raise Uncapturable(f"{what} results depend on the batch position")
+
+
+def same_as_pairs(out, pairs):
+    """Whether slot s of a batch's outputs ``out`` is bitwise point ``s % len(pairs)``'s outputs
+    first in its batch of two."""
+    return all(torch.equal(a[slot], b[0]) for slot in range(len(out[0]))
+               for a, b in zip(out, pairs[slot % len(pairs)]))
+
+
 class Interpreted:
     """A graph run without autograd and, under TorchScript, without the profiling executor
     (whose fusions could change the numbers)."""
@@ -62,18 +84,18 @@ class BatchedEvaluator:
         self._path = "loop" if mode == "loop" else None
         self.reason = "batched='loop'" if mode == "loop" else ""
         self._graphs = {}  # (size, dtype, device, validate) -> (graph, size passed its check)
-        self._references = {}
+        self._pairs_made = {}
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_graphs"], state["_references"] = {}, {}
+        state["_graphs"], state["_pairs_made"] = {}, {}
         return state
 
     def forget(self):
         """Drop the batched graphs and the vmap-or-loop decision (the single-point graph was
         recompiled): made and checked again on first use."""
         self._graphs.clear()
-        self._references.clear()
+        self._pairs_made.clear()
         if self.mode != "loop":
             self._path, self.reason = None, ""
 
@@ -160,43 +182,26 @@ class BatchedEvaluator:
                 self._graphs[key] = (graph, passed)
         return self._graphs[key]
 
-    def _reference(self, dtype, device):
-        """Each check point's numbers in a batch of two; Uncapturable unless they agree with single
-        evaluations within the tolerance and are bitwise the same in either slot."""
+    def _pairs(self, dtype, device):
+        """Each check point's outputs first in a batch of two with the next point (cyclically),
+        checked by :func:`check_pairs` against single evaluations."""
         key = self.compiled.graph_key(dtype, device)
-        if key not in self._references:
+        if key not in self._pairs_made:
             points = self.compiled.check_points(dtype, device)
             graph = self._graph(_MIN_BATCH, dtype, device)[0]
             n = len(points)
-            runs = [_run(graph, torch.stack([points[i], points[(i + 1) % n]])) for i in range(n)]
-            rtol = self.compiled.tolerance(dtype)
-            references = []
-            for i in range(n):
-                first = tuple(t[0] for t in runs[i])
-                second = tuple(t[1] for t in runs[(i - 1) % n])
-                single = self.compiled.evaluate(points[i], grads=True)
-                for value, other, ref in zip(first, second, single):
-                    problem = mismatch(value, ref, rtol)
-                    if problem is not None:
-                        raise Uncapturable(f"vmap disagrees with single evaluations: {problem}")
-                    if not torch.equal(value, other):
-                        raise Uncapturable("vmapped results depend on the batch position")
-                references.append(first)
-            self._references[key] = references
-        return self._references[key]
+            pairs = [_run(graph, torch.stack([points[i], points[(i + 1) % n]])) for i in range(n)]
+            singles = [self.compiled.evaluate(point, grads=True) for point in points]
+            check_pairs(pairs, singles, self.compiled.tolerance(dtype), "vmap")
+            self._pairs_made[key] = pairs
+        return self._pairs_made[key]
 
     def _check_size(self, graph, size, dtype, device):
-        """Whether each point, in a batch of ``size`` filled with the others, gives bitwise
-        its reference numbers."""
-        reference = self._reference(dtype, device)
+        """Whether each point, in a batch of ``size`` filled with the others, gives bitwise its
+        numbers in a batch of two."""
         points = self.compiled.check_points(dtype, device)
-        order = [i % len(points) for i in range(size)]
-        out = _run(graph, torch.stack([points[i] for i in order]))
-        return all(
-            torch.equal(value[slot], ref)
-            for slot, i in enumerate(order)
-            for value, ref in zip(out, reference[i])
-        )
+        out = _run(graph, torch.stack([points[i % len(points)] for i in range(size)]))
+        return same_as_pairs(out, self._pairs(dtype, device))
 
     def _decide(self, dtype, device):
         """vmap if its batches of two agree with single evaluations, are batch-invariant, and
@@ -215,7 +220,7 @@ class BatchedEvaluator:
             self.reason = "batched='auto' on one CPU thread"
             return
         try:
-            self._reference(dtype, device)
+            self._pairs(dtype, device)
             if not self._graph(3, dtype, device)[1]:
                 raise Uncapturable("vmapped results depend on the batch size (3 vs 2)")
         except Uncapturable as error:
@@ -226,4 +231,4 @@ class BatchedEvaluator:
             self._path = "vmap"
             return
         self._graphs.clear()
-        self._references.clear()
+        self._pairs_made.clear()

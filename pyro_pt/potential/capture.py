@@ -230,7 +230,5 @@ def compile_vmapped(gm, example, compiler="torchscript"):
                     return inductor_compile(capture(batched, example), example)
             except Exception:  # the batched evaluator's checks judge what runs instead
                 pass
-        try:
-            return torch.jit.trace(batched, (example,), check_trace=False)
-        except Exception:
-            return compile_graph(capture(batched, example), example)[0]
+        graph, engine = compile_graph(batched, example)
+        return graph if engine == "jit" else compile_graph(capture(batched, example), example)[0]

@@ -12,8 +12,6 @@ interleaved rounds): without it the seed BNN's sampling phase (K = 8, Inductor) 
 is the vmap of the same step over the slots (:mod:`~pyro_pt.potential.lockstep`).
 """
 
-import torch
-
 from . import batched
 from .capture import Uncapturable, capture, compile_graph, forked_rng, keeping_validation
 from .inductor import inductor_compile

@@ -14,8 +14,6 @@ switches during warmup where the compilation pays (:mod:`pyro_pt.autocompile`).
 
 import copy
 
-import torch
-
 from . import torch_compat
 from .constants import inline_uniform_constants
 from .direct_call import direct_call
@@ -45,7 +43,8 @@ def choose_compiler(compile):
 def missing_apis():
     """The reason :func:`inductor_compile` cannot run (a private API it needs is missing, see
     :mod:`~pyro_pt.potential.torch_compat`), else None."""
-    return torch_compat.first_missing("inductor.compile", "FakeTensorMode", "ShapeEnv")
+    needed = ("inductor.compile", "FakeTensorMode", "ShapeEnv")
+    return next(filter(None, (torch_compat.lookup(name)[1] for name in needed)), None)
 
 
 class _InductorGraph:

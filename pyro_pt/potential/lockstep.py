@@ -21,8 +21,8 @@ phase takes 5.1-6.0x as long, eight schools' 0.97-1.62x (median 1.48).
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from .batched import pieces
-from .capture import Uncapturable, capture, forked_rng, keeping_validation, mismatch
+from .batched import check_pairs, pieces, same_as_pairs
+from .capture import Uncapturable, capture, forked_rng, keeping_validation
 from .constants import bitwise_equal
 from .fused import CompiledSteps
 from .inductor import inductor_compile
@@ -161,35 +161,26 @@ class Lockstep(CompiledSteps):
         return step
 
     def _check_pairs(self, step, points, dtype):
-        """Each point's step, first of a pair with the next point, agrees with the evaluator
-        within the tolerance, and is bitwise its step as the second of the previous pair."""
-        rtol = self.evaluator.compiled.tolerance(dtype)
+        """:func:`~pyro_pt.potential.batched.check_pairs` of the step against the unfused one."""
         runs = _pairs(step, points)
-        n = len(points)
-        for i, (example, out) in enumerate(runs):
-            z, p, scaled_eps, eps, betas = (example[k][:1] for k in (2, 3, 8, 9, 11))
-            reference = unfused_step(self._evaluate, z, p, scaled_eps, eps, betas)
+        references = []
+        for example, out in runs:
             if bool(out[5].any()):
                 raise Uncapturable("the lockstep step met a non-finite point at a check point")
-            for value, ref in zip(out[:5], reference):
-                problem = mismatch(value[:1], ref, rtol)
-                if problem is not None:
-                    raise Uncapturable(f"lockstep disagrees with single evaluations: {problem}")
-            other = runs[(i - 1) % n][1]
-            if not all(torch.equal(a[0], b[1]) for a, b in zip(out, other)):
-                raise Uncapturable("lockstep results depend on the batch position")
+            z, p, scaled_eps, eps, betas = (example[k][:1] for k in (2, 3, 8, 9, 11))
+            reference = unfused_step(self._evaluate, z, p, scaled_eps, eps, betas)
+            references.append([t[0] for t in reference])
+        check_pairs([out for _, out in runs], references, self.evaluator.compiled.tolerance(dtype),
+                    "lockstep")
 
     def _check_size(self, step, size, points, dtype, device):
         """Point ``s % len(points)`` in slot s of a batch of ``size``: bitwise its numbers in
         a batch of two."""
-        reference = _pairs(self._step(2, dtype, device), points)
-        n = len(points)
+        pairs = [out for _, out in _pairs(self._step(2, dtype, device), points)]
         with torch.no_grad():
             out = step(*_inputs(list(range(size)), points, step.extra()))
-        for slot in range(size):
-            first = reference[slot % n][1]
-            if not all(torch.equal(a[slot], b[0]) for a, b in zip(out, first)):
-                raise Uncapturable(f"lockstep results depend on the batch size ({size} vs 2)")
+        if not same_as_pairs(out, pairs):
+            raise Uncapturable(f"lockstep results depend on the batch size ({size} vs 2)")
 
 
 def _checked_loop(step, example):

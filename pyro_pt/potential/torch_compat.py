@@ -37,66 +37,62 @@ _ALLOC = ("the compiled graph is called through its Python shim, and the lockste
           "Python")
 
 TABLE = {
-    # Inductor on the captured aten graph directly: torch.compile would add Dynamo's frame
-    # evaluation and guard checks to every call.
+    # Inductor on the captured aten graph, without Dynamo's frame evaluation and guards per call
     "inductor.compile": Entry("torch._inductor", "compile", _INDUCTOR),
-    # Fake inputs for Inductor, and one fake mode for a whole capture (make_fx otherwise makes
-    # one per node, each recording a Python stack: half of a small model's capture).
+    # fake inputs for Inductor; one fake mode for a whole capture (make_fx otherwise makes one
+    # per node, each recording a Python stack: half of a small model's capture)
     "FakeTensorMode": Entry("torch._subclasses.fake_tensor", "FakeTensorMode", _FAKE),
-    # Without a shape environment Inductor bypasses its on-disk graph cache.
+    # without a shape environment Inductor bypasses its on-disk graph cache
     "ShapeEnv": Entry("torch.fx.experimental.symbolic_shapes", "ShapeEnv", _INDUCTOR),
-    # Where make_fx looks for the capture's one fake mode.
+    # where make_fx looks for the capture's one fake mode
     "TracingContext": Entry("torch._guards", "TracingContext",
                             "make_fx makes a fake mode per node (a slower capture)"),
     "tracing": Entry("torch._guards", "tracing",
                      "make_fx makes a fake mode per node (a slower capture)"),
-    # The generated code under AOTAutograd's runtime wrappers, called past them.
     "OutputCode": Entry("torch._inductor.output_code", "OutputCode",
                         "the compiled graph is called through AOTAutograd's wrappers"),
-    # Tensors to the generated C++ entry point's handles and back, as its Python shim does.
+    # tensors to the generated C++ entry point's handles and back, as its Python shim does
     "unsafe_alloc_void_ptrs_from_tensors": Entry(
         "torch._C._aoti", "unsafe_alloc_void_ptrs_from_tensors", _ALLOC),
     "alloc_tensors_by_stealing_from_void_ptrs": Entry(
         "torch._C._aoti", "alloc_tensors_by_stealing_from_void_ptrs", _ALLOC),
-    # Builds and caches matmul.cpp and the C++ lockstep loop with Inductor's compiler setup.
+    # builds matmul.cpp and the C++ lockstep loop with Inductor's compiler set-up
     "CppCodeCache": Entry("torch._inductor.codecache", "CppCodeCache",
                           "MKL runs the matrix products, and the lockstep loop runs in Python"),
-    # The generated code calls the native products' C shims, not the dispatcher (~4 us a call).
     "custom_ops_to_c_shims": Entry(
         "torch._inductor.config", "aot_inductor.custom_ops_to_c_shims",
         "the generated code calls the native products through the dispatcher"),
-    # tolist of a tensor under torch.func.grad reads its values past the dispatcher.
+    # tolist and the text (repr, print) of a tensor under torch.func.grad read its values past
+    # the dispatcher
     "is_functorch_wrapped_tensor": Entry(
         "torch._C._functorch", "is_functorch_wrapped_tensor",
         "any tolist() in the model stops its capture (the model is traced)"),
-    # The text (repr, print) of a tensor under torch.func.grad, likewise.
     "_functorch_wrapper_str_intern": Entry(
         "torch._tensor_str", "_functorch_wrapper_str_intern",
         "the text of a latent-dependent tensor is not refused at capture (the checks against "
         "the traced model still run)"),
-    # Distribution validation's raising check, answered by a flag while a graph is captured.
+    # distribution validation's raising check, answered by a flag while a graph is captured
     "_is_all_true": Entry(
         "torch", "_is_all_true",
         "with distribution validation on, the model is traced instead of captured",
         (_looks_up("_is_all_true", lambda: torch.distributions.Distribution.__init__),
          "torch.distributions.Distribution no longer calls it")),
-    # torch's validation setting: the first Inductor compilation of a process turns it off.
+    # the first Inductor compilation of a process turns validation off
     "Distribution._validate_args": Entry(
         "torch.distributions", "Distribution._validate_args",
         "Pyro's validation setting is the one restored after compiling"),
-    # Inductor checks each vector instruction set the CPU reports by building and loading a
-    # test program: 8-11 s of a machine's first compilation and a dlopen subprocess in every
-    # process after it; set to True, the CPU's own report is trusted (a compiler that cannot
-    # build for it fails the compilation, and TorchScript runs the graph).
+    # set to True, Inductor trusts the CPU's report of its vector instructions instead of
+    # building and loading a test program for each (a compiler that cannot build for the CPU
+    # fails the compilation, and TorchScript runs the graph)
     "vec_isa_ok": Entry(
         "torch._inductor.config", "cpp.vec_isa_ok",
         "Inductor builds test programs to check the CPU's vector instructions (8-11 s of a "
         "machine's first compilation, ~1 s a process after)"),
-    # Where Inductor keeps its on-disk caches: compile='auto' records its compilations beside.
+    # where Inductor keeps its on-disk caches: compile='auto' records its compilations beside
     "cache_dir": Entry(
         "torch._inductor.runtime.cache_dir_utils", "cache_dir",
         "compile='auto' records no compilation, and expects each to cost a cold one"),
-    # Pyro's leapfrog step must look potential_grad up in its module for the graph's hook.
+    # Pyro's leapfrog step must look potential_grad up in its module for the graph's hook
     "_single_step_verlet": Entry(
         "pyro.ops.integrator", "_single_step_verlet",
         "Pyro's leapfrog takes its gradients from autograd (slower, the same numbers)",
@@ -162,11 +158,6 @@ def trusting_the_cpu():
     on the seed BNN's Inductor set-up (``benchmarks/compile_cost.py``, idle 2-core CPU):
     25.9 s cold instead of 32.9, 5.3 s warm instead of 7.3."""
     return replaced("vec_isa_ok", True)
-
-
-def first_missing(*names):
-    """The reason of the first of ``names`` that :func:`lookup` does not find, else None."""
-    return next((why for why in (lookup(name)[1] for name in names) if why), None)
 
 
 @contextlib.contextmanager
