@@ -20,10 +20,11 @@ from torch.distributions import Independent
 
 def scored_log_prob(site):
     """A sample site's log density as the model scores it, elementwise: ``poutine.scale`` and
-    masks applied (Pyro's ``scale_and_mask``, as ``Trace.compute_log_prob`` does). The one form
-    of a site's term in pyro_subnet's objective, curvature and evidence and in the exports'
-    ``log_likelihood``."""
-    return scale_and_mask(site["fn"].log_prob(site["value"]), site["scale"], site["mask"])
+    masks applied, as ``Trace.compute_log_prob`` does (a message of a running model works too).
+    The one form of a site's term in pyro_pt's ``lp`` and ``ll``, pyro_subnet's objective,
+    curvature and evidence, and the exports' ``log_likelihood``."""
+    log_p = site["fn"].log_prob(site["value"], *site["args"], **site["kwargs"])
+    return scale_and_mask(log_p, site["scale"], site["mask"])
 
 
 def is_deterministic(site):

@@ -1,11 +1,10 @@
 """Tempered potentials and gradients of many replicas in one call.
 
-Replicas are independent, so the batched graph is ``torch.func.vmap`` of the single-point graph
-of :class:`~pyro_pt.potential.compiled.CompiledSplit`, captured once per batch size. A run must
-give the same samples whatever the number of processes (docs/design.md), so a replica's numbers may
-not depend on how many or which other replicas share its call: the vmapped graphs are used only
-if a point gives bitwise the same numbers at any position, in any company and in each batch size
-used (checked on first use of every size); otherwise replicas are evaluated one at a time.
+The batched graph is ``torch.func.vmap`` of the single-point graph, captured once per batch
+size. A run gives the same samples whatever the number of processes (docs/design.md), so a
+replica's numbers may not depend on its company: the vmapped graphs are used only if a point
+gives bitwise the same numbers at any position, in any company and in each batch size used
+(checked on first use of every size); otherwise replicas are evaluated one at a time.
 """
 
 import math
@@ -27,6 +26,33 @@ def combine(lp, ll, grad_lp, grad_ll, betas):
     return potential, grad
 
 
+def pieces(n):
+    """``n`` slots as pieces of the checked sizes 2 and 3 (for a size that failed its check)."""
+    return [3] * (n % 2) + [2] * ((n - 3 * (n % 2)) // 2)
+
+
+def check_pairs(pairs, references, rtol, what):
+    """
+    Raise Uncapturable unless each check point's outputs first in a batch of two with the next
+    point (``pairs[i]``, cyclically) agree with its ``references[i]`` within ``rtol`` and are
+    bitwise its outputs second in the batch before (``pairs[i - 1]``).
+    """
+    for i, out in enumerate(pairs):
+        for value, ref in zip(out, references[i]):
+            problem = mismatch(value[0], ref, rtol)
+            if problem is not None:
+                raise Uncapturable(f"{what} disagrees with single evaluations: {problem}")
+        if not all(torch.equal(a[0], b[1]) for a, b in zip(out, pairs[i - 1])):
+            raise Uncapturable(f"{what} results depend on the batch position")
+
+
+def same_as_pairs(out, pairs):
+    """Whether slot s of a batch's outputs ``out`` is bitwise point ``s % len(pairs)``'s outputs
+    first in its batch of two."""
+    return all(torch.equal(a[slot], b[0]) for slot in range(len(out[0]))
+               for a, b in zip(out, pairs[slot % len(pairs)]))
+
+
 class Interpreted:
     """A graph run without autograd and, under TorchScript, without the profiling executor
     (whose fusions could change the numbers)."""
@@ -44,15 +70,10 @@ def _run(graph, batch):
 
 
 class BatchedEvaluator:
-    """
-    ``(potential [R], grad [R, D], ll [R])`` of ``R`` flat points at inverse temperatures
-    ``beta``.
-
-    :param CompiledSplit compiled: the single-point graphs.
-    :param str mode: ``"auto"``, ``"vmap"`` or ``"loop"`` (see
-        :class:`~pyro_pt.potential.functional.FunctionalSplit`).
-    :param int max_batch: most replicas in one vmapped call; more are split into chunks.
-    """
+    """``(potential [R], grad [R, D], ll [R])`` of ``R`` flat points at inverse temperatures
+    ``betas``, from a :class:`~pyro_pt.potential.compiled.CompiledSplit`'s graphs; ``mode`` and
+    ``max_batch`` as :class:`~pyro_pt.potential.functional.FunctionalSplit`'s ``batched`` and
+    ``max_batch``."""
 
     def __init__(self, compiled, mode="auto", max_batch=8):
         if int(max_batch) < _MIN_BATCH:
@@ -63,18 +84,18 @@ class BatchedEvaluator:
         self._path = "loop" if mode == "loop" else None
         self.reason = "batched='loop'" if mode == "loop" else ""
         self._graphs = {}  # (size, dtype, device, validate) -> (graph, size passed its check)
-        self._references = {}
+        self._pairs_made = {}
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_graphs"], state["_references"] = {}, {}
+        state["_graphs"], state["_pairs_made"] = {}, {}
         return state
 
     def forget(self):
         """Drop the batched graphs and the vmap-or-loop decision (the single-point graph was
         recompiled): made and checked again on first use."""
         self._graphs.clear()
-        self._references.clear()
+        self._pairs_made.clear()
         if self.mode != "loop":
             self._path, self.reason = None, ""
 
@@ -91,8 +112,7 @@ class BatchedEvaluator:
         if z_flat.dim() != 2 or z_flat.shape[1] != self.compiled.dim:
             raise ValueError(
                 f"z_flat must have shape [R, {self.compiled.dim}] (R replicas, the flat "
-                f"latent), "
-                f"got {tuple(z_flat.shape)}"
+                f"latent), got {tuple(z_flat.shape)}"
             )
         betas = torch.as_tensor(betas, dtype=z_flat.dtype, device=z_flat.device).detach()
         if betas.shape != z_flat.shape[:1]:
@@ -142,18 +162,14 @@ class BatchedEvaluator:
             if passed:
                 outs.append(_run(graph, chunk))
                 continue
-            # a size that failed its check: pieces of the checked sizes 2 and 3
-            n = chunk.shape[0]
-            sizes = [3] * (n % 2) + [2] * ((n - 3 * (n % 2)) // 2)
-            for piece in chunk.split(sizes):
+            for piece in chunk.split(pieces(chunk.shape[0])):
                 outs.append(_run(self._graph(piece.shape[0], piece.dtype, piece.device)[0], piece))
         return tuple(torch.cat(column)[: z_flat.shape[0]] for column in zip(*outs))
 
     # ----- capture and checks -----
 
     def _graph(self, size, dtype, device):
-        """``(graph, passed)`` for batches of ``size``; a new size is checked against the
-        batches of two."""
+        """``(graph, passed)`` for batches of ``size``, checked against the batches of two."""
         key = (size,) + self.compiled.graph_key(dtype, device)
         if key not in self._graphs:
             points = self.compiled.check_points(dtype, device)
@@ -166,46 +182,26 @@ class BatchedEvaluator:
                 self._graphs[key] = (graph, passed)
         return self._graphs[key]
 
-    def _reference(self, dtype, device):
-        """
-        Each check point's numbers in a batch of two; raises Uncapturable unless they agree
-        with single evaluations within the tolerance and are bitwise the same in either slot
-        next to another point.
-        """
+    def _pairs(self, dtype, device):
+        """Each check point's outputs first in a batch of two with the next point (cyclically),
+        checked by :func:`check_pairs` against single evaluations."""
         key = self.compiled.graph_key(dtype, device)
-        if key not in self._references:
+        if key not in self._pairs_made:
             points = self.compiled.check_points(dtype, device)
             graph = self._graph(_MIN_BATCH, dtype, device)[0]
             n = len(points)
-            runs = [_run(graph, torch.stack([points[i], points[(i + 1) % n]])) for i in range(n)]
-            rtol = self.compiled.tolerance(dtype)
-            references = []
-            for i in range(n):
-                first = tuple(t[0] for t in runs[i])
-                second = tuple(t[1] for t in runs[(i - 1) % n])
-                single = self.compiled.evaluate(points[i], grads=True)
-                for value, other, ref in zip(first, second, single):
-                    problem = mismatch(value, ref, rtol)
-                    if problem is not None:
-                        raise Uncapturable(f"vmap disagrees with single evaluations: {problem}")
-                    if not torch.equal(value, other):
-                        raise Uncapturable("vmapped results depend on the batch position")
-                references.append(first)
-            self._references[key] = references
-        return self._references[key]
+            pairs = [_run(graph, torch.stack([points[i], points[(i + 1) % n]])) for i in range(n)]
+            singles = [self.compiled.evaluate(point, grads=True) for point in points]
+            check_pairs(pairs, singles, self.compiled.tolerance(dtype), "vmap")
+            self._pairs_made[key] = pairs
+        return self._pairs_made[key]
 
     def _check_size(self, graph, size, dtype, device):
-        """Whether each point, in a batch of ``size`` filled with the others, gives bitwise
-        its reference numbers."""
-        reference = self._reference(dtype, device)
+        """Whether each point, in a batch of ``size`` filled with the others, gives bitwise its
+        numbers in a batch of two."""
         points = self.compiled.check_points(dtype, device)
-        order = [i % len(points) for i in range(size)]
-        out = _run(graph, torch.stack([points[i] for i in order]))
-        return all(
-            torch.equal(value[slot], ref)
-            for slot, i in enumerate(order)
-            for value, ref in zip(out, reference[i])
-        )
+        out = _run(graph, torch.stack([points[i % len(points)] for i in range(size)]))
+        return same_as_pairs(out, self._pairs(dtype, device))
 
     def _decide(self, dtype, device):
         """vmap if its batches of two agree with single evaluations, are batch-invariant, and
@@ -224,7 +220,7 @@ class BatchedEvaluator:
             self.reason = "batched='auto' on one CPU thread"
             return
         try:
-            self._reference(dtype, device)
+            self._pairs(dtype, device)
             if not self._graph(3, dtype, device)[1]:
                 raise Uncapturable("vmapped results depend on the batch size (3 vs 2)")
         except Uncapturable as error:
@@ -235,4 +231,4 @@ class BatchedEvaluator:
             self._path = "vmap"
             return
         self._graphs.clear()
-        self._references.clear()
+        self._pairs_made.clear()

@@ -1,20 +1,11 @@
-"""Capture a Pyro model's prior/likelihood split as a straight-line graph of tensor operations.
+"""Capture a Pyro model's split as a straight-line graph of aten operations, and compile it.
 
-The model runs once under :func:`torch.fx.experimental.proxy_tensor.make_fx`, with a minimal
-messenger that substitutes the constrained latent values and sums the log probabilities of the
-sample sites (with their plate-subsampling, ``poutine.scale`` and ``poutine.mask`` factors, as
-``Trace.compute_log_prob`` applies them). What is recorded is the aten graph of
-
-    lp(z) = sum_latent [log p(x_s) - log|dT_s/dx_s|] ,    ll(z) = sum_observed log p(y_o | x)
-
-for ``x = T^-1(z)``, and, through :func:`torch.func.grad_and_value`, of their gradients: no
-Pyro messenger, Trace or distribution object is left at evaluation time. A graph is refused
-(:class:`Uncapturable`) when the model reads a latent value back into Python (control flow on
-it), draws random numbers, or makes a tensor whose shape depends on the latent values.
-
-What is captured is written in :mod:`pyro_pt.potential.densities`; this module holds the
-mechanics: capture, the refusals, constant folding, compilation and the comparison of a
-graph's numbers with the traced path's.
+The model runs once under :func:`torch.fx.experimental.proxy_tensor.make_fx`; what it computes
+is :mod:`pyro_pt.potential.densities`. No Pyro messenger, trace or distribution object is left
+at evaluation time. A graph is refused (:class:`Uncapturable`) when the model reads a latent
+value back into Python (control flow on it), draws random numbers, or makes a tensor whose
+shape depends on the latent values. This module holds the mechanics: capture, the refusals,
+constant folding, compilation and the comparison of a graph's numbers with the traced path's.
 """
 
 import contextlib
@@ -62,13 +53,10 @@ def forked_rng(device=None):
 
 @contextlib.contextmanager
 def keeping_validation():
-    """
-    The user's torch distribution validation setting restored on exit. The first
-    ``torch.compile`` of a process turns validation off for the whole process
-    (``torch._dynamo.eval_frame.TorchPatcher.patch`` calls
-    ``Distribution.set_default_validate_args(False)``); compiling a graph must not change what
-    the traced path, and every graph captured afterwards, does at an invalid point.
-    """
+    """The user's distribution validation setting restored on exit: the first ``torch.compile``
+    of a process turns it off for the whole process (``TorchPatcher.patch``), which must not
+    change what the traced path, and every graph captured afterwards, does at an invalid
+    point."""
     setting = validation_setting()
     try:
         yield
@@ -88,11 +76,8 @@ class Uncapturable(Exception):
 
 
 def _check_operations(graph):
-    """
-    Refuse random operations, and operations whose output shape or Python value depends on
-    the latent values (a boolean mask index made from z; a constant mask, e.g. a triangular
-    one, keeps its shape).
-    """
+    """Refuse random operations, and operations whose output shape or Python value depends on
+    the latent values (a boolean mask index made from z; a constant mask keeps its shape)."""
     variable = set()
     for node in graph.nodes:
         if node.op == "placeholder" or any(i in variable for i in node.all_input_nodes):
@@ -112,10 +97,8 @@ def _check_operations(graph):
 
 
 def _fold_constants(gm):
-    """
-    Compute once what does not depend on the latent values: the constants the model makes at
-    every call (a prior's ``torch.tensor(0.)``, its expansion, the validation checks of it).
-    """
+    """Compute once what does not depend on the latent values (a prior's ``torch.tensor(0.)``,
+    its expansion, the validation checks of it)."""
     graph = gm.graph
     for node in graph.nodes:
         schema = getattr(node.target, "_schema", None)
@@ -160,12 +143,11 @@ def _checked_tolist(tolist):
 @contextlib.contextmanager
 def _reads_through_dispatch(refusals):
     """
-    Refuse the Python reads of latent-dependent values that bypass the dispatcher (a branch on
-    them would be frozen at capture, unseen by :func:`_check_operations`): ``tolist`` and the
-    text (``repr``, ``print``) of a tensor under ``torch.func.grad`` read its unwrapped values.
-    ``tolist`` of such a tensor is refused as ``item`` is; of a constant it works as before. The
-    text is replaced and noted in ``refusals`` (raising there would leave functorch disabled
-    while the exception's traceback lives).
+    Refuse the reads of latent-dependent values that bypass the dispatcher (a branch on them
+    would be frozen at capture, unseen by :func:`_check_operations`): ``tolist`` of such a
+    tensor is refused as ``item`` is (of a constant it works); its text (``repr``, ``print``)
+    is replaced and noted in ``refusals`` (raising there would leave functorch disabled while
+    the exception's traceback lives).
     """
     tolist = torch.Tensor.tolist
 
@@ -186,11 +168,10 @@ def _reads_through_dispatch(refusals):
 @contextlib.contextmanager
 def _one_fake_mode():
     """
-    One fake-tensor mode for the whole capture. ``make_fx`` records each node's output as a
-    fake tensor, and with no fake mode about it makes a new mode for every node; each new mode
-    records the Python stack where it was made, which was about half of a small model's
-    capture (eight schools, 207 nodes: ~0.3 of ~0.6 s). A tracing context that holds one mode
-    is where ``make_fx`` looks for it first; the graph is the same.
+    One fake-tensor mode for the whole capture, in a tracing context (where ``make_fx`` looks
+    first). Without one ``make_fx`` makes a mode per node, each recording its Python stack:
+    about half of a small model's capture (eight schools, 207 nodes: ~0.3 of ~0.6 s). The graph
+    is the same.
     """
     context = torch_compat.lookup("TracingContext")[0]
     tracing = torch_compat.lookup("tracing")[0]
@@ -205,9 +186,7 @@ def _one_fake_mode():
 
 
 def capture(fn, *example):
-    """
-    The aten graph of ``fn`` at ``example`` as a ``GraphModule``, or :class:`Uncapturable`.
-    """
+    """The aten graph of ``fn`` at ``example`` as a ``GraphModule``, or :class:`Uncapturable`."""
     refusals = []
     try:
         with torch.no_grad(), _reads_through_dispatch(refusals), _one_fake_mode():
@@ -228,10 +207,8 @@ def capture(fn, *example):
 
 
 def compile_graph(gm, *example):
-    """
-    ``gm`` run by the TorchScript interpreter (C++, no Python per operation) when it traces,
-    else ``gm`` itself. The graph is straight-line, so tracing it cannot miss a branch.
-    """
+    """``(gm traced by TorchScript, "jit")`` (straight-line, so tracing misses no branch), else
+    ``(gm, "fx")``."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch.jit.trace's deprecation notice
@@ -241,12 +218,9 @@ def compile_graph(gm, *example):
 
 
 def compile_vmapped(gm, example, compiler="torchscript"):
-    """
-    ``torch.func.vmap(gm)`` for the batch shape of ``example``, traced into one TorchScript
-    graph (``gm`` is straight-line, so tracing its vmap is exact), else captured and compiled;
-    with ``compiler="inductor"`` the vmap is captured as one aten graph and compiled by
-    Inductor, TorchScript being the fallback.
-    """
+    """``torch.func.vmap(gm)`` for the batch shape of ``example``: with ``compiler="inductor"``
+    captured and compiled by Inductor, else (or where that fails) traced by TorchScript, else
+    captured and traced."""
     batched = torch.func.vmap(gm)
     with forked_rng(example.device), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.jit.trace's deprecation notice
@@ -256,7 +230,5 @@ def compile_vmapped(gm, example, compiler="torchscript"):
                     return inductor_compile(capture(batched, example), example)
             except Exception:  # the batched evaluator's checks judge what runs instead
                 pass
-        try:
-            return torch.jit.trace(batched, (example,), check_trace=False)
-        except Exception:
-            return compile_graph(capture(batched, example), example)[0]
+        graph, engine = compile_graph(batched, example)
+        return graph if engine == "jit" else compile_graph(capture(batched, example), example)[0]

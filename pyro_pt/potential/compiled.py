@@ -1,16 +1,7 @@
 """A model's split captured once as graphs of tensor operations, checked against Pyro's trace.
 
-:class:`CompiledSplit` holds the captured graphs of ``flat -> (lp, ll)`` and of their gradients
-(:mod:`pyro_pt.potential.densities`, captured by :mod:`pyro_pt.potential.capture`), per dtype,
-device and validation setting, each checked at its first use against the traced path
-(:meth:`~pyro_pt.potential.split.ModelSplit.log_densities`): for its numbers at the check points,
-and for a flag per validation check the traced path makes. The graph of the gradients (the one
-every leapfrog step evaluates) runs under TorchScript or, when chosen, Inductor
-(:mod:`pyro_pt.potential.inductor`), with TorchScript as the fallback; the values-only graph,
-used off the leapfrog path, always runs under TorchScript (a second Inductor compilation would
-not repay itself). It knows
-nothing of temperatures or batches: :class:`~pyro_pt.potential.batched.BatchedEvaluator` and
-:class:`~pyro_pt.potential.functional.FunctionalSplit` are built on it, never the reverse.
+It knows nothing of temperatures or batches: :class:`~pyro_pt.potential.batched.BatchedEvaluator`
+and :class:`~pyro_pt.potential.functional.FunctionalSplit` are built on it, never the reverse.
 """
 
 import math
@@ -27,20 +18,25 @@ from .layout import FlatLayout
 
 class CompiledSplit:
     """
-    The captured graphs of a :class:`~pyro_pt.potential.split.ModelSplit`.
+    The captured graphs of ``flat -> (lp, ll)`` and of their gradients
+    (:mod:`~pyro_pt.potential.densities`) of a :class:`~pyro_pt.potential.split.ModelSplit`,
+    per dtype, device and validation setting, each checked at its first use against the traced
+    path: its numbers at the check points, and a flag per validation check the traced path
+    makes. The "grads" graph (the one every leapfrog step evaluates) runs under TorchScript or
+    Inductor (:mod:`~pyro_pt.potential.inductor`); the "values" graph, off the leapfrog path,
+    under TorchScript (a second Inductor compilation would not repay itself).
 
-    At construction the "grads" graph is captured and checked; ``path`` is ``"functional"`` if
-    that worked, else ``"traced"`` with :attr:`reason` saying why. :attr:`engine` says what runs
-    the "grads" graph: ``"inductor"``, ``"jit"`` (TorchScript) or ``"fx"`` (the graph module in
-    Python), and :attr:`engine_reason` why Inductor was not used where it was asked for.
+    ``path`` is ``"functional"`` if the "grads" graph was captured and checked at construction,
+    else ``"traced"`` with :attr:`reason` saying why. :attr:`engine` says what runs it:
+    ``"inductor"``, ``"jit"`` (TorchScript) or ``"fx"`` (the graph module in Python), and
+    :attr:`engine_reason` why Inductor was not used where it was asked for.
 
     :param ModelSplit split: the model's prior/likelihood split.
     :param list points: optional check points (dicts of unconstrained values); default the
         split's initial point and two perturbations of it.
     :param float rtol: relative tolerance of the checks (default 1e-6 in float64, 1e-4 below).
-    :param str compile: ``"auto"`` (default), ``"inductor"`` or ``"torchscript"``: what runs the
-        "grads" graph (:func:`~pyro_pt.potential.inductor.choose_compiler`; :meth:`recompile`
-        changes it).
+    :param str compile: ``"auto"`` (default), ``"inductor"`` or ``"torchscript"``
+        (:func:`~pyro_pt.potential.inductor.choose_compiler`; :meth:`recompile` changes it).
     """
 
     def __init__(self, split, points=None, rtol=None, compile="auto"):
@@ -89,10 +85,8 @@ class CompiledSplit:
         return self.layout.dim
 
     def evaluate(self, flat, grads=True):
-        """
-        The graph's raw ``(lp, ll)`` (and ``(d lp, d ll)`` if ``grads``) at a flat point, NaN
-        where validation fails; None where the traced path must answer.
-        """
+        """The graph's raw ``(lp, ll)`` (and ``(d lp, d ll)`` if ``grads``) at a flat point, NaN
+        where validation fails; None where the traced path must answer."""
         if self.path != "functional":
             return None
         try:
@@ -141,10 +135,8 @@ class CompiledSplit:
         return dtype, device, validation_setting()
 
     def _graph(self, kind, dtype, device):
-        """
-        ``(callable, engine)`` for ``kind`` ("grads", "values") at this dtype and device,
-        captured and checked against the traced path on first use; raises Uncapturable.
-        """
+        """``(callable, engine)`` for ``kind`` ("grads", "values") at this dtype and device,
+        captured and checked on first use; raises Uncapturable."""
         key = (kind,) + self.graph_key(dtype, device)
         entry = self._graphs.get(key)
         if entry is None:
@@ -185,17 +177,9 @@ class CompiledSplit:
         self._graph("grads", dtype, device)
         return self._graphs[("grads",) + self.graph_key(dtype, device)][0]
 
-    @property
-    def compiler(self):
-        """``"inductor"`` or ``"torchscript"``: what :attr:`compile` means for this run."""
-        return choose_compiler(self.compile)
-
     def recompile(self, compiler):
-        """
-        Run the "grads" graph under ``compiler`` from now on: it is captured, compiled and
-        checked again (the values-only graph stays). ``compile="auto"``'s switch during a
-        run (:mod:`pyro_pt.autocompile`); :attr:`engine` says what runs it after.
-        """
+        """Run the "grads" graph under ``compiler`` from now on, captured, compiled and
+        checked again (``compile="auto"``'s switch during a run, :mod:`pyro_pt.autocompile`)."""
         self.compile = check_compiler(compiler)
         self.engine_reason = ""
         self._graphs = {key: v for key, v in self._graphs.items() if key[0] != "grads"}
@@ -210,10 +194,11 @@ class CompiledSplit:
         with forked_rng(device):
             gm = capture(fn, points[0])
             self._check_validation(min(fn.flag_counts, default=0), points[0])
-        missing = missing_apis() if kind == "grads" and self.compiler == "inductor" else None
+        inductor = kind == "grads" and choose_compiler(self.compile) == "inductor"
+        missing = missing_apis() if inductor else None
         if missing:  # decided before compiling: a private API Inductor's path needs is gone
             self.engine_reason = missing
-        elif kind == "grads" and self.compiler == "inductor":
+        elif inductor:
             choice()  # a bad PYRO_PT_MATMUL is the user's to fix, not a compiler failure
             try:
                 with keeping_validation():

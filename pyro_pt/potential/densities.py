@@ -1,15 +1,10 @@
 """The densities a captured graph computes: ``flat -> (lp, ll)`` and their gradients.
 
 The model runs under a minimal messenger that substitutes the constrained latent values and
-keeps the scaled, masked log probability of each counted site, as ``Trace.compute_log_prob``
-does; :meth:`~pyro_pt.potential.split.ModelSplit.sum_terms` then adds them exactly as the traced
-path does. Distribution validation keeps its meaning inside a graph: each check that would
-raise (``torch._is_all_true`` in :class:`torch.distributions.Distribution`) becomes a flag, and
-the densities are NaN where a flag is false, which is what
-:meth:`~pyro_pt.potential.split.ModelSplit.log_densities` returns where validation raises. The
-number of flags of each capture is kept, for the set-up to compare with the number of checks
-the traced path makes (:func:`counted_validation`): a graph that lost a flag agrees at valid
-points and is finite where the model is invalid.
+keeps each counted site's scaled, masked log probability; :meth:`ModelSplit.sum_terms
+<pyro_pt.potential.split.ModelSplit.sum_terms>` adds them as the traced path does. Distribution
+validation keeps its meaning inside a graph: each check that would raise becomes a flag, and
+the densities are NaN where one is false, as the traced path's are where validation raises.
 """
 
 import contextlib
@@ -18,8 +13,9 @@ import math
 import torch
 from torch.func import grad_and_value
 
-from pyro.distributions.util import scale_and_mask
 from pyro.poutine.messenger import Messenger
+
+from pyro_arviz.sites import scored_log_prob
 
 from . import torch_compat
 from .capture import Uncapturable, validation_setting
@@ -46,17 +42,15 @@ class _Substitute(Messenger):
         name = msg["name"]
         if name in self.log_probs:
             raise Uncapturable(f"sample site {name!r} appears twice in one model run")
-        log_p = msg["fn"].log_prob(msg["value"], *msg["args"], **msg["kwargs"])
-        self.log_probs[name] = scale_and_mask(log_p, msg["scale"], msg["mask"]).sum()
+        self.log_probs[name] = scored_log_prob(msg).sum()
 
 
 @contextlib.contextmanager
 def _validation_as_flags(flags):
     """
-    Turn the raising checks of torch distribution validation (``torch._is_all_true(valid)``,
-    raising where it is false) into recorded flags (only while a graph is captured: a raise
-    needs the value in Python, which a graph cannot have). Where that private function is
-    missing or no longer called, a model that validates cannot be captured: Uncapturable.
+    The raising checks of distribution validation (``torch._is_all_true(valid)``) recorded as
+    flags while a graph is captured (a raise needs the value in Python, which a graph cannot
+    have). Where that private function is missing, a model that validates is Uncapturable.
     """
 
     def record(valid):
@@ -70,13 +64,10 @@ def _validation_as_flags(flags):
 
 
 def counted_validation(counts):
-    """
-    Count the checks of torch distribution validation (those :func:`_validation_as_flags`
-    turns into flags) in ``counts[0]``, each still deciding as before: how many flags a graph
-    captured from the same model run must hold.
-
-    :param list counts: a one-element list, the count so far.
-    """
+    """The checks that :func:`_validation_as_flags` turns into flags counted in ``counts[0]``
+    (a one-element list), each still deciding as before: how many flags a graph captured from
+    the same model run must hold; a graph that lost one would be finite where the model is
+    invalid."""
     original = torch_compat.lookup("_is_all_true")[0]
 
     def count(valid):
@@ -88,10 +79,8 @@ def counted_validation(counts):
 
 
 def split_terms(split, layout, flat):
-    """
-    ``(lp, ll)`` at the flat unconstrained point ``flat``, through a :class:`_Substitute`
-    messenger and :meth:`~pyro_pt.potential.split.ModelSplit.sum_terms`, the traced path's sum.
-    """
+    """``(lp, ll)`` at the flat unconstrained point ``flat``, through :class:`_Substitute` and
+    the traced path's sum."""
     z = layout.unflatten(flat)
     constrained = split.constrain(z)
     with _Substitute(constrained) as recorder:
@@ -121,10 +110,8 @@ def _nan_unless(valid, value):
 
 
 def densities(split, layout):
-    """
-    ``flat -> (lp, ll)`` (NaN where validation would raise), to be captured. Its attribute
-    ``flag_counts`` lists the number of flags of each model run it made.
-    """
+    """``flat -> (lp, ll)`` (NaN where validation would raise), to be captured; its
+    ``flag_counts`` lists the number of flags of each model run it made."""
 
     def fn(flat):
         lp, ll, valid = _flagged(split, layout, flat, fn.flag_counts)
@@ -135,13 +122,10 @@ def densities(split, layout):
 
 
 def densities_and_grads(split, layout):
-    """
-    ``flat -> (lp, ll, d lp / d flat, d ll / d flat)``, to be captured; ``flag_counts`` as in
-    :func:`densities` (of the ll pass, whose flags judge both).
-
-    The model runs twice, once per gradient; the network in the lp pass feeds nothing that is
-    returned, so dead-code elimination of the captured graph removes it.
-    """
+    """``flat -> (lp, ll, d lp / d flat, d ll / d flat)``, to be captured; ``flag_counts`` as in
+    :func:`densities`, of the ll pass, whose flags judge both. The model runs once per
+    gradient; the network in the lp pass feeds nothing returned, so dead-code elimination of the
+    captured graph removes it."""
 
     def lp_fn(flat):
         with _validation_as_flags([]):

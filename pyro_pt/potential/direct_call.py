@@ -20,31 +20,32 @@ import torch
 from . import torch_compat
 
 
-def _filled(cell):
-    try:
-        cell.cell_contents
-    except ValueError:  # an empty cell
-        return False
-    return True
+def closure(fn):
+    """``{free variable: value}`` of the filled cells of ``fn``'s closure (none if it has none)."""
+    names = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+    values = {}
+    for name, cell in zip(names, getattr(fn, "__closure__", None) or ()):
+        try:
+            values[name] = cell.cell_contents
+        except ValueError:  # an empty cell
+            pass
+    return values
 
 
 def direct_call(fn, example):
     """
-    ``(generated callable, constants)`` of ``fn`` (``torch._inductor.compile``'s result):
-    the innermost Inductor output code, found through the ``__wrapped__`` chain of the
-    wrappers, and the tensors the wrappers pass it before the inputs (the graph's constants,
-    lifted), recorded on one call at ``example``. None wherever anything is not as expected
-    (another torch version's wrappers, an input passed other than as given, outputs that
-    differ from the wrapped call's by a bit), so the wrapped call is kept.
+    ``(generated callable, constants)`` of ``fn``: the innermost output code, found through
+    the wrappers' ``__wrapped__`` chain, and the tensors they pass it before the inputs (the
+    graph's lifted constants), recorded on one call at ``example``. None wherever anything is
+    not as expected (another torch's wrappers, an input passed other than as given, outputs
+    that differ from the wrapped call's by a bit): the wrapped call is kept.
     """
     OutputCode, _ = torch_compat.lookup("OutputCode")
     if OutputCode is None:
         return None
     code, layer = None, fn
     for _ in range(16):
-        cells = [c.cell_contents for c in getattr(layer, "__closure__", None) or ()
-                 if _filled(c)]
-        found = [layer] + cells
+        found = [layer, *closure(layer).values()]
         code = next((c for c in found if isinstance(c, OutputCode)), None)
         if code is not None:
             break
@@ -71,9 +72,8 @@ def direct_call(fn, example):
     if lead < 0 or not all(a is b for a, b in zip(args[lead:], example)):
         return None
     constants = tuple(args[:lead])
-    if not all(isinstance(c, torch.Tensor) for c in constants):
-        return None
-    if not _same(run, constants, example, reference):
+    if not (all(isinstance(c, torch.Tensor) for c in constants)
+            and _same(run, constants, example, reference)):
         return None
     entry = entry_point(run)
     if entry is not None and _same(entry, constants, example, reference):
@@ -91,20 +91,12 @@ def _same(run, constants, example, reference):
 
 
 def entry_point(run):
-    """
-    The C++ entry point under the generated code's Python shim ``run``, called with the
-    tensors' handles as the shim calls it; None where ``run`` is not such a shim. With
-    ``cpp_wrapper`` the shim turns every argument that is not a tensor into one (a Python
-    loop over the 30-odd inputs of a lockstep step, ~10 % of its call on the 25-weight BNN);
-    every input here is a tensor, so that loop is skipped.
-    """
-    names = getattr(getattr(run, "__code__", None), "co_freevars", ())
-    cells = dict(zip(names, getattr(run, "__closure__", None) or ()))
-    cell = cells.get("f")
+    """The C++ entry point under the generated code's Python shim ``run``, called with the
+    tensors' handles as the shim calls it, skipping the shim's conversion of each argument
+    (every input here is a tensor); None where ``run`` is not such a shim."""
+    entry = closure(run).get("f")
     handles = torch_compat.lookup("unsafe_alloc_void_ptrs_from_tensors")[0]
     tensors = torch_compat.lookup("alloc_tensors_by_stealing_from_void_ptrs")[0]
-    if cell is None or not _filled(cell) or not callable(cell.cell_contents) or \
-            handles is None or tensors is None:
+    if not callable(entry) or handles is None or tensors is None:
         return None
-    entry = cell.cell_contents
     return lambda args: tensors(entry(handles(args)))

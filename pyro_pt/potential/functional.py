@@ -1,13 +1,10 @@
-"""A fast evaluator of a model's prior/likelihood split, with Pyro's traced path as fallback.
+"""The split as the explorers use it: the captured graph where it is exact, Pyro's trace elsewhere.
 
-:class:`FunctionalSplit` evaluates the same ``(lp(z), ll(z))`` as
-:meth:`~pyro_pt.potential.split.ModelSplit.log_densities` (docs/design.md: ``lp`` the log prior of
-the latent sites plus the log-det-Jacobian of their transforms, ``ll`` the observed sites and
-factors, scaled and masked as ``Trace.compute_log_prob`` does), but through a graph of tensor
-operations captured once (:class:`~pyro_pt.potential.compiled.CompiledSplit`) instead of a Pyro
-trace per call, and the tempered potentials of many replicas in one call
-(:class:`~pyro_pt.potential.batched.BatchedEvaluator`). It is a composition of the three:
-what it offers of the split is written out below, nothing is forwarded implicitly.
+A composition of :class:`~pyro_pt.potential.compiled.CompiledSplit` (the checked graphs),
+:class:`~pyro_pt.potential.batched.BatchedEvaluator` (many replicas),
+:class:`~pyro_pt.potential.fused.FusedSteps` and :class:`~pyro_pt.potential.lockstep.Lockstep`
+(the compiled leapfrog steps): what it offers of the split is written out, nothing is forwarded
+implicitly.
 """
 
 import math
@@ -42,47 +39,37 @@ class FunctionalSplit:
     ``(lp(z), ll(z))`` of a :class:`~pyro_pt.potential.split.ModelSplit` without Pyro's
     per-call trace, for one point or a batch of tempered replicas.
 
-    At construction the model is captured as one straight-line graph of aten operations
-    computing ``lp``, ``ll`` and their gradients with respect to the flat unconstrained latent
-    vector (latent sites in sorted ``latent_names`` order, each ``.reshape(-1)``), run by the
-    TorchScript interpreter or compiled by Inductor (``compile``; ``compiled.engine`` says which,
-    ``batched.path`` how R replicas are evaluated). The graph is used (``path == "functional"``)
-    only if it agrees with the traced path, values and gradients, at the check points (the
-    split's initial point and perturbations of it); otherwise, or when the model cannot be one graph -- Python control
-    flow on latent values, random numbers drawn inside the model, shapes that depend on latent
-    values, sites that appear or disappear -- every call goes through
-    :meth:`ModelSplit.log_densities` (``path == "traced"``) and :attr:`reason` says why.
+    The graph (``flat -> lp, ll`` and their gradients, the flat vector in the split's
+    ``latent_names`` order) is used (``path == "functional"``) only if it agrees with the traced
+    path, values and gradients, at the check points; otherwise, or when the model cannot be one
+    graph -- Python control flow on latent values, random numbers drawn inside the model, shapes
+    that depend on latent values, sites that appear or disappear -- every call goes through
+    :meth:`ModelSplit.log_densities` (``path == "traced"``) and :attr:`reason` says why. Where
+    the graph's densities are not finite the traced path answers, so NaN (validation fails),
+    ``-inf`` and their gradients are the traced path's. Gradients are first order only.
 
-    Wherever the graph's densities are not finite the call is answered by the traced path, so
-    NaN (invalid parameters under distribution validation), ``-inf`` and their gradients are
-    exactly the traced path's. Validation checks inside the graph are flags, not raises. Its
-    gradients are first order only.
-
-    The model's Python code runs at capture only: side effects in it (counters, prints) do not
+    The model's Python code runs at capture only: its side effects (counters, prints) do not
     happen per evaluation, and tensors it reads (data, ``pyro.param`` values) are fixed at
-    capture. A change of dtype or device triggers a new, re-checked capture.
+    capture. A change of dtype or device triggers a new, checked capture.
 
     Example::
 
-        split = ModelSplit(model, (x, y))
-        fast = FunctionalSplit(split)
+        fast = FunctionalSplit(ModelSplit(model, (x, y)))
         fast.path, fast.reason                  # "functional", "" (or "traced", why)
         lp, ll = fast.log_densities(z)          # as split.log_densities(z)
         potential, grad, ll = fast.batched_potential_and_grad(z_flat, betas)  # [R], [R, D], [R]
 
     :param ModelSplit split: the model's prior/likelihood split.
-    :param list points: optional check points (dicts of unconstrained values); default the
-        split's initial point and two perturbations of it.
-    :param float rtol: relative tolerance of the checks (default 1e-6 in float64, 1e-4 below).
-    :param str batched: how :meth:`batched_potential_and_grad` evaluates replicas:
-        ``"vmap"`` (one vmapped graph per call, used only if a replica's numbers are checked
-        to be bitwise the same whatever its batch, else a loop), ``"loop"`` (one graph call
-        per replica) or ``"auto"`` (``"loop"`` on a single CPU thread, where batched kernels
-        were measured slower, else ``"vmap"``).
+    :param list points: check points, as :class:`~pyro_pt.potential.compiled.CompiledSplit`'s.
+    :param float rtol: tolerance of the checks, as :class:`CompiledSplit`'s.
+    :param str batched: how replicas are evaluated: ``"vmap"`` (one vmapped graph per call,
+        used only if a replica's numbers are bitwise the same whatever its batch, else a loop),
+        ``"loop"`` (one graph call per replica) or ``"auto"`` (``"loop"`` on a single CPU
+        thread, where batched kernels were measured slower, else ``"vmap"``).
     :param int max_batch: most replicas evaluated in one vmapped call.
-    :param str compile: what runs the gradient graph: ``"torchscript"``, ``"inductor"``
-        (Inductor, TorchScript as the fallback) or ``"auto"`` (default: TorchScript until a run
-        switches it, :mod:`pyro_pt.autocompile`). The batched graphs and steps follow it.
+    :param str compile: what runs the graphs and steps: ``"torchscript"``, ``"inductor"``
+        (TorchScript as the fallback) or ``"auto"`` (TorchScript until the run switches it,
+        :mod:`pyro_pt.autocompile`).
     """
 
     def __init__(self, split, points=None, rtol=None, batched="auto", max_batch=8,
@@ -146,8 +133,7 @@ class FunctionalSplit:
         return self.compiled.layout.unflatten_rows(flat)
 
     def evaluate(self, flat, grads=True):
-        """The graph's raw ``(lp, ll)`` (and their gradients if ``grads``) at a flat point, NaN
-        where validation fails; None where the traced path must answer."""
+        """As :meth:`CompiledSplit.evaluate`."""
         return self.compiled.evaluate(flat, grads)
 
     def _captured_point(self, z):
@@ -163,10 +149,8 @@ class FunctionalSplit:
         return values, flat
 
     def log_densities(self, z):
-        """
-        ``(lp(z), ll(z))`` for unconstrained values ``z``, as :meth:`ModelSplit.log_densities`,
-        differentiable (first order) with respect to the values of ``z`` that require grad.
-        """
+        """``(lp(z), ll(z))`` as :meth:`ModelSplit.log_densities`, differentiable (first order)
+        with respect to the values of ``z`` that require grad."""
         point = self._captured_point(z)
         if point is None:  # not the captured sites or shapes: Pyro decides
             return self.split.log_densities(z)
@@ -181,18 +165,14 @@ class FunctionalSplit:
 
     def potential_and_grad(self, z, beta):
         """
-        The tempered potential ``-(lp + beta * ll)`` at ``z``, its flat gradient and ``ll``,
-        straight from the graph, without autograd; None where :meth:`log_densities` would not
-        answer from the graph (the traced path decides there: not the captured shapes, values
-        that require grad, densities that are not finite, an error in the graph).
+        ``(potential, grad [D], ll)`` of ``-(lp + beta * ll)`` at ``z`` (detached), straight
+        from the graph, without autograd; None where :meth:`log_densities` would not answer from
+        the graph (not the captured shapes, values that require grad, densities that are not
+        finite, an error in the graph): the traced path decides there.
 
         Bitwise what autograd gives through :meth:`log_densities`: its backward of
         ``-(lp + beta * ll)`` is ``d lp * (-1) + d ll * (-beta)``, which equals
         ``-(d lp + beta * d ll)`` exactly because rounding to nearest commutes with negation.
-
-        :param dict z: site -> unconstrained tensor, detached.
-        :param float beta: the inverse temperature.
-        :returns: ``(potential, grad [D], ll)`` (detached) or None.
         """
         point = self._captured_point(z)
         if point is None or any(v.requires_grad for v in point[0]):
@@ -216,13 +196,9 @@ class FunctionalSplit:
 
     def batched_potential_and_grad(self, z_flat, betas):
         """
-        Tempered potentials ``-(lp + beta * ll)``, their gradients and ``ll`` of R replicas.
-
-        Results for one replica do not depend on which or how many other replicas share the
-        call (see ``batched.path``); a NaN in one replica does not touch the others.
-
-        :param torch.Tensor z_flat: ``[R, D]`` flat unconstrained points.
-        :param torch.Tensor betas: ``[R]`` inverse temperatures.
-        :returns: ``(potential [R], grad [R, D], ll [R])``, detached.
+        ``(potential [R], grad [R, D], ll [R])`` of ``-(lp + beta * ll)`` at ``z_flat`` ``[R,
+        D]`` and ``betas`` ``[R]``, detached. A replica's results do not depend on which or how
+        many others share the call (see ``batched.path``); a NaN in one does not touch the
+        others.
         """
         return self.batched(z_flat, betas)

@@ -1,32 +1,18 @@
 """Compiling a captured graph with Inductor, and the choice of compiler.
 
-The captured graph (:mod:`pyro_pt.potential.capture`) is straight-line aten code with no Pyro
-messenger, trace or distribution object left in it, so Inductor compiles it directly, as one
-graph (:func:`inductor_compile`). Two compilers can run it:
-
-- ``"torchscript"``: the TorchScript interpreter (C++, no Python per operation); it costs a
-  fraction of a second to build, and is the fallback whenever Inductor is unavailable or fails.
-- ``"inductor"``: ``torch.compile``'s backend, Inductor, which fuses the elementwise operations
-  into generated C++ (CPU) or Triton (CUDA) kernels. It costs a compilation per model, dtype,
-  device and batch size: measured on the seed BNN (benchmarks/_bnn.py, 4929 weights) on a
-  loaded 2-core CPU, about 100 s cold (nothing in Inductor's on-disk caches), beyond the
-  ~10-17 s of capture and checks both compilers pay (``benchmarks/README.md``,
-  ``vs_numpyro.py``). With the caches warm (the same model and shapes compiled before on
-  this machine) the whole set-up of the graph takes ~5 s and the fused step ~1.4 s
-  (TorchScript's set-up: 1.5 s), since :func:`inductor_compile` lets Inductor use its graph
-  cache.
-
-``compile="auto"`` (the default) starts every run on TorchScript and switches to Inductor
-during warmup when the compilation pays: :mod:`pyro_pt.autocompile` measures the explorers'
-time per scan at each warmup round's end, projects the rest of the run, and recompiles
-(:meth:`~pyro_pt.potential.functional.FunctionalSplit.recompile`) once the compilation's
-expected cost is under 5 % of that time. At set-up,
-:func:`choose_compiler` maps ``"auto"`` to TorchScript.
+The captured graph (:mod:`pyro_pt.potential.capture`) is straight-line aten code, so Inductor
+compiles it directly, as one graph (:func:`inductor_compile`). ``"torchscript"`` runs it in the
+TorchScript interpreter (C++, a fraction of a second to build; the fallback wherever Inductor is
+unavailable or fails); ``"inductor"`` fuses its elementwise operations into generated C++ (CPU)
+or Triton (CUDA) kernels, at a compilation per model, dtype, device and batch size: on the seed
+BNN (benchmarks/_bnn.py, 4929 weights, loaded 2-core CPU) about 100 s cold, beyond the ~10-17 s
+of capture and checks both pay (``benchmarks/README.md``, ``vs_numpyro.py``); with Inductor's
+on-disk caches warm, ~5 s for the graph and ~1.4 s for the fused step (TorchScript's set-up:
+1.5 s). ``compile="auto"`` (the default) starts on TorchScript (:func:`choose_compiler`) and
+switches during warmup where the compilation pays (:mod:`pyro_pt.autocompile`).
 """
 
 import copy
-
-import torch
 
 from . import torch_compat
 from .constants import inline_uniform_constants
@@ -48,12 +34,8 @@ def check_compiler(compile):
 
 
 def choose_compiler(compile):
-    """
-    The compiler that ``compile`` means at set-up: ``"inductor"`` or ``"torchscript"``
-    (``"auto"`` starts on TorchScript; the run may switch, :mod:`pyro_pt.autocompile`).
-
-    :param str compile: ``"auto"``, ``"inductor"`` or ``"torchscript"``.
-    """
+    """The compiler that ``compile`` means at set-up: ``"inductor"`` or ``"torchscript"``
+    (``"auto"`` starts on TorchScript)."""
     check_compiler(compile)
     return "torchscript" if compile == "auto" else compile
 
@@ -61,17 +43,15 @@ def choose_compiler(compile):
 def missing_apis():
     """The reason :func:`inductor_compile` cannot run (a private API it needs is missing, see
     :mod:`~pyro_pt.potential.torch_compat`), else None."""
-    return torch_compat.first_missing("inductor.compile", "FakeTensorMode", "ShapeEnv")
+    needed = ("inductor.compile", "FakeTensorMode", "ShapeEnv")
+    return next(filter(None, (torch_compat.lookup(name)[1] for name in needed)), None)
 
 
 class _InductorGraph:
-    """
-    An Inductor-compiled graph called as ``gm`` is: its outputs as a tuple.
-
-    ``fn`` is what ``torch._inductor.compile`` returns: AOTAutograd's runtime wrappers around
-    Inductor's generated code. Where :func:`~pyro_pt.potential.direct_call.direct_call` finds
-    the generated code and the constants, the graph is called through them alone.
-    """
+    """An Inductor-compiled graph called as ``gm`` is (its outputs as a tuple): through the
+    generated code and constants alone where :func:`~pyro_pt.potential.direct_call.direct_call`
+    finds them, else through ``fn``, AOTAutograd's wrappers that ``torch._inductor.compile``
+    returns."""
 
     def __init__(self, fn, direct=None):
         self.fn = fn
@@ -97,39 +77,33 @@ class _InductorGraph:
 
 def inductor_compile(gm, *example, asserts=True, pooled=False):
     """
-    ``gm`` compiled by Inductor for the exact shapes of ``example``, compiled now, inside the
-    set-up, rather than at the first leapfrog step. Raises whatever Inductor raises (no C++
-    compiler, an unsupported operation), and RuntimeError with :func:`missing_apis`'s reason
-    where a private API it needs is missing.
+    ``gm`` compiled by Inductor for the exact shapes of ``example``, now, inside the set-up.
+    Raises whatever Inductor raises (no C++ compiler, an unsupported operation), and
+    RuntimeError with :func:`missing_apis`'s reason where a private API it needs is missing.
+
+    ``gm`` goes to ``torch._inductor.compile`` directly, not through ``torch.compile``: no
+    Dynamo frame evaluation and guard check per call, and static shapes. The kernels are
+    launched by a generated C++ wrapper (``cpp_wrapper``) rather than Python. Seed BNN, one
+    thread, loaded 2-core CPU (best of 7 x 200 calls, bitwise the same numbers):
+    ``torch.compile`` 1.06-1.54 ms, ``torch._inductor.compile`` 0.94-1.03 ms, with
+    ``cpp_wrapper`` 0.58-0.79 ms; the C++ wrapper adds ~25 s to a cold compilation.
 
     ``asserts=False`` drops the generated code's checks of each input's size, stride and
-    alignment, for a graph whose one caller builds inputs of exactly the example's layout (the
-    lockstep step: rows gathered by index, so contiguous). On the 25-weight BNN's lockstep
-    step (4 slots, one thread) the checks cost ~25 % of a call (about 57 -> 45 us; the
-    numbers are bitwise the same); an input of another layout would then be read wrongly
-    instead of refused, so every other graph keeps them.
-
-    ``gm`` is already an aten graph, so it goes to Inductor directly
-    (``torch._inductor.compile``), not through ``torch.compile``: no Dynamo frame evaluation
-    and guard check per call, and static shapes (one compilation per shape, so no shape guard
-    can pick another kernel later). The wrapper that launches the kernels is generated C++
-    (``cpp_wrapper``) rather than Python, which removes most of the remaining per-kernel
-    cost. Measured on the seed BNN, one thread, loaded 2-core CPU (best of 7 x 200 calls,
-    bitwise the same numbers): ``torch.compile`` 1.06-1.54 ms, ``torch._inductor.compile``
-    0.94-1.03 ms, with ``cpp_wrapper`` 0.58-0.79 ms; the C++ wrapper adds ~25 s to a cold
-    compilation.
+    alignment, for a graph whose one caller builds inputs of the example's layout (the lockstep
+    step); an input of another layout would be read wrongly instead of refused, so every other
+    graph keeps them. On the 25-weight BNN's lockstep step (4 slots, one thread) the checks
+    cost ~25 % of a call (about 57 -> 45 us, bitwise the same numbers).
 
     ``pooled=True`` has the generated code take one block of memory per call for all its
-    buffers, outputs included (Inductor's ``memory_planning`` with the "combined" pool),
-    instead of one allocation per buffer: the outputs are then views of one block. On the
-    25-weight BNN's lockstep step (29 buffers, most of them a few floats) a call took
-    15.9-16.9 us instead of 18.9-19.3 (best of 7 x 5000 calls, two alternations; the
-    "intermediates" pool alone: 26 us); glibc's ``malloc`` and ``free`` were twice the
-    arithmetic in a ``perf`` profile of the sampling loop.
+    buffers, outputs included (``memory_planning``, "combined" pool): the outputs are then views
+    of one block. On the 25-weight BNN's lockstep step (29 buffers, most a few floats) a call
+    took 15.9-16.9 us instead of 18.9-19.3 (best of 7 x 5000 calls; the "intermediates" pool
+    alone: 26 us); glibc's ``malloc`` and ``free`` were twice the arithmetic in a ``perf``
+    profile of the sampling loop.
 
-    The graph's larger float32 matrix products run our own AVX-512 kernel instead of MKL's
-    where :func:`pyro_pt.potential.matmul.choice` allows it (AMD CPUs with AVX-512, on which
-    MKL runs its AVX2 path); the result's ``matmuls`` says how many of how many.
+    The larger float32 matrix products run :mod:`pyro_pt.potential.matmul`'s kernel where its
+    :func:`~pyro_pt.potential.matmul.choice` allows; the result's ``matmuls`` says how many of
+    how many.
     """
     # Looked up here, not at load: importing Inductor costs ~2.4 s, which every process (each
     # rank of a distributed run) would pay even under TorchScript.

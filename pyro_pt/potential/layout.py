@@ -1,9 +1,7 @@
 """The flat layout of a state: its latent sites in a fixed order, as one vector.
 
 A state is a dict of site -> unconstrained tensor for Pyro, and one ``[D]`` row for the captured
-graphs, the batched explorers and the messages between processes. :class:`FlatState` is the
-state a batched explorer returns: a row that makes its sites only when one is read, since
-between two swaps only the cold rung's state is read as sites.
+graphs, the batched explorers and the messages between processes.
 """
 
 from collections.abc import Mapping
@@ -13,12 +11,9 @@ import torch
 
 class FlatLayout:
     """
-    The latent sites in a fixed order, flattened into one vector (each site ``.reshape(-1)``):
-    the one layout of the captured graphs, the batched explorers and the states sent between
-    processes.
+    The sites ``names`` of ``shapes``, in that order, flattened into one vector (each site
+    ``.reshape(-1)``).
 
-    :param list names: site names, in the order of the flat vector.
-    :param list shapes: the sites' shapes.
     :param list dtypes: optional site dtypes that :meth:`unflatten` restores (the flat vector
         has one dtype; a state sent between processes keeps each site's own).
     """
@@ -51,16 +46,16 @@ class FlatLayout:
         return out
 
     def unflatten_rows(self, flat):
-        """The rows of ``flat`` ``[R, dim]`` as states (a batched explorer's):
-        :class:`FlatState` mappings whose sites are views of their row, made when read."""
+        """The rows of ``flat`` ``[R, dim]`` as :class:`FlatState` states."""
         return [FlatState(self, row) for row in flat.unbind(0)]
 
 
 class FlatState(Mapping):
     """
-    A state (site -> tensor, read-only) held as its row ``flat`` of ``layout``; the sites are
-    :meth:`FlatLayout.unflatten` of the row, made on the first read, and
-    :meth:`FlatLayout.flatten` of the same layout gives the row back without a copy.
+    A state (site -> tensor, read-only) held as its row ``flat`` of ``layout``, as a batched
+    explorer returns it: the sites (views of the row) are made on the first read, since between
+    two swaps only the cold rung's state is read as sites; :meth:`FlatLayout.flatten` of the same
+    layout gives the row back without a copy.
     """
 
     __slots__ = ("layout", "flat", "_sites")

@@ -1,24 +1,17 @@
 """The leapfrog steps of several slots as one compiled call: slots in lockstep.
 
-On a small model a call of a compiled graph costs far more than its arithmetic: on the
-25-weight BNN of ``benchmarks/vs_numpyro_ess.py`` (one CPU thread, loaded 2-core VM) the fused
-step of one slot (:func:`~pyro_pt.potential.leapfrog.leapfrog_step`) costs ~60-130 us for a few
-thousand flops, so running a batched HMC's slots one at a time pays that per slot and step. The
-lockstep step is ``torch.func.vmap`` of the fused step over the slots, compiled by Inductor as
-one graph, and it carries each slot's state: a slot past its own last step, or one that met a
-non-finite point, is carried unchanged (a select, exact), so every slot runs its own number of
-steps and its numbers do not depend on the others' (measured there: 4 slots, 64 us per step
-for all of them against 388 us one at a time). On a large model batching gains nothing on one
-thread (seed BNN, 8 slots: 4.1 ms vmapped against 3.5 ms one at a time), so it is used only
-below :data:`MAX_FLOPS` matrix-product flops per evaluation, a property of the model (the same
-on every rank).
-
-Its numbers are the vmapped graph's, as for the batched potential
-(:mod:`pyro_pt.potential.batched`), and are checked the same way before use: a batch of two
-agrees with the unfused evaluator within the tolerance at the check points and is bitwise the
-same in either slot; every other size gives bitwise the numbers of the batches of two. A size
-that fails runs as pieces of two and three; a lone slot runs as a batch of two (a copy of
-itself), so a slot's draws do not depend on how many slots a process holds.
+On a small model a compiled call costs far more than its arithmetic: on the 25-weight BNN of
+``benchmarks/vs_numpyro_ess.py`` (one CPU thread, loaded 2-core VM) a slot's fused step costs
+~60-130 us for a few thousand flops. The lockstep step is ``torch.func.vmap`` of the fused step
+(:func:`~pyro_pt.potential.leapfrog.leapfrog_step`) over the slots, compiled by Inductor as one
+graph; a slot past its own last step, or one that met a non-finite point, is carried unchanged
+(a select, exact), so each slot runs its own number of steps and its numbers do not depend on
+the others' (there: 4 slots, 64 us per step for all against 388 us one at a time). On a large
+model batching gains nothing on one thread (seed BNN, 8 slots: 4.1 ms vmapped against 3.5 ms
+one at a time), so it is used only below :data:`MAX_FLOPS` per evaluation, a property of the
+model (the same on every rank). Its numbers are checked as the batched potential's
+(:mod:`pyro_pt.potential.batched`; docs/performance.md): a lone slot runs as a batch of two,
+so a slot's draws do not depend on how many slots a process holds.
 
 Measured gain, end to end (``benchmarks/ablation.py``: whole PT runs, one thread, ranges over
 interleaved rounds): without it (the fused step slot by slot) the 25-weight BNN's sampling
@@ -28,8 +21,10 @@ phase takes 5.1-6.0x as long, eight schools' 0.97-1.62x (median 1.48).
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from .capture import Uncapturable, capture, forked_rng, keeping_validation, mismatch
+from .batched import check_pairs, pieces, same_as_pairs
+from .capture import Uncapturable, capture, forked_rng, keeping_validation
 from .constants import bitwise_equal
+from .fused import CompiledSteps
 from .inductor import inductor_compile
 from .leapfrog import leapfrog_step, unfused_step
 from .native import native_loop
@@ -52,9 +47,9 @@ def lockstep_step(gm, num_extra=0):
     """
     One leapfrog step of a batch of slots, for capture: ``(i, n, z, p, potential, grad, ll,
     bad, scaled_eps, eps, half_eps, betas, *extra) -> (z, p, potential, grad, ll, bad)``. Slot
-    r takes step ``i`` (a scalar, from 1) of its ``n[r]``, with the half kick at its last,
-    while ``i <= n[r]`` and it has not gone ``bad`` (met a non-finite density or gradient).
-    ``extra``: ``num_extra`` inputs of ``gm`` shared by all slots (not batched).
+    r takes step ``i`` (from 1) of its ``n[r]``, the half kick at its last, while ``i <= n[r]``
+    and it has not gone ``bad`` (a non-finite density or gradient); ``extra``: ``num_extra``
+    inputs of ``gm`` shared by all slots.
     """
     step = torch.func.vmap(leapfrog_step(gm), in_dims=(0,) * 5 + (None,) * num_extra)
 
@@ -72,34 +67,20 @@ def lockstep_step(gm, num_extra=0):
     return batch_step
 
 
-class Lockstep:
+class Lockstep(CompiledSteps):
     """
     The lockstep steps of a :class:`~pyro_pt.potential.batched.BatchedEvaluator`'s model, one
     compiled graph per batch size, checked on first use. Each step's ``extra()`` gives the
-    inputs its callers append to the per-slot ones (none here; a fitted reference's
-    parameters in :class:`~pyro_pt.reference.graph.ReferencedLockstep`, which overrides the
-    hooks :meth:`_key`, :meth:`_graph`, :meth:`_extra` and :meth:`_evaluate`).
-
-    :param evaluator: the batched evaluator (its single-point graphs and check points).
+    inputs its callers append to the per-slot ones (none here; a fitted reference's parameters
+    in :class:`~pyro_pt.reference.graph.ReferencedLockstep`, which overrides the hooks
+    :meth:`_key`, :meth:`_graph`, :meth:`_extra` and :meth:`_evaluate`).
     """
 
+    _caches = ("_steps", "_plans")
+
     def __init__(self, evaluator):
-        self.evaluator = evaluator
-        self.reason = ""  # why plan() gives None
-        self._steps = {}  # (size, dtype, device, validate) -> step, or None where it failed
+        super().__init__(evaluator)
         self._plans = {}  # (num_slots, dtype, device, validate) -> plan or None
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_steps"], state["_plans"] = {}, {}
-        return state
-
-    def forget(self):
-        """Drop the compiled steps and plans (the graph was recompiled); made again on first
-        use."""
-        self._steps.clear()
-        self._plans.clear()
-        self.reason = ""
 
     def _key(self, dtype, device):
         """What a compiled step is specific to."""
@@ -118,11 +99,9 @@ class Lockstep:
         return self.evaluator(z, betas)
 
     def plan(self, num_slots, dtype, device):
-        """
-        ``[(first, last, size, step)]``: slots ``first:last`` as one batch of ``size`` (one
-        more than the slots where a lone slot is padded) stepped by ``step``; None where
-        lockstep does not apply (:attr:`reason` says why). Made once per number of slots.
-        """
+        """``[(first, last, size, step)]``: slots ``first:last`` as one batch of ``size`` (2 for
+        a lone slot) stepped by ``step``; None where lockstep does not apply (:attr:`reason`
+        says why). Made once per number of slots."""
         key = (num_slots,) + self._key(dtype, device)
         if key not in self._plans:
             self._plans[key] = self._plan(num_slots, dtype, device)
@@ -153,21 +132,13 @@ class Lockstep:
                 plan.append((first, first + count, size, step))
                 first += count
                 continue
-            # pieces of the checked sizes 2 and 3
-            for piece in [3] * (count % 2) + [2] * ((count - 3 * (count % 2)) // 2):
+            for piece in pieces(count):
                 plan.append((first, first + piece, piece, self._step(piece, dtype, device)))
                 first += piece
         return plan
 
     def _step(self, size, dtype, device):
-        key = (size,) + self._key(dtype, device)
-        if key not in self._steps:
-            try:
-                self._steps[key] = self._compile(size, dtype, device)
-            except Exception as error:  # no compiler, an operation without a batching rule
-                self.reason = f"{type(error).__name__}: {error}"
-                self._steps[key] = None
-        return self._steps[key]
+        return self._cached((size,) + self._key(dtype, device), size, dtype, device)
 
     def _compile(self, size, dtype, device):
         compiled = self.evaluator.compiled
@@ -190,35 +161,26 @@ class Lockstep:
         return step
 
     def _check_pairs(self, step, points, dtype):
-        """Each point's step, first of a pair with the next point, agrees with the evaluator
-        within the tolerance, and is bitwise its step as the second of the previous pair."""
-        rtol = self.evaluator.compiled.tolerance(dtype)
+        """:func:`~pyro_pt.potential.batched.check_pairs` of the step against the unfused one."""
         runs = _pairs(step, points)
-        n = len(points)
-        for i, (example, out) in enumerate(runs):
-            z, p, scaled_eps, eps, betas = (example[k][:1] for k in (2, 3, 8, 9, 11))
-            reference = unfused_step(self._evaluate, z, p, scaled_eps, eps, betas)
+        references = []
+        for example, out in runs:
             if bool(out[5].any()):
                 raise Uncapturable("the lockstep step met a non-finite point at a check point")
-            for value, ref in zip(out[:5], reference):
-                problem = mismatch(value[:1], ref, rtol)
-                if problem is not None:
-                    raise Uncapturable(f"lockstep disagrees with single evaluations: {problem}")
-            other = runs[(i - 1) % n][1]
-            if not all(torch.equal(a[0], b[1]) for a, b in zip(out, other)):
-                raise Uncapturable("lockstep results depend on the batch position")
+            z, p, scaled_eps, eps, betas = (example[k][:1] for k in (2, 3, 8, 9, 11))
+            reference = unfused_step(self._evaluate, z, p, scaled_eps, eps, betas)
+            references.append([t[0] for t in reference])
+        check_pairs([out for _, out in runs], references, self.evaluator.compiled.tolerance(dtype),
+                    "lockstep")
 
     def _check_size(self, step, size, points, dtype, device):
         """Point ``s % len(points)`` in slot s of a batch of ``size``: bitwise its numbers in
         a batch of two."""
-        reference = _pairs(self._step(2, dtype, device), points)
-        n = len(points)
+        pairs = [out for _, out in _pairs(self._step(2, dtype, device), points)]
         with torch.no_grad():
             out = step(*_inputs(list(range(size)), points, step.extra()))
-        for slot in range(size):
-            first = reference[slot % n][1]
-            if not all(torch.equal(a[slot], b[0]) for a, b in zip(out, first)):
-                raise Uncapturable(f"lockstep results depend on the batch size ({size} vs 2)")
+        if not same_as_pairs(out, pairs):
+            raise Uncapturable(f"lockstep results depend on the batch size ({size} vs 2)")
 
 
 def _checked_loop(step, example):

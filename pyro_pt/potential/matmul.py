@@ -1,46 +1,32 @@
 """Our own float32 matrix product for compiled graphs on AVX-512 CPUs whose BLAS runs AVX2.
 
-Inductor leaves a graph's matrix products to ATen, i.e. to MKL on x86. On AMD CPUs MKL takes
-its AVX2 code path even where the CPU has AVX-512 (``MKL_VERBOSE`` reports "Intel(R)
-Architecture processors"; ``MKL_ENABLE_INSTRUCTIONS=AVX512`` changes nothing), which on a core
-with full-width AVX-512 units (AMD Zen 5) is half its arithmetic rate. Measured on the 2-core
-AMD EPYC of ``benchmarks/README.md`` (one thread, best of 5 x 2000 calls): the seed BNN's
-500 x 64 x 64 product took 47.6 us in MKL, 19.4 us here (XLA: ~23 us); its transposed forms in
-the gradient 48.1 -> 20.1 us (A transposed) and 46.0 -> 23.1 us (B transposed). Inductor's own
-C++ GEMM template does not help: GCC keeps its accumulators in memory when the reduction
-length is not a compile-time constant (57 us per product).
+On AMD CPUs MKL takes its AVX2 code path even where the CPU has AVX-512 (docs/performance.md,
+"Matrix products at the CPU's full width"), half the arithmetic rate of a core with
+full-width AVX-512 units (Zen 5). On the 2-core AMD EPYC of ``benchmarks/README.md`` (one
+thread, best of 5 x 2000 calls) the seed BNN's 500 x 64 x 64 product took 47.6 us in MKL, 19.4
+us here (XLA: ~23 us); its transposed forms in the gradient 48.1 -> 20.1 us (A transposed) and
+46.0 -> 23.1 us (B transposed). Inductor's own C++ GEMM template does not help: GCC keeps its
+accumulators in memory when the reduction length is not a compile-time constant (57 us).
 
-:func:`substitute` rewrites a captured aten graph's ``aten.mm``, ``aten.addmm`` and
-``aten.bmm`` nodes (the last in vmapped graphs of several replicas) into
-``pyro_pt::native_mm`` and ``native_bmm``, custom operators (``matmul.cpp``) built once per
-machine by Inductor's own C++ cache; Inductor's C++ wrapper calls their C shims directly
-(:func:`shims`), with no dispatcher or Python in between. They are used where :func:`choice`
-allows it: an AMD CPU with AVX-512 (as ATen itself detects it; Intel's take MKL's AVX-512
-path), decided from the machine alone like Inductor's own choice of vector instructions,
-never from timings (every rank of a homogeneous cluster takes the same path). Only float32
-products on the CPU with at least 16 output columns and enough arithmetic to matter are
-rewritten; the operators fall back to ``at::mm`` / ``at::bmm`` for anything else they are
-handed.
+:func:`substitute` rewrites a captured graph's ``aten.mm``, ``aten.addmm`` and ``aten.bmm``
+(vmapped graphs) into ``pyro_pt::native_mm`` / ``native_bmm`` (``matmul.cpp``, built once per
+machine by Inductor's C++ cache), which the C++ wrapper calls through their C shims
+(:func:`shims`), with no dispatcher or Python in between, where :func:`choice` allows it: an
+AMD CPU with AVX-512, decided from the machine alone, never from timings (every rank of a
+homogeneous cluster takes the same path). The operators fall back to ``at::mm`` / ``at::bmm``
+for anything else they are handed. Each entry of C is one sequential fused multiply-add chain
+over k (tiles of 6 rows x 64 columns in 24 registers), so it differs from MKL's by rounding
+only (relative 1e-7 to 1e-6 in float32); every compiled graph is still checked against the
+traced model.
 
-The kernel: C is computed in tiles of up to 6 rows by 64 columns held in 24 AVX-512
-registers; each step of the reduction broadcasts one entry of A per row (any strides) and loads
-one row of B (unit stride; B is copied contiguous first otherwise), the last 16-column vector
-masked. Each entry of C is one sequential fused multiply-add chain over k, so it differs from
-MKL's by rounding only (relative 1e-7 to 1e-6 in float32); every compiled graph is still
-checked against the traced model at set-up (:mod:`pyro_pt.potential.compiled`).
-
-The build: ``matmul.cpp`` includes no ATen or torch C++ headers, only ``<immintrin.h>``, the
-standard library, the C shim API (``aoti_torch_*``: sizes, strides, data pointers,
-``aoti_torch_empty_strided``; ``torch_call_dispatcher`` for the fall-back to ``aten::mm`` /
-``aten::bmm``; ``torch_parallel_for``, which is ``at::parallel_for``, so the threads and the
-grain rule are ATen's as before) and the stable ABI's header-only operator registration
-(``STABLE_TORCH_LIBRARY``), which keeps the operators in C++ (no Python on an eager call).
-With ``<ATen/ATen.h>``, ``<torch/library.h>`` and ``aoti_torch/utils.h`` Inductor's C++ cache
-took 11.5-15.6 s to build and load it cold on the machine above; without them 2.8-3.4 s. The
-first :func:`operator` call on a machine (5.1 s idle, ``benchmarks/compile_cost.py``'s
-"native matmul" line) also holds ~2 s of importing Inductor. It builds trusting the CPU's
-report of its vector instructions (:func:`~pyro_pt.potential.torch_compat.trusting_the_cpu`),
-as the graphs' compilations do: Inductor's own check of them adds 8-11 s to a cold build.
+``matmul.cpp`` includes no ATen or torch C++ headers, only ``<immintrin.h>``, the C shim API
+(``aoti_torch_*``, ``torch_call_dispatcher``, ``torch_parallel_for``: ATen's threads and grain
+rule) and the stable ABI's operator registration. With ``<ATen/ATen.h>``,
+``<torch/library.h>`` and ``aoti_torch/utils.h`` the cold build took 11.5-15.6 s on the
+machine above; without them 2.8-3.4 s. The first :func:`operator` call on a machine (5.1 s
+idle, ``benchmarks/compile_cost.py``'s "native matmul" line) also holds ~2 s of importing
+Inductor. It builds trusting the CPU's report of its vector instructions
+(:func:`~pyro_pt.potential.torch_compat.trusting_the_cpu`; Inductor's own check adds 8-11 s).
 
 Measured gain, end to end (``benchmarks/ablation.py``: whole PT runs, one thread, ranges over
 interleaved rounds): without it (``PYRO_PT_MATMUL=aten``) the seed BNN's sampling phase (K =

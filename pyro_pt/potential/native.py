@@ -1,15 +1,12 @@
 """The lockstep loop in C++: the calls of a compiled step without Python between them.
 
-A lockstep trajectory calls one compiled step per leapfrog step
-(:mod:`pyro_pt.potential.lockstep`). Called from Python, each call turns its ~15 tensors into
-handles for the generated C++ and wraps its 6 outputs back into tensors: on the 25-weight BNN
-of ``benchmarks/vs_numpyro_ess.py`` about 4 of a call's ~18.6 us (cProfile of a sampling
-run). :func:`native_loop` gives a loop that hands the arguments over once per trajectory:
-a small C function, built once per machine by Inductor's own C++ cache, calls the generated
-entry point once per step and gives each call's output handles to the next call as its
-carried inputs. The numbers are the same calls'; the loop is used only where it is found and
-gives bitwise the Python loop's results at set-up (:meth:`Lockstep._compile
-<pyro_pt.potential.lockstep.Lockstep>`), else the Python loop runs.
+Called from Python, each lockstep call (:mod:`pyro_pt.potential.lockstep`) turns its ~15 tensors
+into handles for the generated C++ and wraps its 6 outputs back into tensors: on the 25-weight
+BNN of ``benchmarks/vs_numpyro_ess.py`` about 4 of a call's ~18.6 us (cProfile of a sampling
+run). :func:`native_loop` hands the arguments over once per trajectory: a small C function,
+built once per machine by Inductor's C++ cache, calls the generated entry point once per step,
+each call's outputs the next one's carried inputs. It is used only where it gives bitwise the
+Python loop's results at set-up (``lockstep._checked_loop``).
 
 Measured gain, end to end (``benchmarks/ablation.py --rounds 8 --workloads bc --settings "all
 on,native loop"``: whole PT runs, one thread, an idle 2-core machine): without it the 25-weight
@@ -20,6 +17,7 @@ eight schools no gain shows within the noise (0.84-1.31, median 0.98). Kept.
 import ctypes
 
 from . import torch_compat
+from .direct_call import closure
 
 _SOURCE = r"""
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -90,20 +88,16 @@ def _capsule_functions():
 
 
 def native_loop(run):
-    """
-    ``loop(head, ticks, count, carried, given) -> carried``: ``len(ticks)`` calls of the
-    generated code behind ``run`` (:func:`pyro_pt.potential.direct_call.entry_point`'s call) with
-    inputs ``[*head, tick, count, *carried, *given]``, each call's outputs carried into the
-    next; None where the C++ entry point or the loop cannot be had.
-    """
-    cells = dict(zip(getattr(getattr(run, "__code__", None), "co_freevars", ()),
-                     getattr(run, "__closure__", None) or ()))
+    """``loop(head, ticks, count, carried, given) -> carried``: ``len(ticks)`` calls of the
+    generated code behind ``run`` (:func:`~pyro_pt.potential.direct_call.entry_point`'s call)
+    with inputs ``[*head, tick, count, *carried, *given]``, each call's outputs carried into
+    the next; None where the C++ entry point or the loop cannot be had."""
     handles = torch_compat.lookup("unsafe_alloc_void_ptrs_from_tensors")[0]
     tensors = torch_compat.lookup("alloc_tensors_by_stealing_from_void_ptrs")[0]
     if handles is None or tensors is None:
         return None
     try:
-        binding = cells["entry"].cell_contents
+        binding = closure(run)["entry"]
         entry = ctypes.cast(ctypes.CDLL(binding.__self__.__file__)[_ENTRY_SYMBOL],
                             ctypes.c_void_p).value
     except Exception:  # not a cpp_wrapper entry as expected

@@ -6,8 +6,9 @@ subsample of their data on every run.
 import torch
 
 from pyro.distributions import ImproperUniform
-from pyro.distributions.util import scale_and_mask
 from pyro.poutine.subsample_messenger import _Subsample
+
+from pyro_arviz.sites import scored_log_prob
 
 
 def is_counted(site):
@@ -20,11 +21,9 @@ def is_counted(site):
 
 
 def is_invalid_point_error(error):
-    """
-    Distribution validation failing on NaN/inf parameters or values out of support, or a
+    """Distribution validation failing on NaN/inf parameters or values out of support, or a
     linear-algebra failure (a Cholesky or solve of a matrix that is singular or not
-    positive-definite at this point; Pyro's own HMC treats the latter as a divergence too).
-    """
+    positive-definite at this point; Pyro's own HMC treats it as a divergence too)."""
     if isinstance(error, torch.linalg.LinAlgError):
         return True
     message = str(error)
@@ -36,14 +35,8 @@ def is_invalid_point_error(error):
 def reweighted(site):
     """Whether a handler changed a site's log density (a scale other than 1, or a mask)."""
     scale, mask = site.get("scale", 1.0), site.get("mask")
-    if torch.is_tensor(scale):
-        scaled = bool((scale != 1).any())
-    else:
-        scaled = scale != 1.0
-    if mask is None or mask is True:
-        masked = False
-    else:
-        masked = not bool(torch.as_tensor(mask).all())
+    scaled = bool((scale != 1).any()) if torch.is_tensor(scale) else scale != 1.0
+    masked = mask is not None and mask is not True and not bool(torch.as_tensor(mask).all())
     return scaled or masked
 
 
@@ -56,18 +49,15 @@ def is_improper(fn):
 
 
 def check_log_probs(trace):
-    """
-    Evaluates each counted site's log density once, at setup, so that a shape bug (a value that
-    does not broadcast with its distribution) names its site. MCMC runs with validation off, so
-    torch raises a bare RuntimeError from inside the distribution, which Pyro's trace does not
-    annotate; here it becomes a ``ValueError`` naming the site and the shapes, as Pyro's does.
-    """
+    """Each counted site's log density evaluated once, at set-up, so that a shape bug (a value
+    that does not broadcast with its distribution) raises a ``ValueError`` naming the site and
+    the shapes: with validation off (as MCMC runs) torch raises a bare RuntimeError from inside
+    the distribution, which Pyro's trace does not annotate."""
     for name, site in trace.nodes.items():
         if not is_counted(site):
             continue
         try:
-            log_p = site["fn"].log_prob(site["value"], *site["args"], **site["kwargs"])
-            scale_and_mask(log_p, site["scale"], site["mask"])
+            scored_log_prob(site)
         except (ValueError, RuntimeError) as error:
             if is_invalid_point_error(error):
                 continue  # a bad point, not a bad model: initial_point tries others
@@ -83,13 +73,10 @@ def check_log_probs(trace):
 
 
 def random_subsamples(trace):
-    """
-    The plates of a trace that draw a random subsample of their indices on every run of the
-    model (``pyro.plate(name, size, subsample_size=k)``, k < size; a fixed ``subsample=``
-    index tensor is the same every run, and is not one): ``{plate: (size, k, [sites in it])}``.
-    Pyro's HMC and NUTS refuse them (``initialize_model``), for the same reason the split
-    does: the log density they give changes from one evaluation to the next.
-    """
+    """``{plate: (size, k, [sites in it])}`` of the plates of a trace that draw a random
+    subsample of their indices on every run (``pyro.plate(name, size, subsample_size=k)``, k <
+    size; a fixed ``subsample=`` is not one). Pyro's HMC and NUTS refuse them, as the split
+    does: the log density they give changes from one evaluation to the next."""
     plates = {}
     for name, site in trace.nodes.items():
         fn = site.get("fn")

@@ -1,11 +1,6 @@
-"""Split a Pyro model's log density in unconstrained space into prior and likelihood parts.
-
-With ``z`` the unconstrained latent values, ``lp(z)`` is the log prior of the latent sites plus
-the log-det-Jacobian of the transforms to unconstrained space, and ``ll(z)`` the log probability
-of the observed sites (``obs=`` and ``pyro.factor``), with plate subsampling and
-``poutine.scale`` factors applied. The replica at inverse temperature ``beta`` targets
-``lp(z) + beta * ll(z)`` (docs/design.md): the prior is never tempered.
-"""
+"""A Pyro model's log density in unconstrained space split into ``lp(z)`` and ``ll(z)``
+(docs/design.md, "Likelihood-only tempering"), by Pyro's trace: the reference every faster
+evaluation is checked against."""
 
 import math
 
@@ -21,16 +16,12 @@ from .sites import (check_log_probs, improper_start_error, is_counted, is_improp
 
 class ModelSplit:
     """
-    The prior/likelihood split of one Pyro model for fixed model arguments.
-
-    Traces the model once at construction to find the latent and observed sites and the
+    The prior/likelihood split of one Pyro model for fixed ``model_args`` and
+    ``model_kwargs``, from one trace at construction: the latent and observed sites and the
     transforms to unconstrained space (``biject_to(support).inv``, as Pyro's HMC uses).
 
-    :param callable model: the Pyro model.
-    :param tuple model_args: positional arguments of the model.
-    :param dict model_kwargs: keyword arguments of the model.
     :param dict transforms: optional site -> transform overrides (constrained -> unconstrained).
-    :param callable init_strategy: per-site initialization used for the structural trace and
+    :param callable init_strategy: per-site initialization of that trace and of
         :meth:`initial_point` (an improper prior needs one that does not sample it).
     """
 
@@ -108,18 +99,12 @@ class ModelSplit:
         return {name: self.transforms[name].inv(value) for name, value in z.items()}
 
     def sum_terms(self, log_probs, z, constrained):
-        r"""
-        ``(lp, ll)`` from each counted site's summed log probability: the one place the two
-        sums are written, for the traced path (:meth:`log_densities`) and the captured graph
-        (:func:`~pyro_pt.potential.densities.split_terms`) alike, so both add the same terms in
-        the same order,
-
-        .. math:: lp = \sum_{s\ latent} [\log p(x_s) - \log|dT_s/dx_s|], \qquad
-                  ll = \sum_{o\ observed} \log p(y_o \mid x).
-
-        :param dict log_probs: site name -> scalar log probability (scaled and masked).
-        :param dict z: latent site -> unconstrained value.
-        :param dict constrained: latent site -> constrained value ``T^{-1}(z)``.
+        """
+        ``(lp, ll)`` from each counted site's scaled, masked, summed log probability
+        (``log_probs``), ``z`` and its ``constrained`` values: the one place the two sums are
+        written, for the traced path and the captured graph
+        (:func:`~pyro_pt.potential.densities.split_terms`) alike, so both add the same terms
+        in the same order.
         """
         lp = ll = 0.0
         for name in self.observed_names:
@@ -137,9 +122,7 @@ class ModelSplit:
         return self.sum_terms(log_probs, z, constrained)
 
     def log_densities(self, z):
-        """
-        ``(lp(z), ll(z))`` for unconstrained values ``z`` (dict site -> tensor), in one trace.
-        """
+        """``(lp(z), ll(z))`` for unconstrained values ``z`` (site -> tensor), in one trace."""
         constrained = self.constrain(z)
         conditioned = poutine.condition(self.model, data=constrained)
         try:
@@ -161,10 +144,8 @@ class ModelSplit:
             return float(self.log_densities(z)[1])
 
     def sample_prior(self):
-        """
-        An exact draw from the prior in unconstrained space and its log-likelihood, from one
-        trace of the model (uses the global torch random state).
-        """
+        """An exact draw from the prior in unconstrained space and its log-likelihood, from one
+        trace of the model (on the global torch random state)."""
         with torch.no_grad():
             trace = poutine.trace(self.model).get_trace(*self.model_args, **self.model_kwargs)
             constrained = {name: trace.nodes[name]["value"] for name in self.latent_names}
@@ -192,9 +173,7 @@ class ModelSplit:
         return poutine.trace(initialized).get_trace(*self.model_args, **self.model_kwargs)
 
     def initial_point(self, max_tries=100):
-        """
-        A starting point from ``init_strategy`` where lp, ll and their gradient are finite.
-        """
+        """A starting point from ``init_strategy`` where lp, ll and their gradient are finite."""
         for _ in range(max_tries):
             trace = self._initial_trace()
             z = {

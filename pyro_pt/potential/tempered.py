@@ -7,11 +7,9 @@ import torch
 
 class TemperedPotential:
     """
-    Potential energy ``-(lp(z) + beta * ll(z))`` of one rung, as Pyro's HMC/NUTS expect.
-
-    Pyro's kernels call it and differentiate the result with autograd; the leapfrog steps of
-    NUTS and HMC rungs take :meth:`potential_and_grad` instead, the same numbers without the
-    autograd round trip (:func:`~pyro_pt.explorers.pyro_kernels.graph_gradients`).
+    Potential energy ``-(lp(z) + beta * ll(z))`` of one rung. Pyro's kernels call it and
+    differentiate the result with autograd; the leapfrog steps of NUTS and HMC rungs take
+    :meth:`potential_and_grad` instead (:func:`~pyro_pt.explorers.pyro_kernels.graph_gradients`).
 
     It remembers ``ll`` at the points it evaluates (keyed by the identity of their tensors,
     through weak references, so nothing is kept alive): the explorer returns one of those
@@ -31,12 +29,9 @@ class TemperedPotential:
         return -(lp + self.beta * ll)
 
     def potential_and_grad(self, z):
-        """
-        ``(grads, potential)`` at ``z`` as :func:`pyro.ops.integrator.potential_grad` returns
-        them for this potential, bitwise, but from the captured graph's own gradients, without
-        an autograd round trip; None where only that round trip answers (a split without a
-        graph, or a point the graph leaves to the traced path).
-        """
+        """``(grads, potential)`` at ``z``, bitwise as :func:`pyro.ops.integrator.potential_grad`
+        returns them, from the captured graph's own gradients, without autograd; None where only
+        autograd answers (a split without a graph, a point the graph leaves to the traced path)."""
         fast = getattr(self.split, "potential_and_grad", None)
         out = None if fast is None else fast(z, self.beta)
         if out is None:

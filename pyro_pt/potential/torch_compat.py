@@ -1,47 +1,14 @@
 """The private torch (and Pyro) APIs the fast paths use, looked up in one place.
 
 Every fast path of the potential rests on public torch where it can; a few gains need names
-that torch does not promise to keep. Each is looked up here, through :func:`lookup`, which
-returns ``(value, None)`` or, where the name is missing or no longer behaves as relied on,
-``(None, reason)``: the reason names the API and says what the run does instead, and the
-caller takes that public path. The set-up of a kernel collects the reasons of its lookups
-(:func:`recording`) into ``explorer_info["private_api"]``; ``tests/pt/test_torch_compat.py``
-stubs each entry away and checks its fallback, and that every entry resolves on the installed
-torch.
-
-- ``torch._inductor.compile``: Inductor on the captured aten graph, without Dynamo's guards
-  per call. Without it, TorchScript runs the graph.
-- ``torch._subclasses.fake_tensor.FakeTensorMode``: fake inputs for Inductor, and one fake
-  mode for a whole capture. Without it, TorchScript instead of Inductor, and ``make_fx`` makes
-  a fake mode per node (a slower capture, the same graph).
-- ``torch.fx.experimental.symbolic_shapes.ShapeEnv``: Inductor's on-disk graph cache needs
-  one. Without it, TorchScript.
-- ``torch._guards.TracingContext`` and ``tracing``: where ``make_fx`` finds the capture's fake
-  mode. Without them, a fake mode per node.
-- ``torch._inductor.output_code.OutputCode``: the generated code under AOTAutograd's wrappers,
-  called past them. Without it, through the wrappers.
-- ``torch._C._aoti``'s handle functions: the generated C++ entry point called without its
-  Python shim. Without them, the shim, and the lockstep loop in Python.
-- ``torch._inductor.codecache.CppCodeCache``: builds ``matmul.cpp`` and the C++ lockstep loop.
-  Without it, MKL's products and the Python loop.
-- Inductor's option ``aot_inductor.custom_ops_to_c_shims``: the native products called without
-  the dispatcher. Without it, through the dispatcher.
-- ``torch._C._functorch.is_functorch_wrapped_tensor``: refuses ``tolist`` of a
-  latent-dependent tensor at capture. Without it, any ``tolist()`` in a model stops its
-  capture (the model is traced).
-- ``torch._tensor_str._functorch_wrapper_str_intern``: refuses the text of a latent-dependent
-  tensor. Without it, the text is not refused; the checks against the traced model remain.
-- ``torch._is_all_true``: distribution validation's checks become flags of a graph. Without it
-  (or where ``Distribution`` stops calling it), a model with validation on is traced.
-- ``torch.distributions.Distribution._validate_args``: the setting restored after Inductor
-  turned validation off. Without it, Pyro's validation setting is restored.
-- ``torch._inductor.config.cpp.vec_isa_ok``: set, Inductor trusts the CPU's report of its
-  vector instructions instead of building a test program for each. Without it, the tests
-  (8-11 s of a machine's first compilation).
-- ``torch._inductor.runtime.cache_dir_utils.cache_dir``: where ``compile="auto"`` records
-  what each Inductor compilation cost. Without it, each is expected to cost a cold one.
-- ``pyro.ops.integrator._single_step_verlet`` (Pyro's): must look ``potential_grad`` up by
-  name for the graph's hook. Without that, Pyro's own autograd gradients.
+that torch does not promise to keep. Each is looked up through :func:`lookup`, which returns
+``(value, None)`` or, where the name is missing or no longer behaves as relied on, ``(None,
+reason)``: the reason names the API and what the run does instead, and the caller takes that
+public path. A kernel's set-up collects the reasons (:func:`recording`) into
+``explorer_info["private_api"]``. What each API is for and what runs without it: :data:`TABLE`
+(and docs/performance.md, "Private torch APIs and their fallbacks");
+``tests/pt/test_torch_compat.py`` stubs each entry away, checks its fallback, and checks that
+every entry resolves on the installed torch.
 """
 
 import collections
@@ -70,66 +37,62 @@ _ALLOC = ("the compiled graph is called through its Python shim, and the lockste
           "Python")
 
 TABLE = {
-    # Inductor on the captured aten graph directly: torch.compile would add Dynamo's frame
-    # evaluation and guard checks to every call.
+    # Inductor on the captured aten graph, without Dynamo's frame evaluation and guards per call
     "inductor.compile": Entry("torch._inductor", "compile", _INDUCTOR),
-    # Fake inputs for Inductor, and one fake mode for a whole capture (make_fx otherwise makes
-    # one per node, each recording a Python stack: half of a small model's capture).
+    # fake inputs for Inductor; one fake mode for a whole capture (make_fx otherwise makes one
+    # per node, each recording a Python stack: half of a small model's capture)
     "FakeTensorMode": Entry("torch._subclasses.fake_tensor", "FakeTensorMode", _FAKE),
-    # Without a shape environment Inductor bypasses its on-disk graph cache.
+    # without a shape environment Inductor bypasses its on-disk graph cache
     "ShapeEnv": Entry("torch.fx.experimental.symbolic_shapes", "ShapeEnv", _INDUCTOR),
-    # Where make_fx looks for the capture's one fake mode.
+    # where make_fx looks for the capture's one fake mode
     "TracingContext": Entry("torch._guards", "TracingContext",
                             "make_fx makes a fake mode per node (a slower capture)"),
     "tracing": Entry("torch._guards", "tracing",
                      "make_fx makes a fake mode per node (a slower capture)"),
-    # The generated code under AOTAutograd's runtime wrappers, called past them.
     "OutputCode": Entry("torch._inductor.output_code", "OutputCode",
                         "the compiled graph is called through AOTAutograd's wrappers"),
-    # Tensors to the generated C++ entry point's handles and back, as its Python shim does.
+    # tensors to the generated C++ entry point's handles and back, as its Python shim does
     "unsafe_alloc_void_ptrs_from_tensors": Entry(
         "torch._C._aoti", "unsafe_alloc_void_ptrs_from_tensors", _ALLOC),
     "alloc_tensors_by_stealing_from_void_ptrs": Entry(
         "torch._C._aoti", "alloc_tensors_by_stealing_from_void_ptrs", _ALLOC),
-    # Builds and caches matmul.cpp and the C++ lockstep loop with Inductor's compiler setup.
+    # builds matmul.cpp and the C++ lockstep loop with Inductor's compiler set-up
     "CppCodeCache": Entry("torch._inductor.codecache", "CppCodeCache",
                           "MKL runs the matrix products, and the lockstep loop runs in Python"),
-    # The generated code calls the native products' C shims, not the dispatcher (~4 us a call).
     "custom_ops_to_c_shims": Entry(
         "torch._inductor.config", "aot_inductor.custom_ops_to_c_shims",
         "the generated code calls the native products through the dispatcher"),
-    # tolist of a tensor under torch.func.grad reads its values past the dispatcher.
+    # tolist and the text (repr, print) of a tensor under torch.func.grad read its values past
+    # the dispatcher
     "is_functorch_wrapped_tensor": Entry(
         "torch._C._functorch", "is_functorch_wrapped_tensor",
         "any tolist() in the model stops its capture (the model is traced)"),
-    # The text (repr, print) of a tensor under torch.func.grad, likewise.
     "_functorch_wrapper_str_intern": Entry(
         "torch._tensor_str", "_functorch_wrapper_str_intern",
         "the text of a latent-dependent tensor is not refused at capture (the checks against "
         "the traced model still run)"),
-    # Distribution validation's raising check, answered by a flag while a graph is captured.
+    # distribution validation's raising check, answered by a flag while a graph is captured
     "_is_all_true": Entry(
         "torch", "_is_all_true",
         "with distribution validation on, the model is traced instead of captured",
         (_looks_up("_is_all_true", lambda: torch.distributions.Distribution.__init__),
          "torch.distributions.Distribution no longer calls it")),
-    # torch's validation setting: the first Inductor compilation of a process turns it off.
+    # the first Inductor compilation of a process turns validation off
     "Distribution._validate_args": Entry(
         "torch.distributions", "Distribution._validate_args",
         "Pyro's validation setting is the one restored after compiling"),
-    # Inductor checks each vector instruction set the CPU reports by building and loading a
-    # test program: 8-11 s of a machine's first compilation and a dlopen subprocess in every
-    # process after it; set to True, the CPU's own report is trusted (a compiler that cannot
-    # build for it fails the compilation, and TorchScript runs the graph).
+    # set to True, Inductor trusts the CPU's report of its vector instructions instead of
+    # building and loading a test program for each (a compiler that cannot build for the CPU
+    # fails the compilation, and TorchScript runs the graph)
     "vec_isa_ok": Entry(
         "torch._inductor.config", "cpp.vec_isa_ok",
         "Inductor builds test programs to check the CPU's vector instructions (8-11 s of a "
         "machine's first compilation, ~1 s a process after)"),
-    # Where Inductor keeps its on-disk caches: compile='auto' records its compilations beside.
+    # where Inductor keeps its on-disk caches: compile='auto' records its compilations beside
     "cache_dir": Entry(
         "torch._inductor.runtime.cache_dir_utils", "cache_dir",
         "compile='auto' records no compilation, and expects each to cost a cold one"),
-    # Pyro's leapfrog step must look potential_grad up in its module for the graph's hook.
+    # Pyro's leapfrog step must look potential_grad up in its module for the graph's hook
     "_single_step_verlet": Entry(
         "pyro.ops.integrator", "_single_step_verlet",
         "Pyro's leapfrog takes its gradients from autograd (slower, the same numbers)",
@@ -195,11 +158,6 @@ def trusting_the_cpu():
     on the seed BNN's Inductor set-up (``benchmarks/compile_cost.py``, idle 2-core CPU):
     25.9 s cold instead of 32.9, 5.3 s warm instead of 7.3."""
     return replaced("vec_isa_ok", True)
-
-
-def first_missing(*names):
-    """The reason of the first of ``names`` that :func:`lookup` does not find, else None."""
-    return next((why for why in (lookup(name)[1] for name in names) if why), None)
 
 
 @contextlib.contextmanager
