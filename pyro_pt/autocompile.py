@@ -1,32 +1,29 @@
 """``compile="auto"``: TorchScript first, Inductor from the warmup round's end at which it pays.
 
-The whole rule, with its measurements: docs/performance.md, section 3. Inductor runs the
-model's graph faster than TorchScript (the seed BNN's potential and gradient, and a fused
-leapfrog step: about a third of TorchScript's time on an Intel Xeon,
-``benchmarks/vs_numpyro.py``) but costs a compilation first: 11-26 s cold on a CPU, 80 s on a
-GPU, about 2 s once its on-disk cache holds the graph. So every ``"auto"`` run starts on
-TorchScript, and at each warmup round's end rank 0 projects the explorers' time left (the
-round's seconds per scan times the warmup scans left and ``num_samples``) and switches when
-the compilation's expected cost (:func:`expected_seconds`) is at most :data:`FRACTION` of it:
-a compilation that then saved nothing would cost the run at most 5 %, and the graph is most of
-an explorer's time (88 % of a batched HMC iteration on the seed BNN, 40-45 % of a NUTS leapfrog
-on eight schools). The decision is broadcast, so every rank switches at the same scan; the
-sampling phase keeps one engine. The engine, and with it the last bits of the draws, can then
-depend on the machine and its load: pass ``compile="torchscript"`` or ``"inductor"`` for draws
-that must repeat bitwise. ``explorer_info["compile"]`` says what was decided, when and why.
+The rule and its measurements: docs/performance.md, section 3. Inductor runs the model's
+graph faster than TorchScript (the seed BNN's potential and gradient, and a fused leapfrog
+step: about a third of TorchScript's time on an Intel Xeon, ``benchmarks/vs_numpyro.py``) but
+costs a compilation first. So every ``"auto"`` run starts on TorchScript, and at each warmup
+round's end rank 0 projects the explorers' time left (the round's seconds per scan times the
+warmup scans left and ``num_samples``) and switches when the compilation's expected cost
+(:func:`expected_seconds`) is at most :data:`FRACTION` of it: a compilation that then saved
+nothing would cost the run at most 5 %, and the graph is most of an explorer's time (88 % of a
+batched HMC iteration on the seed BNN, 40-45 % of a NUTS leapfrog on eight schools). The
+decision is broadcast, so every rank switches at the same scan; the sampling phase keeps one
+engine. The engine, and with it the last bits of the draws, can then depend on the machine and
+its load: pass ``compile="torchscript"`` or ``"inductor"`` for draws that must repeat bitwise.
+``explorer_info["compile"]`` says what was decided, when and why.
 
-A compilation's expected cost is **measured** where this graph (its code, dtype, device, the
-steps compiled with it, torch's version) was switched here before (:func:`record`, a JSON file
-beside Inductor's on-disk cache, or ``$PYRO_PT_COMPILE_RECORDS``; empty: no records): after the
-first switch :data:`WARM_FRACTION` of it (the seed BNN's took 10.7 s cold and 1.9 s warm on an
-Intel Xeon, the tests' linear model's 16.5 s and 2.1 s), after later ones what the latest took.
-Else it is **estimated** as a cold one, ``COLD_SECONDS[device] + SECONDS_PER_NODE * nodes``:
-cold switches measured on one thread of a 2-core CPU took 10.7 s for the seed BNN (284 nodes,
-the fused step) on an Intel Xeon, 26 s on an AMD EPYC with the native matrix products' first
-build, 16.5 s for the tests' linear model (108 nodes, lockstep steps of several batch sizes)
-with the other core busy, and 80 s for the seed BNN on an H200 (Triton kernels): the number of
-graphs says more than their size. Without Inductor's cache directory (a private API,
-:mod:`pyro_pt.potential.torch_compat`) nothing is recorded and every compilation costs a cold one.
+The expected cost is **measured** where this graph (its code, dtype, device, the steps compiled
+with it, torch's version) was switched here before (:func:`record`, a JSON file beside
+Inductor's on-disk cache, or ``$PYRO_PT_COMPILE_RECORDS``; empty: no records): after the first
+switch :data:`WARM_FRACTION` of it, as the cache then holds the graph (the seed BNN's switch
+took 10.7 s cold and 1.9 s warm on an Intel Xeon, the tests' linear model's 16.5 s and 2.1 s),
+after later ones what the latest took. Else it is **estimated** as a cold one,
+``COLD_SECONDS[device] + SECONDS_PER_NODE * nodes`` (cold switches took 10.7-26 s on CPUs,
+80 s on an H200: the number of graphs says more than their size). Without Inductor's cache
+directory (a private API, :mod:`pyro_pt.potential.torch_compat`) nothing is recorded and every
+compilation costs a cold one.
 """
 
 import hashlib

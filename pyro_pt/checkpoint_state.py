@@ -44,13 +44,6 @@ def _skipped(name, value):
         torch.is_tensor(value) or _is_state_object(value))
 
 
-def _copy(value, where):
-    try:
-        return copy.deepcopy(value)
-    except Exception as error:  # a new attribute that cannot be copied must not vanish silently
-        raise TypeError(f"cannot checkpoint the explorer attribute {where}: {error}") from error
-
-
 def _per_slot(name, value, num_slots):
     if torch.is_tensor(value):
         return value.dim() >= 1 and value.shape[0] == num_slots
@@ -60,7 +53,10 @@ def _per_slot(name, value, num_slots):
 def _encode(value, where):
     if isinstance(value, torch.Generator):
         return ("gen", value.get_state())
-    return ("val", _copy(value, where))
+    try:
+        return ("val", copy.deepcopy(value))
+    except Exception as error:  # a new attribute that cannot be copied must not vanish silently
+        raise TypeError(f"cannot checkpoint the explorer attribute {where}: {error}") from error
 
 
 def capture(obj, slot=None, visited=None):
@@ -83,9 +79,7 @@ def capture(obj, slot=None, visited=None):
             r = slot[0]
             out[name] = (("row", value[r].detach().clone()) if torch.is_tensor(value)
                          else ("item", _encode(value[r], where)))
-        elif isinstance(value, torch.Generator):
-            out[name] = _encode(value, where)
-        elif isinstance(value, PLAIN):
+        elif isinstance(value, (torch.Generator,) + PLAIN):
             out[name] = _encode(value, where)
         # Any other object (the model's split, its compiled graph) is not state.
     return out

@@ -90,15 +90,12 @@ def check_split(split, betas, save_params, reference="prior"):
             )
 
 
-def shared_settings(run, warmup_steps):
+def shared_settings(run):
     """The settings that decide the ranks' common steps (checked equal on every rank)."""
     options = run.options
-    return {
-        "temperatures": [float(t) for t in run.ladder.temperatures],
-        "warmup_steps": warmup_steps,
-        "swap_scheme": options.swap_scheme,
-        "swap_interval": options.swap_interval,
-        "adapt_temperatures": options.adapt_temperatures,
-        "explorer": options.explorer if isinstance(options.explorer, str) else "callable",
-        "reference": options.reference if isinstance(options.reference, str) else "guide",
-    }
+    return {"temperatures": [float(t) for t in run.ladder.temperatures],
+            "warmup_steps": run.warmup_steps, "swap_scheme": options.swap_scheme,
+            "swap_interval": options.swap_interval,
+            "adapt_temperatures": options.adapt_temperatures,
+            "explorer": options.explorer if isinstance(options.explorer, str) else "callable",
+            "reference": options.reference if isinstance(options.reference, str) else "guide"}

@@ -12,8 +12,6 @@ The settings a run was asked for are the kernel's :class:`Options`.
 
 from types import SimpleNamespace
 
-import torch
-
 
 class Options(SimpleNamespace):
     """The kernel's settings: its constructor's arguments (as given, ``reference`` and
@@ -62,7 +60,3 @@ class Run:
     @property
     def num_replicas(self):
         return len(self.ladder.betas)
-
-    def swap_seed(self, seed):
-        """The swaps' stream from its seed (the same on every rank)."""
-        self.swap_generator = torch.Generator().manual_seed(seed)

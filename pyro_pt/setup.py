@@ -32,18 +32,17 @@ from .rounds import LadderAdaptation, ReportRow, RoundSchedule
 from .rungs import RungBlock
 
 
-def default_hot_end_refusal(run, split, betas):
-    """Why the default ladder's exact prior rung cannot be drawn for this model (the site and
-    its reason), or None where it can or was not the default."""
+def finite_hot_end(run, split):
+    """Where the default ladder's exact prior rung cannot be drawn for this model (a site's
+    prior is improper, scaled or masked): the run's ladder becomes the geometric one to T = 50,
+    said on rank 0 (as the review is)."""
     options = run.options
-    if not (options.exact_hot_end_default and is_prior(options.reference) and betas[-1] == 0.0):
-        return None
-    return split.prior_refusal()
-
-
-def finite_hot_end(run, why):
-    """Where the prior cannot be drawn exactly (``why`` names the site): the run's ladder
-    becomes the geometric one to T = 50, said on rank 0 (as the review is). Returns its betas."""
+    if not (options.exact_hot_end_default and is_prior(options.reference)
+            and run.betas[-1] == 0.0):
+        return
+    why = split.prior_refusal()
+    if why is None:
+        return
     run.ladder = Ladder(geometric_ladder(run.num_replicas, FALLBACK_MAX_TEMPERATURE))
     if run.comm.rank == 0:
         warnings.warn(
@@ -54,7 +53,6 @@ def finite_hot_end(run, why):
             "counted. Give the site a proper, unscaled prior for an exact hot end, or pass "
             "max_temperature= (or temperatures=) to choose the hot end yourself",
             TemperingWarning, stacklevel=4)
-    return run.betas
 
 
 def _split(run, args, kwargs):
@@ -67,9 +65,7 @@ def _split(run, args, kwargs):
     refuse_random_subsampling(split)  # before anything runs on a changing log density
     if not is_prior(options.reference):  # two legs, to q and to the prior, where allowed
         legs = stabilize(run, split)
-    why = default_hot_end_refusal(run, split, run.betas)
-    if why is not None:
-        finite_hot_end(run, why)
+    finite_hot_end(run, split)
     check_split(split, run.betas, options.save_params, options.reference)
     if run.resume_from:  # before any rung is built: the checkpoint's model and data
         check_same_model(*run.resume_from, split)
@@ -115,7 +111,7 @@ def _set_up_block(run, args, kwargs):
     others waiting for the backend's timeout.
     """
     comm, num, failure = run.comm, run.num_replicas, None
-    settings, split, lls, view = shared_settings(run, run.warmup_steps), None, None, None
+    settings, split, lls, view = shared_settings(run), None, None, None
     try:
         split, legs = _split(run, args, kwargs)
     except Exception as error:
@@ -153,7 +149,7 @@ def set_up_run(run, args, kwargs):
     local_ll, seeds = _set_up_block(run, args, kwargs)
     # capture, checks and compilations (a cold Inductor compile: tens of seconds)
     run.explorer_info["setup_seconds"] = time.perf_counter() - start
-    run.swap_seed(seeds[num])
+    run.swap_generator = torch.Generator().manual_seed(seeds[num])  # the same on every rank
     run.ll = run.rungs.gather(local_ll)
     run.recorder = TemperingRecorder(num, run.warmup_steps, run.ladder.legs,
                                      run.ladder.exact_hots)
