@@ -26,7 +26,6 @@ value is empty) or a likelihood written differently around the same data is not 
 
 import hashlib
 import json
-import os
 import re
 
 import torch
@@ -170,19 +169,6 @@ def resume_arguments(path, header, kwargs):
             f"hold: pass the checkpointed run's again, ParallelTempering.resume(path, model, "
             f"{', '.join(m.split(' ')[0] + '=...' for m in missing)})")
     return out
-
-
-def check_checkpointing(every, path):
-    """Validate ``checkpoint_every`` / ``checkpoint_path`` (given together, or neither)."""
-    if every is None and path is None:
-        return None, None
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(f"checkpoint_every must be a positive int (scans between checkpoints) "
-                         f"when checkpoint_path is given, got {every!r}")
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"checkpoint_path must be a file path when checkpoint_every is given, "
-                        f"got {path!r}")
-    return every, os.fspath(path)
 
 
 # ----- the model and its data -----

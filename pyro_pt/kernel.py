@@ -14,13 +14,12 @@ from pyro.infer.autoguide.initialization import init_to_uniform
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from .checkpoint import Checkpointing, restore, resume_warmup, save
-from .checkpoint_header import check_checkpointing
 from .comm import make_comm
 from .compat import KernelParams, refuse_multichain_mcmc
 from .explain import missing_sites
 from .growth import AUTO, growth_options
 from .ladder import Ladder
-from .options import check_options, ladder_temperatures
+from .options import check_checkpointing, check_options, ladder_temperatures
 from .potential.inductor import check_compiler
 from .reference import check_reference, is_prior
 from .reference.stabilized import crossed_bridge, refresh

@@ -1,6 +1,7 @@
 """Checks of ParallelTempering's arguments, and the settings every rank must share."""
 
 import math
+import os
 
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
@@ -74,6 +75,19 @@ def check_options(explorer, explorer_kwargs, swap_scheme, swap_interval, adapt_t
         raise ValueError(f"swap_interval must be at least 1, got {swap_interval}")
     if not isinstance(adapt_temperatures, bool):
         raise TypeError(f"adapt_temperatures must be True or False, got {adapt_temperatures!r}")
+
+
+def check_checkpointing(every, path):
+    """Validate ``checkpoint_every`` / ``checkpoint_path`` (given together, or neither)."""
+    if every is None and path is None:
+        return None, None
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f"checkpoint_every must be a positive int (scans between checkpoints) "
+                         f"when checkpoint_path is given, got {every!r}")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"checkpoint_path must be a file path when checkpoint_every is given, "
+                        f"got {path!r}")
+    return every, os.fspath(path)
 
 
 def check_split(split, betas, save_params, reference="prior"):
