@@ -81,9 +81,8 @@ class AutoCompile:
         return self.fast.compiled.fx_graph(point.dtype, point.device), point
 
     def _what(self, run):
-        """What a switch compiles besides the graph: the batched HMC's fused or lockstep steps,
-        against a fitted reference too (:mod:`pyro_pt.reference.graph`; a different step,
-        so a different record)."""
+        """What a switch compiles with the graph (the record's key): the batched HMC's fused or
+        lockstep steps, against q too (:mod:`pyro_pt.reference.graph`: another step)."""
         steps = kind_of(run.options.explorer).steps
         if not steps:
             return "graph"

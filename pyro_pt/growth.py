@@ -36,14 +36,10 @@ DEFAULT_MAX_REPLICAS = 32
 
 
 def growth_round_ends(warmup_steps, swap_interval=1):
-    """
-    The warmup round ends at which the ladder may grow: the last :data:`GROWTH_ROUNDS` (2)
-    of :func:`~pyro_pt.ladder.warmup_round_ends` whose round holds at least
-    :data:`MIN_GROWTH_SCANS` scans. Earlier rounds see the chains' transient, whose ll drift
-    makes the barrier look many times higher than it is; the second-to-last leaves a round to
-    re-place the grown ladder, the last a second chance with the better estimate of the grown
-    ladder, and the warmup after it for the new rungs' explorers to adapt.
-    """
+    """The warmup round ends at which the ladder may grow: the last :data:`GROWTH_ROUNDS` (2)
+    whose round holds at least :data:`MIN_GROWTH_SCANS` scans (earlier ones see the chains'
+    transient). The first leaves a round to re-place the grown ladder, the second a second
+    chance with its better estimate, and the warmup after it for the new rungs to adapt."""
     ends, start, kept = sorted(warmup_round_ends(warmup_steps, swap_interval)), 0, []
     for end in ends:
         if end - start >= MIN_GROWTH_SCANS:
@@ -85,13 +81,9 @@ def growth_options(num_replicas, max_replicas, temperatures, adapt_temperatures)
 
 
 def positions(cumulative, num_rungs):
-    """
-    Where each of the K existing rungs goes in a ladder of ``num_rungs`` rungs: the index
-    nearest its barrier position, strictly increasing, cold first and hottest last.
-
-    :param list cumulative: :func:`~pyro_pt.barrier.cumulative_barrier` of the K rungs.
-    :returns: list of K indices in ``range(num_rungs)``.
-    """
+    """Where each of the K existing rungs goes in a ladder of ``num_rungs`` rungs, from their
+    ``cumulative`` barrier: the index nearest its barrier position, strictly increasing, cold
+    first and hottest last."""
     num, total = len(cumulative), cumulative[-1]
     out = [0]
     for i in range(1, num - 1):
