@@ -1,48 +1,29 @@
 """``compile="auto"``: TorchScript first, Inductor from the warmup round's end at which it pays.
 
-Inductor runs the model's graph faster than TorchScript (the seed BNN's potential and gradient,
-and a fused leapfrog step: about a third of TorchScript's time on an Intel Xeon,
-``benchmarks/vs_numpyro.py``) but costs a compilation first: 11-26 s cold on a CPU, 80 s on a
-GPU, about 2 s once its on-disk cache holds the graph. Whether that pays depends on how long
-the run is, which is known only once the explorers have run: the trajectory lengths adapt in
-warmup.
-
-So every ``"auto"`` run starts on TorchScript, and at the end of each warmup round
-(:func:`~pyro_pt.ladder.warmup_round_ends`) rank 0 projects the rest of the run: the round's
-explorer seconds per scan times the scans left (warmup and ``num_samples``). It switches to
-Inductor when the compilation's expected cost ``C`` (:func:`expected_seconds`: the
-latest compilation of this graph measured on this machine, else an estimate of a cold one)
-is at most :data:`FRACTION` of that projection: a compilation that then saved nothing would
-cost the run at most 5 %, and the graph is most of an explorer's time (88 % of a batched HMC
-iteration on the seed BNN, 40-45 % of a NUTS leapfrog on eight schools), so the switch saves
-far more where it is taken. The decision is broadcast, so every rank switches at the same scan;
-the sampling phase keeps one engine. After a switch the compilation's measured time is
-recorded for the next run.
-
-The choice rests on timings, so the engine of an ``"auto"`` run, and with it the last bits of
-its draws, can depend on the machine and its load: pass ``compile="torchscript"`` or
-``"inductor"`` for draws that must repeat bitwise across machines or numbers of processes.
+The rule and its measurements: docs/performance.md, section 3. Inductor runs the model's
+graph faster than TorchScript (the seed BNN's potential and gradient, and a fused leapfrog
+step: about a third of TorchScript's time on an Intel Xeon, ``benchmarks/vs_numpyro.py``) but
+costs a compilation first. So every ``"auto"`` run starts on TorchScript, and at each warmup
+round's end rank 0 projects the explorers' time left (the round's seconds per scan times the
+warmup scans left and ``num_samples``) and switches when the compilation's expected cost
+(:func:`expected_seconds`) is at most :data:`FRACTION` of it: a compilation that then saved
+nothing would cost the run at most 5 %, and the graph is most of an explorer's time (88 % of a
+batched HMC iteration on the seed BNN, 40-45 % of a NUTS leapfrog on eight schools). The
+decision is broadcast, so every rank switches at the same scan; the sampling phase keeps one
+engine. The engine, and with it the last bits of the draws, can then depend on the machine and
+its load: pass ``compile="torchscript"`` or ``"inductor"`` for draws that must repeat bitwise.
 ``explorer_info["compile"]`` says what was decided, when and why.
 
-What a compilation costs here, before paying it (:func:`expected_seconds`):
-
-- **measured**: every switch is timed and recorded (:func:`record`), keyed by the captured
-  graph's code, dtype, device, what was compiled with it (the leapfrog steps) and torch's
-  version, in a small JSON file beside Inductor's on-disk cache (or at
-  ``$PYRO_PT_COMPILE_RECORDS``; empty: no records). That cache makes a later compilation of the
-  same graph cheap: the seed BNN's switch on an Intel Xeon took 10.7 s cold and 1.9 s warm, the
-  tests' linear model's 16.5 s and 2.1 s. So after a graph's first switch the next is expected
-  to cost :data:`WARM_FRACTION` of it, and after later ones what the latest took.
-- **estimated**: a graph compiled nowhere yet costs ``COLD_SECONDS[device] + SECONDS_PER_NODE
-  * nodes`` (its FX nodes). Cold switches measured on one thread of a 2-core CPU: the seed BNN
-  (284 nodes, the fused step) 10.7 s on an Intel Xeon, 26 s on an AMD EPYC with the native
-  matrix products' first build; the tests' linear model (108 nodes, lockstep steps of several
-  batch sizes) 16.5 s with the other core busy; on an H200 (Triton kernels) the seed BNN's took
-  80 s. The size says little, the number of graphs more, so the estimate is mostly a constant
-  per kind of device.
-
-Without Inductor's cache directory (a private API, :mod:`pyro_pt.potential.torch_compat`)
-nothing is recorded, and every compilation is expected to cost a cold one.
+The expected cost is **measured** where this graph (its code, dtype, device, the steps compiled
+with it, torch's version) was switched here before (:func:`record`, a JSON file beside
+Inductor's on-disk cache, or ``$PYRO_PT_COMPILE_RECORDS``; empty: no records): after the first
+switch :data:`WARM_FRACTION` of it, as the cache then holds the graph (the seed BNN's switch
+took 10.7 s cold and 1.9 s warm on an Intel Xeon, the tests' linear model's 16.5 s and 2.1 s),
+after later ones what the latest took. Else it is **estimated** as a cold one,
+``COLD_SECONDS[device] + SECONDS_PER_NODE * nodes`` (cold switches took 10.7-26 s on CPUs,
+80 s on an H200: the number of graphs says more than their size). Without Inductor's cache
+directory (a private API, :mod:`pyro_pt.potential.torch_compat`) nothing is recorded and every
+compilation costs a cold one.
 """
 
 import hashlib
@@ -67,16 +48,11 @@ def _seconds(value):
 
 class AutoCompile:
     """
-    The switch of one ``compile="auto"`` run's graphs from TorchScript to Inductor.
+    The switch of one ``compile="auto"`` run's graphs from TorchScript to Inductor. Every rank
+    holds one and joins each round end's broadcast, a rank whose rungs need no graph (``fast``
+    None: only the prior rung) too; rank 0, which holds the cold rung, decides.
 
-    Every rank holds one and joins each round end's broadcast, a rank whose rungs need no
-    graph (only the prior rung) too; rank 0, which holds the cold rung, decides.
-
-    :param fast: this rank's :class:`~pyro_pt.potential.functional.FunctionalSplit` (None
-        where its rungs need none).
-    :param comm: the run's communicator.
-    :param round_ends: the scans at which warmup rounds end.
-    :param int warmup_steps: warmup scans.
+    :param fast: this rank's :class:`~pyro_pt.potential.functional.FunctionalSplit`, or None.
     :param int num_samples: sampling scans (0 if unknown).
     """
 
@@ -105,9 +81,8 @@ class AutoCompile:
         return self.fast.compiled.fx_graph(point.dtype, point.device), point
 
     def _what(self, run):
-        """What a switch compiles besides the graph: the batched HMC's fused or lockstep steps,
-        against a fitted reference too (:mod:`pyro_pt.reference.graph`; a different step,
-        so a different record)."""
+        """What a switch compiles with the graph (the record's key): the batched HMC's fused or
+        lockstep steps, against q too (:mod:`pyro_pt.reference.graph`: another step)."""
         steps = kind_of(run.options.explorer).steps
         if not steps:
             return "graph"
@@ -188,11 +163,11 @@ class AutoCompile:
                               f"({self.fast.compiled.engine_reason}); {why}")
         run.explorer_info["compile"] = self.decision
 
-    def state(self):
-        """What a checkpoint keeps: the scan of the switch, if any."""
+    def state_dict(self):
+        """What a checkpoint keeps (:mod:`pyro_pt.checkpoint`): the scan of the switch, if any."""
         return {"switched_at": self.switched_at, "since": self._since}
 
-    def restore(self, run, state):
+    def load_state_dict(self, state, run):
         """A resumed run switches at once where the checkpointed run had switched."""
         self._since = tuple(state["since"])
         if state["switched_at"] is not None:
@@ -201,11 +176,10 @@ class AutoCompile:
 
 # ----- what a compilation costs here: recorded, else estimated -----
 
-# A cold switch: 10.7-26 s measured on CPUs, 80 s on a GPU (see above); more nodes, a little
-# more. A device type not listed is taken as the slowest.
+# A cold switch (see above); a device type not listed is taken as the slowest.
 COLD_SECONDS = {"cpu": 15.0, "cuda": 80.0}
 SECONDS_PER_NODE = 0.01
-# A switch from Inductor's cache over the first (cold) one: 0.13-0.17 measured (see above).
+# A switch from Inductor's cache over the first (cold) one: 0.13-0.17 measured.
 WARM_FRACTION = 0.25
 RECORDS = "pyro_pt_compile_seconds.json"
 

@@ -2,17 +2,15 @@
 
 A checkpoint holds, per rung (so that it resumes on any number of processes): the state, its
 log-likelihood, the explorer's adapted state and random streams (:mod:`pyro_pt.checkpoint_state`);
-for the run: the ladder and its history, the swap generator, the recorder, the report, the
-scans done, the warmup, a fitted reference and whether ``compile="auto"`` switched.
+for the run: the ladder, the swap generator, the timings and the :func:`parts` with state.
 
-The file is ``MAGIC``, an 8-byte header length, a JSON header (format version, the model's
-sites and a fingerprint of its data (:mod:`pyro_pt.fingerprint`), K, the ladder and its legs,
-the kernel's settings (:mod:`pyro_pt.checkpoint_settings`), the payload's length and SHA-256)
-and the payload, written by :func:`torch.save`. Reading checks the magic, the header's fields and the
-payload's checksum before it unpickles anything (``weights_only=False``: the payload holds
-the explorers' adaptation objects), so a foreign, truncated or corrupt file is refused with a
-clear error. Writing is atomic (a temporary file, ``fsync``, ``os.replace``): a process killed
-while writing leaves the previous checkpoint intact.
+The file is ``MAGIC``, an 8-byte header length, a JSON header (:data:`HEADER_FIELDS`; what
+resume checks in it: :mod:`pyro_pt.checkpoint_header`) and the payload, written by
+:func:`torch.save`. Reading checks the magic, the header's fields and the payload's checksum
+before it unpickles anything (``weights_only=False``: the payload holds the explorers'
+adaptation objects), so a foreign, truncated or corrupt file is refused with a clear error.
+Writing is atomic (a temporary file, ``fsync``, ``os.replace``): a process killed while
+writing leaves the previous checkpoint intact.
 """
 
 import hashlib
@@ -24,13 +22,11 @@ import time
 
 import torch
 
-from .checkpoint_settings import (KERNEL_FIELDS, check_checkpointing,  # noqa: F401 (kernel)
-                                  kernel_settings, resume_arguments)
+from .checkpoint_header import KERNEL_FIELDS, fingerprint, kernel_settings, resume_arguments
 from .compat import mcmc_num_samples
 from .explorers import by_group
-from .fingerprint import fingerprint
 from .ladder import temperatures_of
-from .reference.refit import reference_state, restore_reference
+from .reference.refit import ReferenceState
 
 MAGIC = b"PYRO_PT_CHECKPOINT\n"
 FORMAT_VERSION = 3
@@ -127,19 +123,16 @@ def _check_header(path, header):
                          "checkpoint")
 
 
-def _rung_state(explorer, z):
-    return {"state": {n: v.detach().cpu() for n, v in z.items()},
-            "explorer": explorer.state_dict()}
-
-
 def _header(run):
     if run.fingerprint is None:  # once per set-up: it hashes the data
         run.fingerprint = fingerprint(run.split)
+    asked = mcmc_num_samples()  # the whole run's draws: those before a resume and this MCMC's
     return {
         "format_version": FORMAT_VERSION, "pyro_pt_version": _version(), **run.fingerprint,
         "num_rungs": run.num_replicas, "scans": run.scans,
         "warmup_steps": run.warmup_steps, "world_size": run.comm.world_size,
-        "kernel": kernel_settings(run.options), "num_samples": _run_num_samples(run),
+        "kernel": kernel_settings(run.options),
+        "num_samples": None if asked is None else run.draws_before + asked,
         "temperatures": run.ladder.temperatures,
         "initial_ladder": temperatures_of(run.ladder.initial),
         "initial_betas": list(run.ladder.initial),  # exact: the ladder stores betas
@@ -150,16 +143,55 @@ def _header(run):
     }
 
 
-def _run_num_samples(run):
-    """The draws the whole run asked for (those before a resume and this MCMC's), if known."""
-    asked = mcmc_num_samples()
-    return None if asked is None else run.draws_before + asked
+class Attributes:
+    """The checkpoint part of an object whose class keeps no checkpoint code (the ladder, the
+    recorder, the report): its attributes, less ``skip``."""
+
+    def __init__(self, part, skip=()):
+        self.part, self.skip = part, skip
+
+    def state_dict(self):
+        return {k: v for k, v in vars(self.part).items() if k not in self.skip}
+
+    def load_state_dict(self, state, run=None):
+        vars(self.part).update(state)
+
+
+class ReportAttributes(Attributes):
+    """The report's: its round's start as seconds elapsed (a clock's reading means nothing to
+    another process), and not finished once resumed."""
+
+    def state_dict(self):
+        state = super().state_dict()
+        *counts, started = state["_round_start"]  # the round's first scan, trips, restarts
+        return dict(state, _round_start=(*counts, time.perf_counter() - started))
+
+    def load_state_dict(self, state, run=None):
+        *counts, elapsed = state["_round_start"]
+        super().load_state_dict(dict(state, _round_start=(*counts, time.perf_counter() - elapsed),
+                                     _finished=False))
+
+
+def parts(run):
+    """
+    ``{payload key: part}``: the parts of ``run`` with state beyond its rungs (None for one
+    this run lacks), each with ``state_dict()`` and ``load_state_dict(state, run)``: the
+    recorder, the report, a fitted reference (:mod:`pyro_pt.reference.refit`), a growing
+    ladder's next birth (:mod:`pyro_pt.growth`) and whether ``compile="auto"`` switched (last:
+    the switch compiles against the restored q).
+    """
+    return {"recorder": Attributes(run.recorder),
+            "report": ReportAttributes(run.report, skip=("comm", "_printing")),
+            "reference": run.reference is not None and ReferenceState(run) or None,
+            "growth": run.growth, "compile": run.autocompile}
 
 
 def save(run, path):
     """Gather every rung's state on rank 0 and write the checkpoint there (a collective)."""
     rungs = run.rungs
-    mine = {k: _rung_state(e, z) for k, e, z in zip(rungs.rungs, rungs.explorers, rungs.states)}
+    mine = {k: {"state": {n: v.detach().cpu() for n, v in z.items()},
+                "explorer": explorer.state_dict()}
+            for k, explorer, z in zip(rungs.rungs, rungs.explorers, rungs.states)}
     buffer = io.BytesIO()
     torch.save(mine, buffer)  # bytes, so CUDA tensors and generators travel to rank 0 as data
     gathered = rungs.comm.all_gather_object(buffer.getvalue(), what="gather of the checkpoint")
@@ -168,20 +200,10 @@ def save(run, path):
     per_rung = {}
     for blob in gathered:
         per_rung.update(torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False))
-    report = {k: v for k, v in vars(run.report).items() if k not in ("comm", "_printing")}
-    *counts, started = report["_round_start"]  # the round's first scan, trips, restarts
-    report["_round_start"] = (*counts, time.perf_counter() - started)  # seconds elapsed
-    payload = {
-        "rungs": [per_rung[k] for k in range(run.num_replicas)], "ll": list(run.ll),
-        "swap_generator": run.swap_generator.get_state(),
-        "ladder": dict(vars(run.ladder)), "recorder": dict(vars(run.recorder)),
-        "report": report, "timings": dict(run.timings),
-        "compile": run.autocompile and run.autocompile.state(),  # did "auto" switch?
-        # the seed of the next rung a growing ladder adds: its birth index and the base seed
-        "growth": run.growth and (run.growth.births, run.rungs.base_seed),
-    }
-    if run.reference is not None:  # q as fitted so far, and the draws for its next fit
-        payload["reference"] = reference_state(run)
+    payload = {"rungs": [per_rung[k] for k in range(run.num_replicas)], "ll": list(run.ll),
+               "swap_generator": run.swap_generator.get_state(),
+               "ladder": Attributes(run.ladder).state_dict(), "timings": dict(run.timings)}
+    payload.update({key: part and part.state_dict() for key, part in parts(run).items()})
     write_checkpoint(path, _header(run), payload)
 
 
@@ -200,12 +222,12 @@ def resume_warmup(run, path, header, warmup_steps):
             f"num_samples={draws}), not warmup_steps={warmup_steps}")
     run.resume_from = (path, header)
     _, run.resume_payload = read_checkpoint(path)
-    vars(run.ladder).update(run.resume_payload["ladder"])
+    Attributes(run.ladder).load_state_dict(run.resume_payload["ladder"])
     run.warmup_steps = total
 
 
 def restore(run):
-    """Put the checkpoint's state into ``run``'s freshly set-up rungs and records."""
+    """Put the checkpoint's state into ``run``'s freshly set-up rungs and :func:`parts`."""
     payload, rungs, device = run.resume_payload, run.rungs, run.split.device
     saved = [payload["rungs"][k] for k in rungs.rungs]
     rungs.states = [{n: v.to(device) for n, v in s["state"].items()} for s in saved]
@@ -213,24 +235,16 @@ def restore(run):
         group.load_state_dict([saved[i]["explorer"] for i in members], device)
     run.ll = list(payload["ll"])
     run.swap_generator.set_state(payload["swap_generator"])
-    vars(run.recorder).update(payload["recorder"])
-    report = dict(payload["report"], _finished=False)
-    *counts, elapsed = report["_round_start"]
-    report["_round_start"] = (*counts, time.perf_counter() - elapsed)
-    vars(run.report).update(report)
     run.timings = dict(payload["timings"])
-    if run.reference is not None:
-        restore_reference(run, payload["reference"])
-    if run.growth:
-        run.growth.births, rungs.base_seed = payload["growth"]
-    if run.autocompile and payload.get("compile"):
-        run.autocompile.restore(run, payload["compile"])
+    for key, part in parts(run).items():
+        if part and payload.get(key) is not None:
+            part.load_state_dict(payload[key], run)
     run.resume_payload = None
 
 
 class Checkpointing:
-    """The checkpoints of :class:`~pyro_pt.ParallelTempering` (see :mod:`pyro_pt.checkpoint`):
-    :meth:`checkpoint`, :meth:`resume`, and the periodic checkpoint of ``checkpoint_every``."""
+    """The checkpoints of :class:`~pyro_pt.ParallelTempering`: :meth:`checkpoint` and
+    :meth:`resume` (the periodic one of ``checkpoint_every`` is the kernel's ``sample``)."""
 
     _resume_from = None  # (path, header) of the checkpoint this kernel continues
 
@@ -253,7 +267,7 @@ class Checkpointing:
         warmup_steps=<warmup left>, num_samples=<draws wanted>)`` (a wrong warmup is refused
         with the numbers to pass). The model and data must be the checkpointed run's: at
         set-up, before any rung is built, a model whose sites or observed data differ from the
-        checkpoint's fingerprint is refused, naming the site (:mod:`pyro_pt.fingerprint`).
+        checkpoint's fingerprint is refused, naming the site (:mod:`pyro_pt.checkpoint_header`).
 
         Keyword arguments may change only how the run is carried out, not what it samples:
         ``checkpoint_every`` and ``checkpoint_path`` (by default the checkpointed run's),
@@ -263,8 +277,8 @@ class Checkpointing:
         it with both values. What the checkpoint cannot store (a callable ``explorer``,
         ``transforms``, an ``explorer_kwargs`` value that is not a number, string, bool, None,
         list, tuple or dict of them) must be passed again; the error names it
-        (:mod:`pyro_pt.checkpoint_settings`). A growing ladder (``num_replicas="auto"``)
-        resumes with the rungs it has and grows no more.
+        (:mod:`pyro_pt.checkpoint_header`). A growing ladder (``num_replicas="auto"``)
+        goes on growing as the uninterrupted run would.
 
         :param str path: a file written by :meth:`checkpoint`.
         :param callable model: the model of the checkpointed run.
@@ -276,19 +290,7 @@ class Checkpointing:
             MCMC(kernel, num_samples=700, warmup_steps=0).run(x, y)
         """
         header, _ = read_checkpoint(path, payload=False)
-        return cls(model, **resume_arguments(path, header, kwargs))._continue_from(path, header)
-
-    def _continue_from(self, path, header):
-        self._resume_from = (path, header)
-        self._grows_by_default = bool((header["growth"] or {}).get("by_default"))
-        return self
-
-    def _resume_into(self, run, warmup_steps):
-        """Before ``run``'s set-up: the checkpoint's ladder and the run's whole warmup."""
-        if self._resume_from:
-            resume_warmup(run, *self._resume_from, warmup_steps)
-
-    def _after_scan(self):
-        """The periodic checkpoint (``checkpoint_every`` scans)."""
-        if self.checkpoint_every and self.run.scans % self.checkpoint_every == 0:
-            save(self.run, self.checkpoint_path)
+        kernel = cls(model, **resume_arguments(path, header, kwargs))
+        kernel._resume_from = (path, header)  # read by set-up (resume_warmup, restore)
+        kernel.options.grows_by_default = bool((header["growth"] or {}).get("by_default"))
+        return kernel

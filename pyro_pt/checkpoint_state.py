@@ -1,24 +1,18 @@
 """The adapted state of the explorers, captured per rung and restored into fresh explorers.
 
 A checkpoint must not depend on how many processes wrote it, so every explorer's state is
-captured per rung. It is captured generically, from the objects' attributes, so that a new
-adaptation field of an explorer is saved without code here:
+captured per rung, generically from the objects' attributes, so that a new adaptation field of
+an explorer is saved without code here. *State objects* (:func:`_is_state_object`: Pyro
+kernels, the classes of :data:`STATE_MODULES`: explorers, random streams, the rung's tempered
+potential, ``pyro.infer.mcmc``'s and ``pyro.ops``' adapters and Welford) are walked attribute
+by attribute; a ``torch.Generator`` is saved as its state and restored into the fresh one (which
+keeps its device); functions, methods, devices and any other object (the model's split, its
+compiled graph) are not state: the fresh explorer keeps its own; other values are copied.
 
-- *state objects* are walked attribute by attribute: Pyro kernels (any ``MCMCKernel``), the
-  classes of :mod:`pyro_pt.explorers`, :class:`~pyro_pt.random.RandomStream`, the rung's
-  :class:`~pyro_pt.potential.TemperedPotential` (its beta) and the adaptation objects of
-  ``pyro.infer.mcmc`` and ``pyro.ops`` (step-size adapters, mass-matrix adapters, Welford);
-- a ``torch.Generator`` is saved as its state and restored into the fresh generator (which
-  keeps its device);
-- functions, methods, devices and every other object (the model's split, its compiled graph)
-  are not state: the fresh explorer keeps its own;
-- any other value (numbers, tensors, lists, dicts) is copied.
-
-The batched HMC keeps all the rungs of a process as the *slots* of one engine. Its state is
-split per slot by one rule: a tensor whose first dimension, a list whose length, is the number
-of slots holds one entry per slot (a set holds slot indices); a list named in
-:data:`SHARED_LISTS` and everything else is shared by the slots. Restoring joins the slots of
-the rungs the new process holds, in slot order.
+The batched HMC keeps the rungs of a process as the *slots* of one engine, split by one rule: a
+tensor whose first dimension, a list whose length, is the number of slots holds one entry per
+slot (a set holds slot indices); a list in :data:`SHARED_LISTS` and everything else is shared.
+Restoring joins the slots of the rungs the new process holds, in slot order.
 """
 
 import copy
@@ -50,13 +44,6 @@ def _skipped(name, value):
         torch.is_tensor(value) or _is_state_object(value))
 
 
-def _copy(value, where):
-    try:
-        return copy.deepcopy(value)
-    except Exception as error:  # a new attribute that cannot be copied must not vanish silently
-        raise TypeError(f"cannot checkpoint the explorer attribute {where}: {error}") from error
-
-
 def _per_slot(name, value, num_slots):
     if torch.is_tensor(value):
         return value.dim() >= 1 and value.shape[0] == num_slots
@@ -66,7 +53,10 @@ def _per_slot(name, value, num_slots):
 def _encode(value, where):
     if isinstance(value, torch.Generator):
         return ("gen", value.get_state())
-    return ("val", _copy(value, where))
+    try:
+        return ("val", copy.deepcopy(value))
+    except Exception as error:  # a new attribute that cannot be copied must not vanish silently
+        raise TypeError(f"cannot checkpoint the explorer attribute {where}: {error}") from error
 
 
 def capture(obj, slot=None, visited=None):
@@ -89,9 +79,7 @@ def capture(obj, slot=None, visited=None):
             r = slot[0]
             out[name] = (("row", value[r].detach().clone()) if torch.is_tensor(value)
                          else ("item", _encode(value[r], where)))
-        elif isinstance(value, torch.Generator):
-            out[name] = _encode(value, where)
-        elif isinstance(value, PLAIN):
+        elif isinstance(value, (torch.Generator,) + PLAIN):
             out[name] = _encode(value, where)
         # Any other object (the model's split, its compiled graph) is not state.
     return out

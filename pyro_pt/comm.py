@@ -1,11 +1,6 @@
-"""Communication between the processes that hold the rungs of one ladder.
-
-The kernel talks to other processes only through a :class:`Comm`, so one process and many share
-one code path: :class:`LocalComm` (one process, no copies) and :class:`TorchComm`
-(``torch.distributed``). Per swap round only the K log-likelihoods travel (one all-gather); a
-latent state crosses processes only when a swap across a block boundary is accepted
-(point-to-point), and the cold state is broadcast so every rank records the same chain.
-"""
+"""Communication between the processes that hold the rungs of one ladder: :class:`LocalComm`
+(one process, no copies) and :class:`TorchComm` (``torch.distributed``), so one process and many
+share one code path; what travels per swap round: docs/layout.md, "Communication"."""
 
 import os
 import time
@@ -17,10 +12,8 @@ NOTE_LENGTH = 2000
 
 
 def rung_blocks(num_rungs, world_size):
-    """
-    Contiguous blocks of rungs per rank, ``[(start, stop), ...]``: the first
-    ``num_rungs % world_size`` ranks hold one rung more.
-    """
+    """Contiguous blocks of rungs per rank, ``[(start, stop), ...]``: the first
+    ``num_rungs % world_size`` ranks hold one rung more."""
     if world_size > num_rungs:
         raise ValueError(
             f"ParallelTempering has {num_rungs} replicas but the process group has "
@@ -60,15 +53,13 @@ class LocalComm:
 
 class TorchComm:
     """
-    Rungs spread over the ranks of a ``torch.distributed`` process group.
+    Rungs spread over the ranks of ``process_group`` (None: the world group).
 
     Tensors travel on ``device``: the rank's CUDA device with the ``nccl`` backend, the CPU
-    otherwise. Errors from the backend are re-raised naming the operation, so a lost rank
-    shows up as an error (after the process group's timeout at worst) rather than a hang.
-    Under torchrun, which stops the survivors before their collective fails, the process is
-    also watched (:mod:`pyro_pt.torchrun`) so that the lost rank is still named.
-
-    :param process_group: the group, or None for the default (world) group.
+    otherwise. Errors from the backend are re-raised naming the operation and the lost ranks,
+    so a lost rank shows up as an error (after the process group's timeout at worst) rather
+    than a hang; under torchrun, which stops the survivors before their collective fails, the
+    process is also watched (:mod:`pyro_pt.torchrun`).
     """
 
     def __init__(self, process_group=None):

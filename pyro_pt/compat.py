@@ -1,13 +1,10 @@
 """What pyro_pt relies on in Pyro beyond its public API, in one place.
 
-Pyro's :class:`~pyro.infer.MCMC` gives a kernel no way to know how many chains run it; the
-kernel must refuse ``num_chains > 1`` when its rungs are spread over processes (the chains
-would share, and deadlock, the ranks). :func:`inside_multichain_mcmc` finds out from the
-samplers' frames: ``_UnarySampler`` / ``_MultiSampler`` (with their ``num_chains``) and the
-``_Worker`` of parallel chains, private names of ``pyro.infer.mcmc.api``; a checkpoint reads
-their ``num_samples`` the same way (:func:`mcmc_num_samples`). The test
-``tests/pt/test_compat.py`` pins them to the Pyro version they were read from.
-
+Pyro's :class:`~pyro.infer.MCMC` tells a kernel neither how many chains run it (a kernel whose
+rungs are spread over processes must refuse ``num_chains > 1``: the chains would share, and
+deadlock, the ranks) nor how many draws it takes (a checkpoint records them): both are read
+from the samplers' frames, private names of ``pyro.infer.mcmc.api`` that
+``tests/pt/test_compat.py`` pins to the Pyro version they were read from.
 :class:`KernelParams` holds the two parts of the ``MCMCKernel`` protocol whose meaning comes
 from how :class:`~pyro.infer.MCMC` uses them rather than from its documentation.
 """
@@ -21,8 +18,7 @@ CHECKED_WITH_PYRO = "1.9.2"
 
 
 def _owners(depth):
-    """The objects whose methods are on the stack, from ``depth`` frames above the function
-    iterating this outwards."""
+    """The objects whose methods are on the stack, from ``depth`` frames above the caller."""
     frame = sys._getframe(depth + 1)
     while frame is not None:
         yield frame.f_locals.get("self")
@@ -42,8 +38,7 @@ def inside_multichain_mcmc(depth=1):
 
 
 def mcmc_num_samples():
-    """``num_samples`` of the Pyro MCMC the caller runs under (its sampler's), else None: a
-    checkpoint records it so that the resumed run can be told how many draws are left."""
+    """``num_samples`` of the Pyro MCMC the caller runs under (its sampler's), else None."""
     for owner in _owners(1):
         if type(owner).__name__ in SAMPLERS:
             return getattr(owner, "num_samples", None)
@@ -65,27 +60,26 @@ def refuse_multichain_mcmc(comm):
 class KernelParams:
     """
     ``initial_params`` and ``save_params`` of a kernel whose :attr:`run` is built by ``setup``
-    (:mod:`pyro_pt.run`): before set-up, ``initial_params`` is what the user gave; after, the
-    cold rung's state (what MCMC records as the start). MCMC concatenates draws in
-    ``save_params`` order but unpacks them in sorted order, so the names are kept sorted.
+    (:mod:`pyro_pt.run`), kept in its ``options``: before set-up, ``initial_params`` is what
+    the user gave; after, the cold rung's state (what MCMC records as the start). MCMC
+    concatenates draws in ``save_params`` order but unpacks them in sorted order, so the names
+    are kept sorted.
     """
-
-    _user_initial_params = _save_params = None
 
     @property
     def initial_params(self):
-        return self.run.initial_state if self.run else self._user_initial_params
+        return self.run.initial_state if self.run else self.options.initial_params
 
     @initial_params.setter
     def initial_params(self, params):
-        self._user_initial_params = params
+        self.options.initial_params = params
 
     @property
     def save_params(self):
-        if self._save_params is not None:
-            return self._save_params
+        if self.options.save_params is not None:
+            return self.options.save_params
         return list(self.run.split.latent_names) if self.run else []
 
     @save_params.setter
     def save_params(self, names):
-        self._save_params = sorted(names)
+        self.options.save_params = sorted(names)

@@ -1,48 +1,25 @@
 r"""
 ``num_replicas="auto"``: a ladder that grows during warmup until it has the rungs its
-communication barrier calls for.
+communication barrier calls for (about :math:`2\Lambda`, Syed et al. 2021, Sec. 5.3;
+:func:`~pyro_pt.barrier.recommended_replicas`), known only once the chains have run.
 
-About :math:`2\Lambda` rungs keep every adjacent pair's rejection rate near 1/2 or below
-(Syed et al. 2021, Sec. 5.3; :func:`~pyro_pt.barrier.recommended_replicas`), but
-:math:`\Lambda` is known only once the chains have run. An ``"auto"`` run starts with the
-ladder given (8 rungs by default) and, at the end of the last two warmup adaptation rounds of
-at least :data:`MIN_GROWTH_SCANS` scans (:func:`growth_round_ends`: scans 252 and 508 of a
-1000-scan warmup), compares the round's estimated global barrier with the number of rungs K.
-Where :math:`\lceil 2\Lambda \rceil > K` the ladder grows to
-:math:`K' = \min(\lceil 2\Lambda \rceil, \text{max\_replicas})` rungs placed at equal
-increments of the estimated cumulative barrier
-(:func:`~pyro_pt.ladder.equal_barrier_betas` with K' rungs). It never shrinks.
+What, when and at what cost: docs/design.md, "Growing the ladder". In short: at the ends of
+:func:`growth_round_ends`, where :math:`\lceil 2\Lambda \rceil > K`, the ladder grows to
+:math:`K' = \min(\lceil 2\Lambda \rceil, \text{max\_replicas})` rungs at equal increments
+of the estimated cumulative barrier (:func:`~pyro_pt.ladder.equal_barrier_betas`); it never
+shrinks. The K existing rungs keep their explorers and states and move to the new rung nearest
+their barrier position (:func:`positions`); each new rung starts from the state of the nearest
+colder one, with an explorer built on the run's captured graph for the warmup that remains
+and the stream :func:`~pyro_pt.random.grown_seed` of its birth index (the starting ladder's
+rungs are births 0 .. K-1), so no rung's seed depends on K. The swap statistics, lineages and
+ll record restart with the new K (round trips so far are kept in the total);
+``adaptation_history`` marks the round with ``"grown_to"``: K'. Give an ``"auto"`` run a
+warmup of 1000 scans or more: the new rungs adapt only in the warmup left (about half).
 
-- The K existing rungs keep their explorers (adapted step size, mass matrix, scale) and their
-  states; each moves to the new rung nearest its barrier position
-  :math:`(K'-1)\,\Lambda(\beta_i)/\Lambda` (the cold and the hottest rungs stay at the ends).
-- Each new rung starts from the state of the nearest colder existing rung, with an
-  explorer of its own built for the warmup that remains, and a random stream of its own:
-  :func:`~pyro_pt.random.grown_seed` of the run's base seed and the rung's birth index (the
-  starting ladder's rungs are births 0 .. K-1), so no rung's seed depends on K.
-- The swap statistics, the index process (lineages) and the ll record start again with the
-  new K; the round trips counted so far are kept in the total. The sampling phase always has
-  a fixed K: growth happens only at warmup round ends, which come before the warmup ends.
-- ``adaptation_history`` marks the round that grew the ladder with ``"grown_to"``: K'.
-
-What it costs: the added rungs' explorer moves every scan (K'/K times the local moves of the
-starting ladder), whose explorers are built on the run's captured graph (not captured again);
-with ``explorer="hmc"``, each growth adds one batched group, so a leapfrog step makes one
-batched evaluation per group; and the warmup spent before it grows: it grows only after a quarter of
-the warmup at the earliest, and the new rungs adapt only in the warmup that is left (about
-half), so give an ``"auto"`` run a warmup of 1000 scans or more.
-
-It is the default ladder's behaviour with the prior as reference (``num_replicas`` and
-``temperatures`` left out, ``adapt_temperatures=True``). One process only: under
-``torch.distributed`` with more than one rank the rungs' blocks are fixed at set-up, so an
-explicit ``"auto"`` (or ``max_replicas``) is refused, and the default keeps its 8 rungs (run
-once in one process, then give the number of rungs it grew to). A run resumed from a checkpoint
-written before its growth rounds goes on growing as the uninterrupted run would.
-
-**References**
-
-[1] Syed, Bouchard-Côté, Deligiannidis, Doucet (2021), "Non-reversible parallel tempering:
-a scalable highly parallel MCMC scheme", JRSS B.
+One process only: over several ranks the rungs' blocks are fixed at set-up, so an explicit
+``"auto"`` (or ``max_replicas``) is refused and the default keeps its 8 rungs. A run resumed
+from a checkpoint written before its growth rounds goes on growing as the uninterrupted run
+would.
 """
 
 from .barrier import cumulative_barrier, recommended_replicas
@@ -59,14 +36,10 @@ DEFAULT_MAX_REPLICAS = 32
 
 
 def growth_round_ends(warmup_steps, swap_interval=1):
-    """
-    The warmup round ends at which the ladder may grow: the last :data:`GROWTH_ROUNDS` (2)
-    of :func:`~pyro_pt.ladder.warmup_round_ends` whose round holds at least
-    :data:`MIN_GROWTH_SCANS` scans. Earlier rounds see the chains' transient, whose ll drift
-    makes the barrier look many times higher than it is; the second-to-last leaves a round to
-    re-place the grown ladder, the last a second chance with the better estimate of the grown
-    ladder, and the warmup after it for the new rungs' explorers to adapt.
-    """
+    """The warmup round ends at which the ladder may grow: the last :data:`GROWTH_ROUNDS` (2)
+    whose round holds at least :data:`MIN_GROWTH_SCANS` scans (earlier ones see the chains'
+    transient). The first leaves a round to re-place the grown ladder, the second a second
+    chance with its better estimate, and the warmup after it for the new rungs to adapt."""
     ends, start, kept = sorted(warmup_round_ends(warmup_steps, swap_interval)), 0, []
     for end in ends:
         if end - start >= MIN_GROWTH_SCANS:
@@ -108,13 +81,9 @@ def growth_options(num_replicas, max_replicas, temperatures, adapt_temperatures)
 
 
 def positions(cumulative, num_rungs):
-    """
-    Where each of the K existing rungs goes in a ladder of ``num_rungs`` rungs: the index
-    nearest its barrier position, strictly increasing, cold first and hottest last.
-
-    :param list cumulative: :func:`~pyro_pt.barrier.cumulative_barrier` of the K rungs.
-    :returns: list of K indices in ``range(num_rungs)``.
-    """
+    """Where each of the K existing rungs goes in a ladder of ``num_rungs`` rungs, from their
+    ``cumulative`` barrier: the index nearest its barrier position, strictly increasing, cold
+    first and hottest last."""
     num, total = len(cumulative), cumulative[-1]
     out = [0]
     for i in range(1, num - 1):
@@ -125,12 +94,9 @@ def positions(cumulative, num_rungs):
 
 class Growth:
     """
-    The growth of one run's ladder (``num_replicas="auto"``): :meth:`grow` at the end of each
-    warmup round.
+    The growth of one run's ladder (``num_replicas="auto"``, in one process): :meth:`grow` at
+    the end of each warmup round, up to ``max_replicas`` rungs.
 
-    :param int max_replicas: the most rungs the ladder may grow to.
-    :param comm: the run's communicator (one process only).
-    :param int warmup_steps: the run's warmup scans.
     :param int start: the number of rungs of the starting ladder (the next birth index).
     """
 
@@ -145,13 +111,19 @@ class Growth:
         self.warmup_steps = warmup_steps
         self.growth_ends = growth_round_ends(warmup_steps, swap_interval)
         self.births = start
+        self.base_seed = None  # the run's (pyro_pt.random), set with its rungs
+
+    def state_dict(self):
+        """What a checkpoint keeps (:mod:`pyro_pt.checkpoint`): the seed of the next rung."""
+        return self.births, self.base_seed
+
+    def load_state_dict(self, state, run=None):
+        self.births, self.base_seed = state
 
     def grow(self, run):
-        """
-        After the ladder's adaptation at a warmup round end: grow ``run``'s ladder, rungs
-        and recorder where the round's barrier calls for more rungs. Returns whether it grew
-        (the rungs then have their new betas).
-        """
+        """After the ladder's adaptation at a warmup round end: grow ``run``'s ladder, rungs
+        and recorder where the round's barrier calls for more. Returns whether it grew (the
+        rungs then have their new betas)."""
         scan = run.scans
         entry = run.ladder.history[-1]
         old_betas = inverse_temperatures(entry["temperatures"])
@@ -168,7 +140,7 @@ class Growth:
         # A new rung starts where the nearest colder existing rung is: a colder state lies where
         # the hotter, wider target has mass; a hotter one can be far out in its tails.
         nearest = {j: max(i for i, p in enumerate(place) if p < j) for j in new}
-        seeds = {j: grown_seed(old.base_seed, self.births + n) for n, j in enumerate(new)}
+        seeds = {j: grown_seed(self.base_seed, self.births + n) for n, j in enumerate(new)}
         self.births += len(new)
         built = build_rungs(run.fast or run.split, new, betas, seeds, run.split.device,
                             options.explorer, options.explorer_kwargs, self.warmup_steps - scan,
@@ -176,7 +148,6 @@ class Growth:
                             starts={j: old.states[nearest[j]] for j in new})
         added = dict(zip(new, zip(*built[:3])))
         block = RungBlock(old.comm, num, old.names)
-        block.base_seed = old.base_seed
         lls = []
         for j in range(num):
             if j in added:

@@ -1,14 +1,10 @@
 """ParallelTempering: a pyro.infer.MCMC kernel doing likelihood-tempered replica exchange.
 
-Glue only. ``setup`` builds the run's state, a :class:`~pyro_pt.run.Run`
-(:mod:`pyro_pt.setup`); each scan the rungs explore (:mod:`pyro_pt.explorers`), communicate (a
-swap round, :mod:`pyro_pt.swap`, states moved by :mod:`pyro_pt.rungs`) and record
-(:mod:`pyro_pt.recorders`), and where the scan ends a round its steps run
-(:mod:`pyro_pt.rounds`: the report's row, the ladder's adaptation, the reference's fit, the
-compile switch). What the kernel says about its run (report, diagnostics, logging) is
-:class:`~pyro_pt.report.Reporting`; checkpoints are :class:`~pyro_pt.checkpoint.Checkpointing`;
-Pyro's ``initial_params`` / ``save_params`` are :class:`~pyro_pt.compat.KernelParams`; all three
-read the run."""
+Glue only (the shape of a scan and a round: docs/layout.md, "One run state"): ``setup`` builds
+the :class:`~pyro_pt.run.Run` (:mod:`pyro_pt.setup`); ``sample`` is one scan. What the kernel
+says about its run is :class:`~pyro_pt.report.Reporting`, its checkpoints
+:class:`~pyro_pt.checkpoint.Checkpointing`, Pyro's ``initial_params`` / ``save_params``
+:class:`~pyro_pt.compat.KernelParams`; all three read the run."""
 
 import math
 import time
@@ -17,13 +13,13 @@ import time
 from pyro.infer.autoguide.initialization import init_to_uniform
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
-from .checkpoint import Checkpointing, check_checkpointing, restore
+from .checkpoint import Checkpointing, restore, resume_warmup, save
 from .comm import make_comm
 from .compat import KernelParams, refuse_multichain_mcmc
 from .explain import missing_sites
 from .growth import AUTO, growth_options
 from .ladder import Ladder
-from .options import check_options, ladder_temperatures
+from .options import check_checkpointing, check_options, ladder_temperatures
 from .potential.inductor import check_compiler
 from .reference import check_reference, is_prior
 from .reference.stabilized import crossed_bridge, refresh
@@ -50,16 +46,14 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
 
     Adapted explorer state (step size, mass matrix, proposal scale) stays with its rung; replica
     states move. Every rung has its own random stream and the swaps one shared stream, all
-    derived from Pyro's seed, so a seeded run is reproducible.
+    derived from Pyro's seed (:mod:`pyro_pt.random`), so a seeded run is reproducible.
 
-    At the end of a run its sampling phase is reviewed (:mod:`pyro_pt.health`): fewer rungs
-    than its barrier calls for (``ceil(2 Lambda)``, the rule the end of warmup also warns by,
-    :mod:`pyro_pt.shortfall`), a bottleneck pair, no round trip, too few tempered restarts
-    (prior draws that reached the cold rung: what the weights of separated modes rest on), a
-    cold rung that does not move or an unreliable log Z gives one
-    :class:`~pyro_pt.TemperingWarning` (rank 0), the ``warnings`` of the report's closing row
-    and of :meth:`diagnostics`, each with what to do. A model Pyro's NUTS refuses (a plate
-    drawing a random subsample, a discrete latent) is refused at set-up, naming the site.
+    At the end of a run its sampling phase is reviewed (:mod:`pyro_pt.health`: too few rungs,
+    a bottleneck pair, no round trip, too few tempered restarts, a cold rung that does not move,
+    an unreliable log Z): one :class:`~pyro_pt.TemperingWarning` (rank 0), also the
+    ``warnings`` of the report's closing row and of :meth:`diagnostics`, each with what to do.
+    A model Pyro's NUTS refuses (a plate drawing a random subsample, a discrete latent) is
+    refused at set-up, naming the site.
 
     **References**
 
@@ -150,58 +144,38 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
         check_reference(reference)
-        self.reference = reference
-        self._ladder_given = temperatures is not None or not (
-            max_temperature is None or max_temperature == math.inf)
         # By default the hottest rung is drawn exactly (options.ladder_temperatures), where the
-        # prior allows (else rungs.finite_hot_end), and the ladder grows (in one process; a
+        # prior allows (else setup.finite_hot_end), and the ladder grows (in one process; a
         # max_replicas given asks for growth, refused over several processes as "auto" is).
-        self._exact_hot_end_default = max_temperature is None and temperatures is None
         grows = (num_replicas is None and temperatures is None and is_prior(reference)
                  and adapt_temperatures is True)
-        num_replicas = AUTO if grows else num_replicas
-        self._grows_by_default = grows and max_replicas is None
-        num_replicas, self._max_replicas = growth_options(num_replicas, max_replicas,
-                                                          temperatures, adapt_temperatures)
-        self._ladder = Ladder(ladder_temperatures(num_replicas, max_temperature, temperatures))
+        start, cap = growth_options(AUTO if grows else num_replicas, max_replicas, temperatures,
+                                    adapt_temperatures)
+        self._ladder = Ladder(ladder_temperatures(start, max_temperature, temperatures))
         check_options(explorer, explorer_kwargs, swap_scheme, swap_interval, adapt_temperatures)
-        self.adapt_temperatures = adapt_temperatures
+        check_compiler(compile)
+        checkpoint_every, checkpoint_path = check_checkpointing(checkpoint_every, checkpoint_path)
         self.model = model
-        self.explorer = explorer
-        self.explorer_kwargs = dict(explorer_kwargs or {})
-        self.swap_scheme = swap_scheme
-        self.swap_interval = swap_interval
-        self.init_strategy = init_strategy
-        self._user_transforms = transforms
-        self.process_group = process_group
-        self.compile = check_compiler(compile)
-        self.checkpoint_every, self.checkpoint_path = check_checkpointing(checkpoint_every,
-                                                                          checkpoint_path)
-        self.transforms = self._run = None
-
-    def _options(self):
-        """A snapshot of the settings, for the run that ``setup`` builds (:mod:`pyro_pt.run`)."""
-        return Options(
-            model=self.model, explorer=self.explorer, explorer_kwargs=self.explorer_kwargs,
-            swap_scheme=self.swap_scheme, swap_interval=self.swap_interval,
-            adapt_temperatures=self.adapt_temperatures, init_strategy=self.init_strategy,
-            transforms=self._user_transforms, compile=self.compile, reference=self.reference,
-            checkpoint_every=self.checkpoint_every, checkpoint_path=self.checkpoint_path,
-            initial_params=self._user_initial_params, save_params=self._save_params,
-            ladder_given=self._ladder_given, exact_hot_end_default=self._exact_hot_end_default,
-            max_replicas=self._max_replicas, grows_by_default=self._grows_by_default)
-
-    @property
-    def run(self):
-        """The state of the current (or last) run (:class:`~pyro_pt.run.Run`), None before
-        ``MCMC.run`` sets the kernel up."""
-        return self._run
+        # The settings, in one place: each run set up reads them (pyro_pt.run.Options).
+        self.options = Options(
+            model=model, explorer=explorer, explorer_kwargs=dict(explorer_kwargs or {}),
+            swap_scheme=swap_scheme, swap_interval=swap_interval,
+            adapt_temperatures=adapt_temperatures, init_strategy=init_strategy,
+            transforms=transforms, process_group=process_group, compile=compile,
+            reference=reference, checkpoint_every=checkpoint_every,
+            checkpoint_path=checkpoint_path, initial_params=None, save_params=None,
+            ladder_given=temperatures is not None or not (
+                max_temperature is None or max_temperature == math.inf),
+            exact_hot_end_default=max_temperature is None and temperatures is None,
+            max_replicas=cap, grows_by_default=grows and max_replicas is None)
+        self.transforms = None
+        self.run = None  # the current (or last) run's state (pyro_pt.run.Run), once set up
 
     # ----- ladder -----
 
     @property
     def _ladder_now(self):
-        return self._run.ladder if self._run else self._ladder
+        return self.run.ladder if self.run else self._ladder
 
     @property
     def temperatures(self):
@@ -220,46 +194,47 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
     @property
     def rung_blocks(self):
         """``[(start, stop), ...]``: the rungs each rank holds (after setup)."""
-        return list(self._run.rungs.blocks) if self._run else None
+        return list(self.run.rungs.blocks) if self.run else None
 
     @property
     def local_temperatures(self):
         """The temperatures of the rungs this process runs (after setup)."""
-        return [self.temperatures[k] for k in self._run.rungs.rungs] if self._run else None
+        return [self.temperatures[k] for k in self.run.rungs.rungs] if self.run else None
 
     @property
     def explorer_info(self):
         """Which explorer, potential path, compiler and reference the run uses, and why."""
-        return self._run.explorer_info if self._run else {}
+        return self.run.explorer_info if self.run else {}
 
     @property
     def timings(self):
         """Wall-clock seconds in ``sample()``: all of it, and inside the explorers' moves."""
-        return self._run.timings if self._run else {}
+        return self.run.timings if self.run else {}
 
     def setup(self, warmup_steps, *args, **kwargs):
-        comm = make_comm(self.process_group)
+        comm = make_comm(self.options.process_group)
         refuse_multichain_mcmc(comm)
         self._ladder.reset()  # a rerun starts from the ladder given, not the one it adapted to
-        run = Run(self._options(), comm, self._ladder, warmup_steps)
-        self._resume_into(run, warmup_steps)  # the checkpoint's ladder and warmup, if resumed
-        self._run = None
+        run = Run(self.options, comm, self._ladder, warmup_steps)
+        if self._resume_from:  # the checkpoint's ladder and warmup
+            resume_warmup(run, *self._resume_from, warmup_steps)
+        self.run = None
         set_up_run(run, args, kwargs)
         self.transforms = run.split.transforms
         if run.resume_payload is not None:
             restore(run)
         run.initial_state = run.rungs.cold_state()
-        self._run = run
+        self.run = run
 
     def sample(self, params):
-        run = self._run
+        run = self.run
         start = time.perf_counter()
         with missing_sites(run.split):
             local_ll, cold_moved = run.rungs.explore()
         run.timings["explorers"] += time.perf_counter() - start
         run.ll = run.rungs.gather(local_ll)
         outcome = [math.nan] * (run.num_replicas - 1)
-        if (run.scans + 1) % self.swap_interval == 0:
+        if (run.scans + 1) % run.options.swap_interval == 0:
             outcome = self._communicate(run)
         cold = run.rungs.cold_state()
         run.recorder.record_scan(run.ll, outcome)
@@ -268,12 +243,15 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
             run.refitting.keep(run, cold)
         run.schedule.after_scan(run)  # where this scan ends a round: adapt, grow, refit, ...
         run.timings["total"] += time.perf_counter() - start
-        self._after_scan()
+        every = run.options.checkpoint_every
+        if every and run.scans % every == 0:  # the periodic checkpoint
+            save(run, run.options.checkpoint_path)
         return cold
 
     def _communicate(self, run):
         """One swap round (the ``t // swap_interval``-th) over the ladder; returns its outcome."""
-        origin, attempts = swap_round(self.swap_scheme, run.scans // self.swap_interval,
+        interval = run.options.swap_interval
+        origin, attempts = swap_round(run.options.swap_scheme, run.scans // interval,
                                       run.betas, run.ll, run.swap_generator, run.ladder.legs)
         outcome = run.recorder.record_swaps(attempts)
         run.ll = [run.ll[k] for k in origin]

@@ -1,6 +1,7 @@
 """Checks of ParallelTempering's arguments, and the settings every rank must share."""
 
 import math
+import os
 
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
@@ -76,6 +77,19 @@ def check_options(explorer, explorer_kwargs, swap_scheme, swap_interval, adapt_t
         raise TypeError(f"adapt_temperatures must be True or False, got {adapt_temperatures!r}")
 
 
+def check_checkpointing(every, path):
+    """Validate ``checkpoint_every`` / ``checkpoint_path`` (given together, or neither)."""
+    if every is None and path is None:
+        return None, None
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f"checkpoint_every must be a positive int (scans between checkpoints) "
+                         f"when checkpoint_path is given, got {every!r}")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"checkpoint_path must be a file path when checkpoint_every is given, "
+                        f"got {path!r}")
+    return every, os.fspath(path)
+
+
 def check_split(split, betas, save_params, reference="prior"):
     """The checks that need the model's split: a proper prior for a prior rung (beta = 0; a
     fitted reference is always proper), and ``save_params`` naming latent sites."""
@@ -90,15 +104,12 @@ def check_split(split, betas, save_params, reference="prior"):
             )
 
 
-def shared_settings(run, warmup_steps):
+def shared_settings(run):
     """The settings that decide the ranks' common steps (checked equal on every rank)."""
     options = run.options
-    return {
-        "temperatures": [float(t) for t in run.ladder.temperatures],
-        "warmup_steps": warmup_steps,
-        "swap_scheme": options.swap_scheme,
-        "swap_interval": options.swap_interval,
-        "adapt_temperatures": options.adapt_temperatures,
-        "explorer": options.explorer if isinstance(options.explorer, str) else "callable",
-        "reference": options.reference if isinstance(options.reference, str) else "guide",
-    }
+    return {"temperatures": [float(t) for t in run.ladder.temperatures],
+            "warmup_steps": run.warmup_steps, "swap_scheme": options.swap_scheme,
+            "swap_interval": options.swap_interval,
+            "adapt_temperatures": options.adapt_temperatures,
+            "explorer": options.explorer if isinstance(options.explorer, str) else "callable",
+            "reference": options.reference if isinstance(options.reference, str) else "guide"}

@@ -1,23 +1,15 @@
 """When a run's rounds end, computed once, and the ordered steps that run at each end.
 
-Warmup runs in rounds of doubling length (4, 8, 16, ... swap rounds, ending before the warmup
-does; :func:`~pyro_pt.ladder.warmup_round_ends`); the sampling phase is reported at doubling
-scan counts (16, 32, 64, ... after the warmup). A scan that ends one of them is a
-:class:`RoundEnd`, of one of three kinds:
-
-- ``"warmup round"``: the end of an adaptation round of warmup;
-- ``"warmup"``: the last scan of warmup (it ends the warmup's last, partial round);
-- ``"sampling"``: a row of the sampling phase's report.
-
-At each round end the :class:`RoundSchedule` runs its steps in order, each an object with one
-method ``end_round(run, end)`` that acts on the kinds it is for: the report's row
-(:class:`ReportRow`), the ladder's adaptation and growth (:class:`LadderAdaptation`), the
-reference's fit (:class:`~pyro_pt.reference.refit.Refitting`) and the compile switch
-(:class:`~pyro_pt.autocompile.AutoCompile`). After them the next round begins: its swap
-statistics, ll record and report counts start afresh (the sampling phase's from its start).
-
-Pigeons.jl's ``pigeons()`` loop has the same shape: after each round, reduce the recorders,
-adapt the tempering, then the explorers, report and checkpoint.
+Warmup runs in rounds of doubling length (:func:`~pyro_pt.ladder.warmup_round_ends`); the
+sampling phase is reported at doubling scan counts (16, 32, 64, ... after the warmup). A scan
+that ends one of them is a :class:`RoundEnd` of kind ``"warmup round"`` (an adaptation round),
+``"warmup"`` (the warmup's last scan, ending its last, partial round) or ``"sampling"`` (a row
+of the sampling phase's report). At each, the :class:`RoundSchedule` runs its steps in order,
+each an object with ``end_round(run, end)``: the report's row (:class:`ReportRow`), the
+ladder's adaptation and growth (:class:`LadderAdaptation`), the reference's fit
+(:class:`~pyro_pt.reference.refit.Refitting`), the compile switch
+(:class:`~pyro_pt.autocompile.AutoCompile`); then the next round's swap statistics, ll record
+and report counts start afresh. Pigeons.jl's ``pigeons()`` loop has the same shape.
 """
 
 from collections import namedtuple
@@ -30,13 +22,8 @@ FIRST_SAMPLING_ROW = 16  # scans after the warmup; the rows then double
 
 
 class RoundSchedule:
-    """
-    The round ends of one run and the steps at each.
-
-    :param int warmup_steps: the run's warmup scans.
-    :param int swap_interval: scans between swap rounds (rounds are counted in swap rounds).
-    :param list steps: the round-end steps, in the order they run.
-    """
+    """The round ends of one run (rounds are counted in swap rounds) and the ``steps`` at
+    each, in the order they run."""
 
     def __init__(self, warmup_steps, swap_interval, steps=()):
         self.warmup_steps = warmup_steps

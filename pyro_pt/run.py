@@ -1,43 +1,27 @@
 """The state of one tempered run, in one plain object.
 
-A :class:`Run` is built by the kernel's set-up (:func:`pyro_pt.rungs.set_up_run`) and passed
+A :class:`Run` is built by the kernel's set-up (:func:`pyro_pt.setup.set_up_run`) and passed
 to every part that reads or changes the run: the round-end steps (:mod:`pyro_pt.rounds`),
 the growth of the ladder, the reference's fits, the compile switch, checkpoints and the
 report. No part reaches into the kernel; the kernel holds its run as :attr:`ParallelTempering.run
 <pyro_pt.ParallelTempering.run>` and reads its public properties from it. A new run (another
 ``MCMC.run``) is a new :class:`Run`.
 
-The settings a run was asked for are :class:`Options`, a snapshot of the kernel's
-constructor arguments at set-up.
+The settings a run was asked for are the kernel's :class:`Options`.
 """
 
-import torch
+from types import SimpleNamespace
 
 
-class Options:
-    """
-    What one run was asked for: the kernel's constructor arguments (as given, ``reference`` and
-    ``transforms`` included), and what the constructor concluded from them.
-
-    :param dict values: ``name -> value``; each becomes an attribute.
-    """
-
-    def __init__(self, **values):
-        vars(self).update(values)
-
-    def __repr__(self):
-        return f"Options({', '.join(sorted(vars(self)))})"
+class Options(SimpleNamespace):
+    """The kernel's settings: its constructor's arguments (as given, ``reference`` and
+    ``transforms`` included), what the constructor concluded from them, and Pyro's
+    ``initial_params`` / ``save_params``; read by every run set up from it."""
 
 
 class Run:
-    """
-    The state of one run (see the module).
-
-    :param Options options: the run's settings.
-    :param comm: the run's communicator (:mod:`pyro_pt.comm`).
-    :param Ladder ladder: the run's ladder (:mod:`pyro_pt.ladder`), the one source of its betas.
-    :param int warmup_steps: the whole run's warmup scans (a resumed run's included).
-    """
+    """The state of one run (see the module): its ``options``, communicator (:mod:`pyro_pt.comm`),
+    ladder (the one source of its betas) and whole warmup (a resumed run's included)."""
 
     def __init__(self, options, comm, ladder, warmup_steps):
         self.options = options
@@ -76,7 +60,3 @@ class Run:
     @property
     def num_replicas(self):
         return len(self.ladder.betas)
-
-    def swap_seed(self, seed):
-        """The swaps' stream from its seed (the same on every rank)."""
-        self.swap_generator = torch.Generator().manual_seed(seed)

@@ -4,43 +4,45 @@ In order: the model's split and the checks that need it (random subsampling, the
 prior allows, a stabilized ladder's legs, a resumed run's model and data); the reference; the
 captured graphs; this rank's block of rungs (:mod:`pyro_pt.rungs`); the recorder, the report
 and the round schedule with its steps (:mod:`pyro_pt.rounds`). Every rank agrees on the set-up
-or every rank stops with the reason (:func:`~pyro_pt.rungs.set_up_rungs`).
+or every rank stops with the reason (:func:`~pyro_pt.comm.agree_on_setup`).
 """
 
 import time
 import warnings
 
+import torch
+
 from .autocompile import AutoCompile
+from .checkpoint_header import check_same_model
+from .comm import agree_on_setup
 from .explain import model_errors, refuse_random_subsampling
-from .fingerprint import check_same_model
+from .explorers import build_rungs
 from .growth import Growth
 from .health import TemperingWarning
 from .ladder import Ladder, geometric_ladder
 from .options import FALLBACK_MAX_TEMPERATURE, check_split, shared_settings
 from .potential import FunctionalSplit, ModelSplit, torch_compat
-from .random import reference_seed
+from .random import reference_seed, stream_seeds
 from .recorders import TemperingRecorder
 from .reference import is_prior, make_reference
 from .reference.refit import Refitting
 from .reference.stabilized import stabilize
 from .report import Report
 from .rounds import LadderAdaptation, ReportRow, RoundSchedule
-from .rungs import set_up_rungs
-from .explorers import build_rungs
+from .rungs import RungBlock
 
 
-def default_hot_end_refusal(run, split, betas):
-    """Why the default ladder's exact prior rung cannot be drawn for this model (the site and
-    its reason), or None where it can or was not the default."""
+def finite_hot_end(run, split):
+    """Where the default ladder's exact prior rung cannot be drawn for this model (a site's
+    prior is improper, scaled or masked): the run's ladder becomes the geometric one to T = 50,
+    said on rank 0 (as the review is)."""
     options = run.options
-    if not (options.exact_hot_end_default and is_prior(options.reference) and betas[-1] == 0.0):
-        return None
-    return split.prior_refusal()
-
-
-def finite_hot_end(run, why):
-    """Where the prior cannot be drawn exactly (``why`` names the site): the run's ladder
-    becomes the geometric one to T = 50, said on rank 0 (as the review is). Returns its betas."""
+    if not (options.exact_hot_end_default and is_prior(options.reference)
+            and run.betas[-1] == 0.0):
+        return
+    why = split.prior_refusal()
+    if why is None:
+        return
     run.ladder = Ladder(geometric_ladder(run.num_replicas, FALLBACK_MAX_TEMPERATURE))
     if run.comm.rank == 0:
         warnings.warn(
@@ -50,58 +52,87 @@ def finite_hot_end(run, why):
             "so the cold chain's mode weights rest on it and tempered restarts are not "
             "counted. Give the site a proper, unscaled prior for an exact hot end, or pass "
             "max_temperature= (or temperatures=) to choose the hot end yourself",
-            TemperingWarning, stacklevel=5)
-    return run.betas
+            TemperingWarning, stacklevel=4)
+
+
+def _split(run, args, kwargs):
+    """The model's split and the checks that need it, which may give ``run`` another ladder
+    (a stabilized one's legs, a finite hot end); returns it and what the legs' info says."""
+    options, legs = run.options, None
+    with model_errors(options.model, args, kwargs):
+        split = ModelSplit(options.model, args, kwargs, options.transforms,
+                           init_strategy=options.init_strategy)
+    refuse_random_subsampling(split)  # before anything runs on a changing log density
+    if not is_prior(options.reference):  # two legs, to q and to the prior, where allowed
+        legs = stabilize(run, split)
+    finite_hot_end(run, split)
+    check_split(split, run.betas, options.save_params, options.reference)
+    if run.resume_from:  # before any rung is built: the checkpoint's model and data
+        check_same_model(*run.resume_from, split)
+    return split, legs
+
+
+def _build(run, split, legs, seeds, args, kwargs):
+    """Into ``run.rungs`` (empty): the reference, the captured graphs and this rank's rungs,
+    with errors that name the model's site (:mod:`pyro_pt.explain`). Returns their lls."""
+    options, betas, rungs = run.options, run.betas, run.rungs.rungs
+    with model_errors(options.model, args, kwargs, split):
+        # q's first prior draws take the stream after the swaps' (the same on every rank)
+        run.reference = make_reference(options.reference, split, reference_seed(seeds[-1]),
+                                       options.transforms)
+        # the private APIs (pyro_pt.potential.torch_compat) the set-up found missing, and why
+        with torch_compat.recording() as missing:
+            # the captured graphs, the run's: compile="auto" recompiles them
+            # (pyro_pt.autocompile), a growing ladder's new rungs reuse them
+            run.fast = (FunctionalSplit(split, compile=options.compile)
+                        if any(betas[k] > 0.0 for k in rungs) else None)
+            ladder_legs = run.ladder.legs
+            explorers, states, lls, run.explorer_info = build_rungs(
+                run.fast or split, rungs, betas, seeds, split.device, options.explorer,
+                options.explorer_kwargs, run.warmup_steps, options.initial_params,
+                reference=run.reference, referenced=ladder_legs and range(*ladder_legs.spans[0]))
+    for explorer, z in zip(explorers, states):
+        run.rungs.add(explorer, z)
+    if missing:
+        run.explorer_info["private_api"] = missing
+    if legs:
+        run.explorer_info["legs"] = legs
+    return lls
 
 
 def _set_up_block(run, args, kwargs):
-    """The split and this rank's rungs (:func:`~pyro_pt.rungs.set_up_rungs`), with errors that
-    name the model's site (:mod:`pyro_pt.explain`). Returns the local log-likelihoods and the
-    seeds."""
-    options, betas, legs = run.options, run.betas, {}
+    """
+    The split and this rank's rungs, agreed on by every rank; returns the rungs' local
+    log-likelihoods and the run's seeds.
 
-    def make_split():
-        nonlocal betas
-        with model_errors(options.model, args, kwargs):
-            split = ModelSplit(options.model, args, kwargs, options.transforms,
-                               init_strategy=options.init_strategy)
-        refuse_random_subsampling(split)  # before anything runs on a changing log density
-        if not is_prior(options.reference):  # two legs, to q and to the prior, where allowed
-            legs["info"] = stabilize(run, split)
-            betas = run.betas
-        why = default_hot_end_refusal(run, split, betas)
-        if why is not None:
-            betas = finite_hot_end(run, why)
-        check_split(split, betas, options.save_params, options.reference)
-        if run.resume_from:  # before any rung is built: the checkpoint's model and data
-            check_same_model(*run.resume_from, split)
-        return split
-
-    def build(split, rungs, seeds):
-        with model_errors(options.model, args, kwargs, split):
-            # q's first prior draws take the stream after the swaps' (the same on every rank)
-            run.reference = make_reference(options.reference, split, reference_seed(seeds[-1]),
-                                           options.transforms)
-            # the private APIs (pyro_pt.potential.torch_compat) the set-up found missing, and why
-            with torch_compat.recording() as missing:
-                # the captured graphs, the run's: compile="auto" recompiles them
-                # (pyro_pt.autocompile), a growing ladder's new rungs reuse them
-                run.fast = (FunctionalSplit(split, compile=options.compile)
-                            if any(betas[k] > 0.0 for k in rungs) else None)
-                ladder_legs = run.ladder.legs
-                built = build_rungs(run.fast or split, rungs, betas, seeds, split.device,
-                                    options.explorer, options.explorer_kwargs, run.warmup_steps,
-                                    options.initial_params, reference=run.reference,
-                                    referenced=ladder_legs and range(*ladder_legs.spans[0]))
-            if missing:
-                built[3]["private_api"] = missing
-            if legs.get("info"):
-                built[3]["legs"] = legs["info"]
-            return built
-
-    run.rungs, run.split, local_ll, run.explorer_info, seeds = set_up_rungs(
-        run.comm, len(betas), make_split, build, shared_settings(run, run.warmup_steps))
-    return local_ll, seeds
+    Every rank joins the set-up's collectives (the seeds' broadcast, the final check) even when
+    its own part failed, so that a failure on one rank (a model that raises on its data, rungs
+    that find no valid start, memory) stops every rank with the reason instead of leaving the
+    others waiting for the backend's timeout.
+    """
+    comm, num, failure = run.comm, run.num_replicas, None
+    settings, split, lls, view = shared_settings(run), None, None, None
+    try:
+        split, legs = _split(run, args, kwargs)
+    except Exception as error:
+        failure = error
+    # One base seed from the global generator (so pyro.set_rng_seed governs the run), the same
+    # on every rank; the streams are spawned from it (pyro_pt.random).
+    base = torch.randint(0, 2**62, (1,), dtype=torch.int64)
+    base = int(comm.broadcast(base, src=0, what="broadcast of the seeds").item())
+    seeds = stream_seeds(base, num)
+    if failure is None:
+        try:
+            run.rungs = RungBlock(comm, num, split.latent_names)
+            lls = _build(run, split, legs, seeds, args, kwargs)
+            view = [(name, tuple(run.rungs.states[0][name].shape)) for name in split.latent_names]
+        except Exception as error:
+            failure = error
+    agree_on_setup(comm, failure, view, settings)
+    run.split = split
+    if run.growth:  # rungs added later spawn their streams from the base seed
+        run.growth.base_seed = base
+    return lls, seeds
 
 
 def set_up_run(run, args, kwargs):
@@ -118,7 +149,7 @@ def set_up_run(run, args, kwargs):
     local_ll, seeds = _set_up_block(run, args, kwargs)
     # capture, checks and compilations (a cold Inductor compile: tens of seconds)
     run.explorer_info["setup_seconds"] = time.perf_counter() - start
-    run.swap_seed(seeds[num])
+    run.swap_generator = torch.Generator().manual_seed(seeds[num])  # the same on every rank
     run.ll = run.rungs.gather(local_ll)
     run.recorder = TemperingRecorder(num, run.warmup_steps, run.ladder.legs,
                                      run.ladder.exact_hots)

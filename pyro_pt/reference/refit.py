@@ -17,16 +17,12 @@ from ..potential import FlatLayout
 from .gaussian import MIN_FIT_DRAWS
 from .stabilized import refresh
 
+KEPT = ("draws", "lineages", "skipped")  # what a checkpoint keeps of the Refitting
+
 
 class Refitting:
-    """
-    The cold draws since the last fit, and the fit at a round's end.
-
-    :param GaussianReference reference: q, refitted in place.
-    :param set round_ends: the scans that end a warmup round
-        (:func:`~pyro_pt.ladder.warmup_round_ends`).
-    :param list names: the latent site names, sorted (the flat order).
-    """
+    """The cold draws since the last fit, and the fit of q (``reference``, in place) at each
+    of the warmup's ``round_ends``; ``names``: the latent sites, sorted (the flat order)."""
 
     def __init__(self, reference, round_ends, names):
         self.reference = reference
@@ -70,18 +66,20 @@ class Refitting:
                 "(warmup_steps), or pass a fitted Pyro autoguide as reference")
 
 
-def reference_state(run):
-    """What a checkpoint stores of ``run``'s reference: q, and the draws for its next fit."""
-    refitting = run.refitting
-    return {"q": run.reference.state(), "draws": refitting.draws if refitting else [],
-            "lineages": refitting.lineages if refitting else [],
-            "skipped": refitting.skipped if refitting else []}
+class ReferenceState:
+    """A fitted reference's checkpoint part (:mod:`pyro_pt.checkpoint`): q as fitted so far,
+    and the draws kept for its next fit."""
 
+    def __init__(self, run):
+        self.reference, self.refitting = run.reference, run.refitting
 
-def restore_reference(run, saved):
-    """Put a checkpoint's reference (:func:`reference_state`) back into ``run``."""
-    run.reference.load(saved["q"])
-    run.explorer_info["reference"] = run.reference.describe()
-    if run.refitting:
-        run.refitting.draws, run.refitting.skipped = list(saved["draws"]), list(saved["skipped"])
-        run.refitting.lineages = list(saved["lineages"])
+    def state_dict(self):
+        kept = {name: getattr(self.refitting, name, []) for name in KEPT}
+        return {"q": self.reference.state(), **kept}
+
+    def load_state_dict(self, state, run):
+        self.reference.load(state["q"])
+        run.explorer_info["reference"] = self.reference.describe()
+        if self.refitting:
+            for name in KEPT:
+                setattr(self.refitting, name, list(state[name]))

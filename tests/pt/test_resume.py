@@ -14,7 +14,7 @@ from torch.distributions.transforms import AffineTransform
 
 from pyro_pt import ParallelTempering
 from pyro_pt.checkpoint import MAGIC, read_checkpoint
-from pyro_pt.checkpoint_settings import decode, encode
+from pyro_pt.checkpoint_header import decode, encode
 from pyro_pt.explorers import RandomWalkMetropolis
 
 from .models import linear_data, linear_model
