@@ -79,9 +79,7 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     ladders = _padded([diagnostics["temperatures"][c] for c in chains], rungs)
     pair = np.arange(pairs)
     # a stabilized ladder's two legs (pyro_pt.legs): pair m - 1 is the bridge of the cold rungs
-    legs = diagnostics.get("legs", {}).get(widest)
-    legs = Legs([len(leg["temperatures"]) for leg in legs.values()] if legs
-                else [len(temperatures)])
+    legs = Legs.of(diagnostics.get("legs", {}).get(widest), len(temperatures))
     colder, hotter = (list(rungs) for rungs in zip(*legs.pairs)) if legs.pairs else ([], [])
     local = _padded([np.reshape(diagnostics["local_barrier"][c], (-1, 2)) for c in chains],
                     pairs, axis=0)

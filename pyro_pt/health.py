@@ -1,30 +1,15 @@
 r"""
 The end-of-run review of a tempered run: what in its sampling phase makes it untrustworthy,
-said with the numbers and what to do.
+said with the numbers and what to do (each message says why; docs/layout.md, "Diagnostics").
+A ladder with fewer rungs than its barrier calls for is told by :mod:`pyro_pt.shortfall`, the
+rule the end of warmup warns by.
 
-A run is flagged when
-
-- it has fewer rungs than the sampling phase's barrier calls for (about 2 Lambda,
-  :func:`~pyro_pt.shortfall.too_few_rungs`: the rule the end of warmup warns by);
-- a pair's swap acceptance is below :data:`LOW_SWAP_ACCEPTANCE` (0.1): a bottleneck, the
-  replicas on either side of it barely exchange (the rule of thumb of the plot's band);
-- the sampling phase has no round trip (cold -> hottest -> cold): no replica brought what
-  the hot rungs explored down to the cold chain, which is then a single-temperature chain;
-- the cold rung's explorer accepts under :data:`LOW_COLD_ACCEPTANCE` (1 %) of its moves:
-  the cold chain changes only through swaps, and its draws are nearly all repeats;
-- the cold chain has a divergent transition in its sampling phase: its draws miss a region
-  where the step was too long for the curvature (a funnel's neck), so its averages are biased
-  (Stan warns after any divergence too); the message counts them per temperature and says
-  which rungs warmup already gave a higher target acceptance;
-- the stepping-stone log Z is unreliable: a pair is a bottleneck (the importance weights of
-  its log-mean-exp are then dominated by a few draws), or the forward and reverse estimates
-  differ by more than :data:`LOG_Z_TOLERANCE` (3) times their Monte Carlo error.
-
-The Monte Carlo error of one pair's term :math:`\log \overline{w}`, :math:`w_n = e^{\Delta
-\ell_n}`, is the delta method's :math:`\mathrm{sd}(w) / (\overline{w} \sqrt{n_{eff}})` with
-:math:`n_{eff}` the effective sample size of the weights (autocorrelated draws of one rung);
-the terms of the pairs add in variance. Both estimators are consistent and their biases are
-of the order of the squared error, so outside three errors they do not estimate one number.
+log Z is unreliable where a pair is a bottleneck (its log-mean-exp's weights are then dominated
+by a few draws) or where the forward and reverse estimates differ by more than
+:data:`LOG_Z_TOLERANCE` times their Monte Carlo error: each pair's term's error is the delta
+method's :math:`\mathrm{sd}(w) / (\overline{w} \sqrt{n_{eff}})`, :math:`w_n = e^{\Delta \ell_n}`,
+and the pairs' add in variance. Both estimators are consistent with biases of the order of the
+squared error, so outside three errors they do not estimate one number.
 
 Pure: torch, and :mod:`pyro.ops.stats` for the effective sample size (imported when first
 needed, as :mod:`pyro_pt.barrier` does).
@@ -43,9 +28,12 @@ import math
 import torch
 
 from .legs import Legs
+from .recorders import stepping_stone_terms
 from .shortfall import too_few_rungs
 
+# A pair below it is a bottleneck: the replicas on either side of it barely exchange.
 LOW_SWAP_ACCEPTANCE = 0.1
+# A cold explorer below it changes only through swaps: its draws are nearly all repeats.
 LOW_COLD_ACCEPTANCE = 0.01
 LOG_Z_TOLERANCE = 3.0
 # Fewer tempered restarts than this in the sampling phase warn: a mode's share is then known
@@ -64,10 +52,8 @@ class TemperingWarning(UserWarning):
 
 
 def log_mean_exp_error(values):
-    r"""
-    Monte Carlo standard error of :math:`\log \frac1n \sum_n e^{a_n}` for autocorrelated
-    draws ``values`` :math:`a_n` (delta method, effective sample size of :math:`e^{a_n}`).
-    """
+    r"""Monte Carlo standard error of :math:`\log \frac1n \sum_n e^{a_n}` for autocorrelated
+    draws ``values`` :math:`a_n` (delta method, effective sample size of :math:`e^{a_n}`)."""
     a = torch.as_tensor(values, dtype=torch.float64)
     if a.numel() < 2:
         return math.inf
@@ -86,12 +72,10 @@ def log_mean_exp_error(values):
 def stepping_stone_errors(betas, log_likelihoods):
     """Monte Carlo errors ``(forward, reverse)`` of :func:`~pyro_pt.recorders.stepping_stone`
     on the same draws ``log_likelihoods`` ``(num_draws, K)``."""
-    ll = torch.as_tensor(log_likelihoods, dtype=torch.float64)
     forward = reverse = 0.0
-    for i in range(len(betas) - 1):
-        delta = betas[i] - betas[i + 1]
-        forward += log_mean_exp_error(delta * ll[:, i + 1]) ** 2
-        reverse += log_mean_exp_error(-delta * ll[:, i]) ** 2
+    for hot, cold in stepping_stone_terms(betas, log_likelihoods):
+        forward += log_mean_exp_error(hot) ** 2
+        reverse += log_mean_exp_error(cold) ** 2
     return math.sqrt(forward), math.sqrt(reverse)
 
 
@@ -191,24 +175,20 @@ NUTS_INSTEAD = "try explorer='nuts'"  # the default explorer kind's advice
 def review(diagnostics, betas, num_rounds, num_scans=None, on_divergence=NUTS_INSTEAD,
            reference=None, legs=None, max_replicas=None):
     """
-    The problems of a run's sampling phase, from its diagnostics (the kernel's
-    :meth:`~pyro_pt.ParallelTempering.diagnostics`, before review).
+    ``(problems, log_z_error, log_z_problem)`` of a run's sampling phase: a message per
+    problem, the Monte Carlo error of log Z, why log Z is unreliable (None if it is not).
 
-    :param dict diagnostics: swap acceptance, temperatures, round trips, local acceptance,
-        barrier, recommended replicas, log Z (forward and reverse) and the tempering record.
+    :param dict diagnostics: the kernel's :meth:`~pyro_pt.ParallelTempering.diagnostics`,
+        before review.
     :param list betas: the sampling phase's inverse temperatures, cold first.
     :param int num_rounds: swap rounds in the sampling phase.
-    :param int num_scans: the sampling phase's explorer transitions per rung (to say what
-        share of them diverged).
-    :param str on_divergence: what the rungs' explorer kind says to try when the cold chain
-        diverges (:class:`~pyro_pt.explorers.registry.ExplorerKind`), None for nothing.
-    :param str reference: the fitted reference's description (``explorer_info["reference"]``),
-        None for the prior: a stuck run against it is told to compare with the prior.
-    :param Legs legs: the ladder's legs (:mod:`pyro_pt.legs`); log Z is the first leg's.
-    :param int max_replicas: the cap of a growing ladder (None: it does not grow), for the
-        advice when the ladder has fewer rungs than its barrier calls for.
-    :returns: ``(problems, log_z_error, log_z_problem)``: a list of messages, one per
-        problem; the Monte Carlo error of log Z; why log Z is unreliable (None if it is not).
+    :param int num_scans: explorer transitions per rung (what share of them diverged).
+    :param str on_divergence: what the explorer kind says to try when the cold chain diverges
+        (:class:`~pyro_pt.explorers.registry.ExplorerKind`), None for nothing.
+    :param str reference: the fitted reference's description, None for the prior: a stuck run
+        against it is told to compare with the prior.
+    :param Legs legs: the ladder's legs; log Z is the first leg's.
+    :param int max_replicas: the cap of a growing ladder (None: it does not grow).
     """
     temps, acceptance = diagnostics["temperatures"], diagnostics["swap_acceptance"]
     problems, bottlenecks, blocked = [], [], set()
