@@ -114,15 +114,13 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     stats = stats.merge(pyro_arviz.dataset(per_chain, sample_dims=("chain",), dims=dims, coords=coords))
     stats.attrs["swap_acceptance"] = _padded(
         [diagnostics["swap_acceptance"][c] for c in chains], pairs).ravel()
-    stats.attrs["round_trips"] = np.asarray(
-        [diagnostics["round_trips"][c] for c in chains], dtype=np.int64
-    )
     # tempered restarts (pyro_pt.lineages); NaN where the hot end is not drawn exactly
     stats.attrs["restarts"] = np.asarray(
         [math.nan if diagnostics["restarts"][c] is None else diagnostics["restarts"][c]
          for c in chains], dtype=np.float64)
-    for key, dtype in (("barrier", np.float64), ("log_Z", np.float64),
-                       ("recommended_replicas", np.int64), ("round_trip_rate", np.float64),
+    for key, dtype in (("round_trips", np.int64), ("barrier", np.float64),
+                       ("log_Z", np.float64), ("recommended_replicas", np.int64),
+                       ("round_trip_rate", np.float64),
                        ("theoretical_round_trip_rate", np.float64)):
         stats.attrs[key] = np.asarray([diagnostics[key][c] for c in chains], dtype=dtype)
     if legs.stabilized:  # the top-level barrier and log Z are the reference leg's

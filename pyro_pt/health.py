@@ -191,12 +191,7 @@ def review(diagnostics, betas, num_rounds, num_scans=None, on_divergence=NUTS_IN
     :param int max_replicas: the cap of a growing ladder (None: it does not grow).
     """
     temps, acceptance = diagnostics["temperatures"], diagnostics["swap_acceptance"]
-    problems, bottlenecks, blocked = [], [], set()
-    # the rule the end of warmup warned by, on the sampling phase's estimate of the barrier
-    short = too_few_rungs(diagnostics["barrier"], legs or Legs.plain(len(temps)),
-                          f"over the {num_rounds} swap rounds of the sampling phase", max_replicas)
-    if short is not None and num_rounds > 0:
-        problems.append(short)
+    bottlenecks, blocked = [], set()
     for i, a in enumerate(acceptance):
         if a < LOW_SWAP_ACCEPTANCE:  # False for NaN, a pair never attempted
             ends = (_rung(temps, i, legs, reference), _rung(temps, i + 1, legs, reference))
@@ -204,72 +199,61 @@ def review(diagnostics, betas, num_rounds, num_scans=None, on_divergence=NUTS_IN
                                "its swaps")
             blocked.add(0 if legs is None else legs.leg_of(i))
     # Two legs: replicas still travel while one leg has no bottleneck; log Z is the first's.
-    first_blocked = 0 in blocked
     if legs is not None and len(blocked) < len(legs.spans):
         bottlenecks = []
-    if bottlenecks:
-        problems.append(f"bottleneck: {'; '.join(bottlenecks)} (below {LOW_SWAP_ACCEPTANCE}); "
-                        f"{_ladder_advice(diagnostics)}")
     no_round_trip = len(temps) > 1 and num_rounds > 0 and diagnostics["round_trips"] == 0
-    if no_round_trip:
-        problems.append(f"no round trip (cold -> hottest -> cold) in the {num_rounds} swap "
-                        "rounds of the sampling phase: the cold chain has not seen what the hot "
-                        f"rungs explore; {_ladder_advice(diagnostics)}, or sample longer")
-    restart = _restart_problem(diagnostics, num_rounds)
-    if restart is not None:
-        problems.append(restart)
     further = _further_than_the_prior(diagnostics, reference)
-    if further is not None:
-        problems.append(further)
-    elif reference is not None and (bottlenecks or no_round_trip):
-        problems.append(f"the hot end is a fitted Gaussian ({reference}), and a posterior that "
-                        "is not Gaussian-shaped (a funnel, a multimodal network) can be further "
-                        "from it than from the prior: run with reference='prior' and compare")
+    if further is None and reference is not None and (bottlenecks or no_round_trip):
+        further = (f"the hot end is a fitted Gaussian ({reference}), and a posterior that is not "
+                   "Gaussian-shaped (a funnel, a multimodal network) can be further from it than "
+                   "from the prior: run with reference='prior' and compare")
     cold = diagnostics["local_acceptance"][0]
-    if cold < LOW_COLD_ACCEPTANCE:
-        problems.append(f"the cold rung's explorer accepted {cold:.3g} of its moves (below "
-                        f"{LOW_COLD_ACCEPTANCE}): its draws are nearly all repeats; warm up "
-                        "longer or tune the explorer (explorer_kwargs, e.g. a smaller step "
-                        "size or scale, or explorer='nuts')")
-    divergence = _divergence_problem(diagnostics, num_scans, on_divergence)
-    if divergence is not None:
-        problems.append(divergence)
+    log_z_error, log_z_problem = _log_z_review(diagnostics, betas, legs, 0 in blocked)
+    problems = [
+        # the rule the end of warmup warned by, on the sampling phase's estimate of the barrier
+        too_few_rungs(diagnostics["barrier"], legs or Legs.plain(len(temps)),
+                      f"over the {num_rounds} swap rounds of the sampling phase", max_replicas)
+        if num_rounds > 0 else None,
+        f"bottleneck: {'; '.join(bottlenecks)} (below {LOW_SWAP_ACCEPTANCE}); "
+        f"{_ladder_advice(diagnostics)}" if bottlenecks else None,
+        f"no round trip (cold -> hottest -> cold) in the {num_rounds} swap rounds of the "
+        "sampling phase: the cold chain has not seen what the hot rungs explore; "
+        f"{_ladder_advice(diagnostics)}, or sample longer" if no_round_trip else None,
+        _restart_problem(diagnostics, num_rounds),
+        further,
+        f"the cold rung's explorer accepted {cold:.3g} of its moves (below "
+        f"{LOW_COLD_ACCEPTANCE}): its draws are nearly all repeats; warm up longer or tune the "
+        "explorer (explorer_kwargs, e.g. a smaller step size or scale, or explorer='nuts')"
+        if cold < LOW_COLD_ACCEPTANCE else None,
+        _divergence_problem(diagnostics, num_scans, on_divergence),
+        f"the stepping-stone log Z = {diagnostics['log_Z']:.4g} is unreliable: "
+        f"{log_z_problem}; add rungs or sample longer before using it"
+        if log_z_problem is not None else None,
+    ]
+    return [p for p in problems if p is not None], log_z_error, log_z_problem
+
+
+def _log_z_review(diagnostics, betas, legs, first_blocked):
+    """``(log_z_error, log_z_problem)``: the Monte Carlo error of the first leg's log Z and why
+    it is unreliable (None if it is not)."""
     ll = diagnostics["tempering_record"]["log_likelihood"]
     if legs is not None:
         betas, ll = legs.pick(0, betas, columns=ll)
-    log_z_error, log_z_problem = math.nan, None
-    if len(betas) > 1 and ll.shape[0] > 0:
-        forward_error, reverse_error = stepping_stone_errors(betas, ll)
-        log_z_error = 0.5 * math.hypot(forward_error, reverse_error)
-        gap = abs(diagnostics["log_Z_forward"] - diagnostics["log_Z_reverse"])
-        error = math.hypot(forward_error, reverse_error)
-        if not math.isfinite(diagnostics["log_Z"]):
-            log_z_problem = (f"it is not finite (forward {diagnostics['log_Z_forward']:.4g}, "
-                             f"reverse {diagnostics['log_Z_reverse']:.4g})")
-        elif not gap <= LOG_Z_TOLERANCE * error:
-            log_z_problem = (f"forward {diagnostics['log_Z_forward']:.4g} and reverse "
-                             f"{diagnostics['log_Z_reverse']:.4g} estimates differ by "
-                             f"{gap:.3g}, more than {LOG_Z_TOLERANCE:g} times their Monte Carlo "
-                             f"error {error:.3g}")
-        elif first_blocked:
-            log_z_problem = "a pair is a bottleneck (see the swap acceptance)"
-    if log_z_problem is not None:
-        problems.append(f"the stepping-stone log Z = {diagnostics['log_Z']:.4g} is unreliable: "
-                        f"{log_z_problem}; add rungs or sample longer before using it")
-    return problems, log_z_error, log_z_problem
-
-
-def annotate(diagnostics, betas, num_rounds, num_scans=None, on_divergence=NUTS_INSTEAD,
-             reference=None, legs=None, max_replicas=None):
-    """Add the review to ``diagnostics`` (in place): ``warnings`` (a list of messages),
-    ``log_Z_error``, and in ``log_Z_meaning`` why log Z is unreliable where it is."""
-    problems, log_z_error, log_z_problem = review(diagnostics, betas, num_rounds, num_scans,
-                                                  on_divergence, reference, legs, max_replicas)
-    diagnostics["warnings"] = problems
-    diagnostics["log_Z_error"] = log_z_error
-    if log_z_problem is not None:
-        diagnostics["log_Z_meaning"] += UNRELIABLE + log_z_problem
-    return diagnostics
+    if not (len(betas) > 1 and ll.shape[0] > 0):
+        return math.nan, None
+    error = math.hypot(*stepping_stone_errors(betas, ll))
+    forward, reverse = diagnostics["log_Z_forward"], diagnostics["log_Z_reverse"]
+    gap = abs(forward - reverse)
+    problem = None
+    if not math.isfinite(diagnostics["log_Z"]):
+        problem = f"it is not finite (forward {forward:.4g}, reverse {reverse:.4g})"
+    elif not gap <= LOG_Z_TOLERANCE * error:
+        problem = (f"forward {forward:.4g} and reverse {reverse:.4g} estimates differ by "
+                   f"{gap:.3g}, more than {LOG_Z_TOLERANCE:g} times their Monte Carlo error "
+                   f"{error:.3g}")
+    elif first_blocked:
+        problem = "a pair is a bottleneck (see the swap acceptance)"
+    return 0.5 * error, problem
 
 
 def warning_text(problems):

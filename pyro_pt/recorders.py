@@ -14,6 +14,8 @@ from .ladder import temperatures_of
 from .legs import Legs
 from .lineages import IndexProcess, theoretical_round_trip_rate  # noqa: F401 (public here too)
 
+LOG_Z_KEYS = ("log_Z", "log_Z_forward", "log_Z_reverse")
+
 
 class SwapStatistics:
     """Swap attempts, acceptances and mean acceptance probabilities per adjacent pair. The
@@ -35,9 +37,7 @@ class SwapStatistics:
 
     def acceptance(self):
         """Mean acceptance probability per pair (NaN for a pair never attempted)."""
-        return [
-            s / n if n else math.nan for s, n in zip(self.prob_sum, self.attempts)
-        ]
+        return [s / n if n else math.nan for s, n in zip(self.prob_sum, self.attempts)]
 
     def rejection_rates(self):
         """``1 -`` the mean acceptance probability, per pair (NaN for a pair never attempted)."""
@@ -88,11 +88,9 @@ def _leg_statistics(betas, rejections, rungs, log_likelihoods):
         "theoretical_round_trip_rate": theoretical_round_trip_rate(known)
         if len(known) == len(rejections) and known else math.nan,
     }
-    if log_likelihoods.shape[0] > 0 and len(betas) > 1:
-        estimate, forward, reverse = stepping_stone(betas, log_likelihoods)
-        out.update(log_Z=estimate, log_Z_forward=forward, log_Z_reverse=reverse)
-    else:
-        out.update(log_Z=math.nan, log_Z_forward=math.nan, log_Z_reverse=math.nan)
+    estimates = (stepping_stone(betas, log_likelihoods)
+                 if log_likelihoods.shape[0] > 0 and len(betas) > 1 else (math.nan,) * 3)
+    out.update(zip(LOG_Z_KEYS, estimates))
     return out
 
 
@@ -127,7 +125,7 @@ def ladder_statistics(betas, acceptance, round_trips, num_rounds, log_likelihood
         "round_trip_rate": round_trips / num_rounds if num_rounds else math.nan,
         "theoretical_round_trip_rate": sum(rates),
     }
-    out.update({key: first[key] for key in ("log_Z", "log_Z_forward", "log_Z_reverse")})
+    out.update({key: first[key] for key in LOG_Z_KEYS})
     hottest = betas[legs.hots[0]]
     out["log_Z_meaning"] = (
         "log evidence log p(y) (the hottest rung is the prior)" if hottest == 0.0

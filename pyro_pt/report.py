@@ -14,7 +14,7 @@ import warnings
 import torch
 
 from .explorers import kind_of
-from .health import TemperingWarning, annotate, warning_text
+from .health import UNRELIABLE, TemperingWarning, review, warning_text
 from .barrier import global_barrier
 from .recorders import stepping_stone
 from .shortfall import too_few_rungs
@@ -221,10 +221,13 @@ class Reporting:
             out["log_Z_meaning"] = ("log evidence log p(y) (the hottest rung is the reference "
                                     f"q, a normalized {run.reference.kind} Gaussian)")
         # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
-        out = annotate(out, betas, num_rounds, max(0, scans - run.warmup_steps),
-                       kind_of(run.options.explorer).on_divergence,
-                       run.reference and run.reference.describe(), legs,
-                       run.growth and run.growth.max_replicas or None)
+        out["warnings"], out["log_Z_error"], unreliable = review(
+            out, betas, num_rounds, max(0, scans - run.warmup_steps),
+            kind_of(run.options.explorer).on_divergence,
+            run.reference and run.reference.describe(), legs,
+            run.growth and run.growth.max_replicas or None)
+        if unreliable is not None:
+            out["log_Z_meaning"] += UNRELIABLE + unreliable
         unfitted = run.refitting and run.refitting.problem()
         if unfitted:
             out["warnings"].append(unfitted)

@@ -1,10 +1,11 @@
 r"""
-A ladder with fewer rungs than its barrier calls for (:func:`~pyro_pt.barrier.recommended_replicas`):
-the one message of the end of warmup's warning (:class:`~pyro_pt.report.Report`) and of the
-end-of-run review (:func:`~pyro_pt.health.review`). A growing ladder's ``max_replicas`` is a
-budget, not a recommendation, so a ladder stopped at it is still short and is told to raise it.
-The two moments differ only in the draws the barrier was estimated on (warmup's last scans, or
-the sampling phase), which each names: by the Monte Carlo error of two estimates, never by rule.
+A ladder with fewer rungs than its barrier calls for
+(:func:`~pyro_pt.barrier.recommended_replicas`): the one message of the end of warmup's warning
+(:class:`~pyro_pt.report.Report`) and of the end-of-run review (:func:`~pyro_pt.health.review`).
+A growing ladder's ``max_replicas`` is a budget, not a recommendation, so a ladder stopped at it
+is still short and is told to raise it. The two moments differ only in the draws the barrier
+was estimated on (warmup's last scans, or the sampling phase), which each names: by the Monte
+Carlo error of two estimates, never by rule.
 
 Pure: no Pyro inference machinery.
 """
