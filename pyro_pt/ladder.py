@@ -98,8 +98,7 @@ class Ladder:
     def exact_hots(self):
         """The hottest rungs at beta = 0 (the prior, or a fitted q), drawn exactly: where
         tempered restarts begin (:mod:`pyro_pt.lineages`). Adaptation keeps the ends fixed."""
-        legs = getattr(self, "legs", None)
-        hots = legs.hots if legs is not None else [len(self.betas) - 1]
+        hots = self.legs.hots if self.legs is not None else [len(self.betas) - 1]
         return [h for h in hots if h > 0 and self.betas[h] == 0.0]
 
     def adapt(self, scan, rejection_rates, pair_barriers=None):
@@ -112,7 +111,7 @@ class Ladder:
         betas = list(self.betas)
         pairs = list(rejection_rates if pair_barriers is None else pair_barriers)
         unattempted = any(math.isnan(r) for r in rejection_rates + pairs)
-        legs = getattr(self, "legs", None)
+        legs = self.legs
         self.history.append({
             "scans": scan,
             "temperatures": temperatures_of(betas),

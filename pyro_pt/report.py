@@ -33,22 +33,17 @@ def _format_row(row):
     cells = []
     for name, digits in _PRINTED:
         value, width = row[name], _WIDTHS[name]
-        if value is None:  # restarts where the hot end is not drawn exactly
+        if value is None or digits is not None and math.isnan(value):  # unknown, or not counted
             cells.append(f"{'-':>{width}}")
-        elif digits is None:
-            cells.append(f"{value:>{width}}")
         else:
-            cells.append(f"{value:>{width}.{digits}f}" if not math.isnan(value)
-                         else f"{'-':>{width}}")
+            cells.append(f"{value:>{width}}" if digits is None else f"{value:>{width}.{digits}f}")
     return " ".join(cells)
 
 
 def _progress_bar_active():
-    """Whether a visible tqdm bar (Pyro's MCMC progress bar) is on screen."""
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm comes with Pyro
-        return False
+    """Whether a visible tqdm bar (Pyro's MCMC progress bar; tqdm comes with Pyro) is on screen."""
+    from tqdm import tqdm
+
     return any(not getattr(bar, "disable", True) for bar in list(getattr(tqdm, "_instances", ())))
 
 
