@@ -17,23 +17,19 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     ``arviz.InferenceData`` under ArviZ < 1, an ``xarray.DataTree`` with the same groups and
     numbers under ArviZ >= 1.
 
-    The groups come from the cold chain's samples and the model itself (no
-    :func:`arviz.from_pyro`, so ``PyroModule`` networks and ``X @ w`` regressions get their
-    log-likelihood too; see :func:`pyro_arviz.pointwise_log_likelihood`): ``posterior`` (with
-    the ``pyro.deterministic`` sites at each draw), ``log_likelihood`` (the data sites only:
-    ``obs=`` and ``pyro.factor`` sites, the terms the tempering scales; docs/design.md,
-    "``pyro.factor`` terms"), ``posterior_predictive``,
-    ``observed_data`` (these three without masked observations, :mod:`pyro_arviz.masked`) and
-    ``sample_stats``, which holds ``diverging`` and the tempering record:
+    The groups come from the cold chain's samples and the model itself (docs/design.md, "ArviZ
+    export"): ``posterior`` (with the ``pyro.deterministic`` sites at each draw),
+    ``log_likelihood`` (the data sites: ``obs=`` and ``pyro.factor``, the terms the tempering
+    scales), ``posterior_predictive``, ``observed_data`` (these three without masked
+    observations) and ``sample_stats``, which holds ``diverging`` and the tempering record:
 
     - ``tempered_log_likelihood`` (chain, draw, temperature): ll of the state at each rung;
     - ``swap_accepted`` (chain, draw, swap_pair): 1 accepted, 0 refused, NaN not attempted;
     - ``ladder_temperature`` and ``ladder_beta`` (chain, temperature): each chain's final
       ladder (with ``adapt_temperatures`` every chain adapts its own);
-    - ``pair_barrier`` (chain, swap_pair): the barrier :math:`\Lambda_i` between each pair's
-      rungs (the rejection rate :math:`r_i` where it does not saturate, else from the rungs'
-      own ll draws; :func:`~pyro_pt.barrier.pair_barriers`), and ``rung_barrier`` (chain,
-      temperature): :math:`\lambda(\beta_k)` from each rung's ll draws;
+    - ``pair_barrier`` (chain, swap_pair): each pair's barrier :math:`\Lambda_i`
+      (:func:`~pyro_pt.barrier.pair_barriers`), and ``rung_barrier`` (chain, temperature):
+      :math:`\lambda(\beta_k)` from each rung's ll draws;
     - ``local_barrier`` (chain, swap_pair): the local communication barrier
       :math:`\lambda(\beta) \approx \Lambda_i / (\beta_i - \beta_{i+1})` at the pair's
       mid-point ``local_barrier_beta``;
@@ -69,22 +65,23 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     diagnostics = mcmc.diagnostics()
     groups = pyro_arviz.mcmc_groups(mcmc, log_likelihood=log_likelihood)
     chains = sorted(diagnostics["tempering_record"], key=lambda c: int(c.split()[-1]))
-    records = [diagnostics["tempering_record"][c] for c in chains]
+
+    def of(key):  # the chains' values of a diagnostic, in chain order
+        return [diagnostics[key][c] for c in chains]
+
+    records = of("tempering_record")
     # Each chain adapts (and may grow) its own ladder: the coordinates are those of the chain
     # with the most rungs (the first such), the variables per chain, NaN past a chain's rungs.
-    sizes = [len(diagnostics["temperatures"][c]) for c in chains]
+    sizes = [len(t) for t in of("temperatures")]
     widest = chains[sizes.index(max(sizes))]
     temperatures = np.asarray(diagnostics["temperatures"][widest], dtype=np.float64)
     rungs, pairs = len(temperatures), len(temperatures) - 1
-    ladders = _padded([diagnostics["temperatures"][c] for c in chains], rungs)
+    ladders = _padded(of("temperatures"), rungs)
     pair = np.arange(pairs)
     # a stabilized ladder's two legs (pyro_pt.legs): pair m - 1 is the bridge of the cold rungs
-    legs = diagnostics.get("legs", {}).get(widest)
-    legs = Legs([len(leg["temperatures"]) for leg in legs.values()] if legs
-                else [len(temperatures)])
+    legs = Legs.of(diagnostics.get("legs", {}).get(widest), len(temperatures))
     colder, hotter = (list(rungs) for rungs in zip(*legs.pairs)) if legs.pairs else ([], [])
-    local = _padded([np.reshape(diagnostics["local_barrier"][c], (-1, 2)) for c in chains],
-                    pairs, axis=0)
+    local = _padded([np.reshape(b, (-1, 2)) for b in of("local_barrier")], pairs, axis=0)
     record = {
         "tempered_log_likelihood": _padded([r["log_likelihood"].numpy() for r in records], rungs),
         "swap_accepted": _padded([r["swap_accepted"].numpy() for r in records], pairs),
@@ -94,8 +91,8 @@ def to_inference_data(mcmc, *, log_likelihood=True):
         "ladder_beta": _betas(ladders),
         "local_barrier_beta": local[..., 0],
         "local_barrier": local[..., 1],
-        "pair_barrier": _padded([diagnostics["pair_barrier"][c] for c in chains], pairs),
-        "rung_barrier": _padded([diagnostics["rung_barrier"][c] for c in chains], rungs),
+        "pair_barrier": _padded(of("pair_barrier"), pairs),
+        "rung_barrier": _padded(of("rung_barrier"), rungs),
     }
     dims = {"tempered_log_likelihood": ["temperature"], "swap_accepted": ["swap_pair"],
             "ladder_temperature": ["temperature"], "ladder_beta": ["temperature"],
@@ -114,23 +111,19 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     stats = groups["sample_stats"]
     stats = stats.merge(pyro_arviz.dataset(record, dims=dims, coords=coords))
     stats = stats.merge(pyro_arviz.dataset(per_chain, sample_dims=("chain",), dims=dims, coords=coords))
-    stats.attrs["swap_acceptance"] = _padded(
-        [diagnostics["swap_acceptance"][c] for c in chains], pairs).ravel()
-    stats.attrs["round_trips"] = np.asarray(
-        [diagnostics["round_trips"][c] for c in chains], dtype=np.int64
-    )
+    stats.attrs["swap_acceptance"] = _padded(of("swap_acceptance"), pairs).ravel()
     # tempered restarts (pyro_pt.lineages); NaN where the hot end is not drawn exactly
-    stats.attrs["restarts"] = np.asarray(
-        [math.nan if diagnostics["restarts"][c] is None else diagnostics["restarts"][c]
-         for c in chains], dtype=np.float64)
-    for key, dtype in (("barrier", np.float64), ("log_Z", np.float64),
-                       ("recommended_replicas", np.int64), ("round_trip_rate", np.float64),
+    stats.attrs["restarts"] = np.asarray([math.nan if r is None else r for r in of("restarts")],
+                                         dtype=np.float64)
+    for key, dtype in (("round_trips", np.int64), ("barrier", np.float64),
+                       ("log_Z", np.float64), ("recommended_replicas", np.int64),
+                       ("round_trip_rate", np.float64),
                        ("theoretical_round_trip_rate", np.float64)):
-        stats.attrs[key] = np.asarray([diagnostics[key][c] for c in chains], dtype=dtype)
+        stats.attrs[key] = np.asarray(of(key), dtype=dtype)
     if legs.stabilized:  # the top-level barrier and log Z are the reference leg's
         for key in ("barrier", "log_Z"):
             stats.attrs[f"{key}_prior_leg"] = np.asarray(
-                [diagnostics["legs"][c]["prior"][key] for c in chains], dtype=np.float64)
+                [leg["prior"][key] for leg in of("legs")], dtype=np.float64)
     stats.attrs["log_Z_meaning"] = diagnostics["log_Z_meaning"][chains[0]]
     stats.attrs["tempering"] = "likelihood-only (pyro_pt.ParallelTempering)"
     groups["sample_stats"] = stats

@@ -1,24 +1,11 @@
 r"""
-The communication barrier from each rung's own log-likelihood draws, which does not saturate.
+The communication barrier, from the swaps' rejection rates and from each rung's own ll draws.
 
-A pair's rejection rate estimates the barrier between its two rungs only while it is small:
-:math:`r_i = \Lambda(\beta_i) - \Lambda(\beta_{i+1}) + O(|\beta_i - \beta_{i+1}|^3)`, and
-:math:`r_i \le 1` however high the barrier (Syed et al. 2021, Thm. 2). A pair that never swaps
-therefore looks no harder than one that rejects half of its swaps, and an adaptation fed with
-rejection rates alone under-weights the worst bottleneck. The local barrier has a second
-expression that needs no swap at all,
-
-.. math::
-
-    \lambda(\beta) = \tfrac12\, \mathbb E\, |\ell(X) - \ell(X')|,
-    \qquad X, X' \overset{iid}{\sim} \pi_\beta
-
-(Syed et al. 2021, Sec. 3), which each rung's record of :math:`\ell` estimates whatever its
-neighbours do. Here it is estimated from one autocorrelated chain by the mean absolute
-difference over all pairs of draws at least one integrated autocorrelation time apart (pairs
-closer in time are not independent and would bias it down), and integrated between rungs as
-:math:`c / (b + \beta)`, the barrier of a Gaussian posterior whose precision is the prior's plus
-:math:`\beta` times the data's (:func:`integrated_barrier`).
+A pair's rejection rate :math:`r_i \le 1` tracks its barrier only while it is small (Syed et
+al. 2021, Thm. 2), so a pair that never swaps looks no harder than one that rejects half of its
+swaps. :math:`\lambda(\beta) = \tfrac12\, \mathbb E\, |\ell(X) - \ell(X')|` (Sec. 3) needs
+no swap: estimated per rung (:func:`local_barrier`) and integrated between rungs
+(:func:`integrated_barrier`); docs/design.md, "The barrier".
 
 Pure: torch, and :mod:`pyro.ops.stats` for the effective sample size (imported when first
 needed: importing any ``pyro`` module runs ``pyro/__init__``, which loads the inference code).
@@ -51,12 +38,11 @@ def autocorrelation_time(values):
 def local_barrier(log_likelihoods):
     r"""
     :math:`\hat\lambda(\beta) = \tfrac12\,\overline{|\ell_s - \ell_t|}` over the pairs of draws
-    ``(s, t)`` of one rung's chain with :math:`|s - t| \ge \lceil\tau\rceil`, :math:`\tau` the
-    chain's integrated autocorrelation time. Costs :math:`O(n \log n + n\tau)`: the sum over all
-    pairs from the sorted draws, minus the pairs closer than :math:`\tau`.
-
-    :param torch.Tensor log_likelihoods: ``(num_draws,)``, one rung's ll in draw order.
-    :returns: float (NaN with fewer than two usable draws or a non-finite draw).
+    ``(s, t)`` of one rung's chain (``(num_draws,)``, in draw order) at least
+    :math:`\lceil\tau\rceil` apart, :math:`\tau` its integrated autocorrelation time (closer
+    pairs are not independent and would bias it down). :math:`O(n \log n + n\tau)`: the sum over
+    all pairs from the sorted draws, minus the pairs closer than :math:`\tau`. NaN with fewer
+    than two draws or a non-finite one.
     """
     x = torch.as_tensor(log_likelihoods, dtype=torch.float64).reshape(-1)
     n = x.numel()
@@ -92,17 +78,11 @@ def integrated_barrier(beta_hot, beta_cold, lambda_hot, lambda_cold):
 
 def pair_barriers(betas, rejection_rates, rung_lambdas):
     r"""
-    The barrier between each adjacent pair of rungs, :math:`\Lambda(\beta_i) - \Lambda(\beta_{i+1})`.
-
-    The rejection rate :math:`r_i` where it is informative (:math:`r_i \le` ``SATURATED``);
-    above, where it saturates, the larger of :math:`r_i` and the integral of the rungs'
-    log-likelihood estimates :func:`local_barrier`. A pair never attempted (NaN rate) takes the
-    integral alone; with neither, NaN.
-
-    :param list betas: inverse temperatures, cold first, decreasing.
-    :param list rejection_rates: ``r_i`` per pair (NaN: never attempted).
-    :param list rung_lambdas: :func:`local_barrier` of each rung (NaN: unknown).
-    :returns: list of K - 1 floats, not capped at 1.
+    The barrier :math:`\Lambda(\beta_i) - \Lambda(\beta_{i+1})` of each adjacent pair (K - 1
+    floats, not capped at 1): its rejection rate :math:`r_i` while :math:`r_i \le` ``SATURATED``;
+    above, the larger of :math:`r_i` and the integral of the rungs' :func:`local_barrier`
+    (``rung_lambdas``). A pair never attempted (NaN rate) takes the integral alone; with
+    neither, NaN.
     """
     out = []
     for i, r in enumerate(rejection_rates):
@@ -124,28 +104,19 @@ def global_barrier(pair_barriers):
 
 def recommended_replicas(barrier, stabilized=False):
     r"""The rungs a barrier calls for, the one rule of the package: :math:`\lceil 2\Lambda
-    \rceil`, at least 2; about :math:`2\Lambda` rungs keep every pair's rejection rate near 1/2
-    or below (Syed et al. 2021, Sec. 5.3). ``stabilized``: ``barrier`` is the leg to q of a
-    two-leg ladder, which gets ``ceil(K / 2)`` of the K rungs (:mod:`pyro_pt.legs`), so K is
-    twice its rungs less one; at least 4. The diagnostics' ``recommended_replicas``, the end of
-    warmup's warning and the review (:mod:`pyro_pt.shortfall`) use it as it is; a growing ladder
-    (:mod:`pyro_pt.growth`) grows to it capped by ``max_replicas``."""
+    \rceil`, at least 2, which keep every pair's rejection rate near 1/2 or below (Syed et al.
+    2021, Sec. 5.3). ``stabilized``: ``barrier`` is the leg to q of a two-leg ladder, which gets
+    ``ceil(K / 2)`` of the K rungs (:mod:`pyro_pt.legs`), so K is twice its rungs less one; at
+    least 4. Every user takes it as it is (:mod:`pyro_pt.shortfall`); a growing ladder
+    (:mod:`pyro_pt.growth`) caps it by ``max_replicas``."""
     rungs = max(2, math.ceil(2 * barrier)) if math.isfinite(barrier) else 2
     return max(4, 2 * rungs - 1) if stabilized else rungs
 
 
 def cumulative_barrier(pair_barriers):
-    r"""
-    The cumulative communication barrier at each rung, :math:`\Lambda(\beta_k) = \sum_{i<k}
-    \Lambda_i`, :math:`\Lambda_i` the barrier of pair i (:func:`~pyro_pt.barrier.pair_barriers`;
-    a rejection rate where it does not saturate, Syed et al. 2021, Thm. 2). Rungs are listed
-    cold first, so the barrier grows towards the hot end; the last entry is the global barrier
-    :math:`\Lambda`. Increments are not capped at 1: a pair that never swaps can hold a barrier
-    of many units.
-
-    :param list pair_barriers: :math:`\Lambda_i` of each adjacent pair, cold first.
-    :returns: list of K cumulative barriers, starting at 0.
-    """
+    r"""The cumulative barrier :math:`\Lambda(\beta_k) = \sum_{i<k} \Lambda_i` at each of the K
+    rungs, cold first (so it starts at 0 and ends at :math:`\Lambda`); the pairs' barriers
+    (:func:`pair_barriers`) are not capped at 1: a pair that never swaps can hold many units."""
     out = [0.0]
     for b in pair_barriers:
         out.append(out[-1] + max(float(b), 0.0))
@@ -153,14 +124,14 @@ def cumulative_barrier(pair_barriers):
 
 
 def rung_barriers(log_likelihoods, num_rungs):
-    """:func:`~pyro_pt.barrier.local_barrier` of each rung's column of an ll record
-    ``(num_draws, K)`` (NaN for all without draws)."""
+    """:func:`local_barrier` of each rung's column of an ll record ``(num_draws, K)`` (NaN for
+    all without draws)."""
     ll = torch.as_tensor(log_likelihoods, dtype=torch.float64).reshape(-1, num_rungs)
     return [local_barrier(ll[:, k]) for k in range(num_rungs)]
 
 
 def leg_pair_barriers(legs, betas, rejection_rates, rung_lambdas):
-    """:func:`~pyro_pt.barrier.pair_barriers` of each of the ``legs``, joined (the bridge's
-    barrier is 0: its two rungs target the same distribution)."""
+    """:func:`pair_barriers` of each of the ``legs``, joined (the bridge's barrier is 0: its two
+    rungs target the same distribution)."""
     return legs.join([pair_barriers(*legs.pick(leg, betas, rejection_rates, rung_lambdas))
                       for leg in range(len(legs.spans))])

@@ -1,12 +1,7 @@
-"""Plain words for what went wrong with a model: setup failures, and why the captured graph
-fell back to Pyro's trace.
-
-The potential (:mod:`pyro_pt.potential`) raises what it meets where it meets it (a missing site,
-no finite starting point, a discrete latent, an improper prior it cannot start from); a model
-whose plates draw a random subsample is refused once it is traced
-(:func:`refuse_random_subsampling`); the kernel runs its setup and scans inside
-:func:`model_errors`, which looks at the model once more (only after a failure, so a healthy run
-draws exactly what it did) and raises an error that names the site and says what to do.
+"""Plain words for what went wrong with a model: set-up failures, and why the captured graph
+fell back to Pyro's trace. :func:`model_errors` looks at the model once more only after a
+failure (so a healthy run draws exactly what it did) and raises an error that names the site
+and says what to do.
 """
 
 import contextlib

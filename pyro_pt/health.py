@@ -1,30 +1,15 @@
 r"""
 The end-of-run review of a tempered run: what in its sampling phase makes it untrustworthy,
-said with the numbers and what to do.
+said with the numbers and what to do (each message says why; docs/layout.md, "Diagnostics").
+A ladder with fewer rungs than its barrier calls for is told by :mod:`pyro_pt.shortfall`, the
+rule the end of warmup warns by.
 
-A run is flagged when
-
-- it has fewer rungs than the sampling phase's barrier calls for (about 2 Lambda,
-  :func:`~pyro_pt.shortfall.too_few_rungs`: the rule the end of warmup warns by);
-- a pair's swap acceptance is below :data:`LOW_SWAP_ACCEPTANCE` (0.1): a bottleneck, the
-  replicas on either side of it barely exchange (the rule of thumb of the plot's band);
-- the sampling phase has no round trip (cold -> hottest -> cold): no replica brought what
-  the hot rungs explored down to the cold chain, which is then a single-temperature chain;
-- the cold rung's explorer accepts under :data:`LOW_COLD_ACCEPTANCE` (1 %) of its moves:
-  the cold chain changes only through swaps, and its draws are nearly all repeats;
-- the cold chain has a divergent transition in its sampling phase: its draws miss a region
-  where the step was too long for the curvature (a funnel's neck), so its averages are biased
-  (Stan warns after any divergence too); the message counts them per temperature and says
-  which rungs warmup already gave a higher target acceptance;
-- the stepping-stone log Z is unreliable: a pair is a bottleneck (the importance weights of
-  its log-mean-exp are then dominated by a few draws), or the forward and reverse estimates
-  differ by more than :data:`LOG_Z_TOLERANCE` (3) times their Monte Carlo error.
-
-The Monte Carlo error of one pair's term :math:`\log \overline{w}`, :math:`w_n = e^{\Delta
-\ell_n}`, is the delta method's :math:`\mathrm{sd}(w) / (\overline{w} \sqrt{n_{eff}})` with
-:math:`n_{eff}` the effective sample size of the weights (autocorrelated draws of one rung);
-the terms of the pairs add in variance. Both estimators are consistent and their biases are
-of the order of the squared error, so outside three errors they do not estimate one number.
+log Z is unreliable where a pair is a bottleneck (its log-mean-exp's weights are then dominated
+by a few draws) or where the forward and reverse estimates differ by more than
+:data:`LOG_Z_TOLERANCE` times their Monte Carlo error: each pair's term's error is the delta
+method's :math:`\mathrm{sd}(w) / (\overline{w} \sqrt{n_{eff}})`, :math:`w_n = e^{\Delta \ell_n}`,
+and the pairs' add in variance. Both estimators are consistent with biases of the order of the
+squared error, so outside three errors they do not estimate one number.
 
 Pure: torch, and :mod:`pyro.ops.stats` for the effective sample size (imported when first
 needed, as :mod:`pyro_pt.barrier` does).
@@ -43,9 +28,12 @@ import math
 import torch
 
 from .legs import Legs
+from .recorders import stepping_stone_terms
 from .shortfall import too_few_rungs
 
+# A pair below it is a bottleneck: the replicas on either side of it barely exchange.
 LOW_SWAP_ACCEPTANCE = 0.1
+# A cold explorer below it changes only through swaps: its draws are nearly all repeats.
 LOW_COLD_ACCEPTANCE = 0.01
 LOG_Z_TOLERANCE = 3.0
 # Fewer tempered restarts than this in the sampling phase warn: a mode's share is then known
@@ -64,10 +52,8 @@ class TemperingWarning(UserWarning):
 
 
 def log_mean_exp_error(values):
-    r"""
-    Monte Carlo standard error of :math:`\log \frac1n \sum_n e^{a_n}` for autocorrelated
-    draws ``values`` :math:`a_n` (delta method, effective sample size of :math:`e^{a_n}`).
-    """
+    r"""Monte Carlo standard error of :math:`\log \frac1n \sum_n e^{a_n}` for autocorrelated
+    draws ``values`` :math:`a_n` (delta method, effective sample size of :math:`e^{a_n}`)."""
     a = torch.as_tensor(values, dtype=torch.float64)
     if a.numel() < 2:
         return math.inf
@@ -86,12 +72,10 @@ def log_mean_exp_error(values):
 def stepping_stone_errors(betas, log_likelihoods):
     """Monte Carlo errors ``(forward, reverse)`` of :func:`~pyro_pt.recorders.stepping_stone`
     on the same draws ``log_likelihoods`` ``(num_draws, K)``."""
-    ll = torch.as_tensor(log_likelihoods, dtype=torch.float64)
     forward = reverse = 0.0
-    for i in range(len(betas) - 1):
-        delta = betas[i] - betas[i + 1]
-        forward += log_mean_exp_error(delta * ll[:, i + 1]) ** 2
-        reverse += log_mean_exp_error(-delta * ll[:, i]) ** 2
+    for hot, cold in stepping_stone_terms(betas, log_likelihoods):
+        forward += log_mean_exp_error(hot) ** 2
+        reverse += log_mean_exp_error(cold) ** 2
     return math.sqrt(forward), math.sqrt(reverse)
 
 
@@ -191,32 +175,23 @@ NUTS_INSTEAD = "try explorer='nuts'"  # the default explorer kind's advice
 def review(diagnostics, betas, num_rounds, num_scans=None, on_divergence=NUTS_INSTEAD,
            reference=None, legs=None, max_replicas=None):
     """
-    The problems of a run's sampling phase, from its diagnostics (the kernel's
-    :meth:`~pyro_pt.ParallelTempering.diagnostics`, before review).
+    ``(problems, log_z_error, log_z_problem)`` of a run's sampling phase: a message per
+    problem, the Monte Carlo error of log Z, why log Z is unreliable (None if it is not).
 
-    :param dict diagnostics: swap acceptance, temperatures, round trips, local acceptance,
-        barrier, recommended replicas, log Z (forward and reverse) and the tempering record.
+    :param dict diagnostics: the kernel's :meth:`~pyro_pt.ParallelTempering.diagnostics`,
+        before review.
     :param list betas: the sampling phase's inverse temperatures, cold first.
     :param int num_rounds: swap rounds in the sampling phase.
-    :param int num_scans: the sampling phase's explorer transitions per rung (to say what
-        share of them diverged).
-    :param str on_divergence: what the rungs' explorer kind says to try when the cold chain
-        diverges (:class:`~pyro_pt.explorers.registry.ExplorerKind`), None for nothing.
-    :param str reference: the fitted reference's description (``explorer_info["reference"]``),
-        None for the prior: a stuck run against it is told to compare with the prior.
-    :param Legs legs: the ladder's legs (:mod:`pyro_pt.legs`); log Z is the first leg's.
-    :param int max_replicas: the cap of a growing ladder (None: it does not grow), for the
-        advice when the ladder has fewer rungs than its barrier calls for.
-    :returns: ``(problems, log_z_error, log_z_problem)``: a list of messages, one per
-        problem; the Monte Carlo error of log Z; why log Z is unreliable (None if it is not).
+    :param int num_scans: explorer transitions per rung (what share of them diverged).
+    :param str on_divergence: what the explorer kind says to try when the cold chain diverges
+        (:class:`~pyro_pt.explorers.registry.ExplorerKind`), None for nothing.
+    :param str reference: the fitted reference's description, None for the prior: a stuck run
+        against it is told to compare with the prior.
+    :param Legs legs: the ladder's legs; log Z is the first leg's.
+    :param int max_replicas: the cap of a growing ladder (None: it does not grow).
     """
     temps, acceptance = diagnostics["temperatures"], diagnostics["swap_acceptance"]
-    problems, bottlenecks, blocked = [], [], set()
-    # the rule the end of warmup warned by, on the sampling phase's estimate of the barrier
-    short = too_few_rungs(diagnostics["barrier"], legs or Legs.plain(len(temps)),
-                          f"over the {num_rounds} swap rounds of the sampling phase", max_replicas)
-    if short is not None and num_rounds > 0:
-        problems.append(short)
+    bottlenecks, blocked = [], set()
     for i, a in enumerate(acceptance):
         if a < LOW_SWAP_ACCEPTANCE:  # False for NaN, a pair never attempted
             ends = (_rung(temps, i, legs, reference), _rung(temps, i + 1, legs, reference))
@@ -224,72 +199,61 @@ def review(diagnostics, betas, num_rounds, num_scans=None, on_divergence=NUTS_IN
                                "its swaps")
             blocked.add(0 if legs is None else legs.leg_of(i))
     # Two legs: replicas still travel while one leg has no bottleneck; log Z is the first's.
-    first_blocked = 0 in blocked
     if legs is not None and len(blocked) < len(legs.spans):
         bottlenecks = []
-    if bottlenecks:
-        problems.append(f"bottleneck: {'; '.join(bottlenecks)} (below {LOW_SWAP_ACCEPTANCE}); "
-                        f"{_ladder_advice(diagnostics)}")
     no_round_trip = len(temps) > 1 and num_rounds > 0 and diagnostics["round_trips"] == 0
-    if no_round_trip:
-        problems.append(f"no round trip (cold -> hottest -> cold) in the {num_rounds} swap "
-                        "rounds of the sampling phase: the cold chain has not seen what the hot "
-                        f"rungs explore; {_ladder_advice(diagnostics)}, or sample longer")
-    restart = _restart_problem(diagnostics, num_rounds)
-    if restart is not None:
-        problems.append(restart)
     further = _further_than_the_prior(diagnostics, reference)
-    if further is not None:
-        problems.append(further)
-    elif reference is not None and (bottlenecks or no_round_trip):
-        problems.append(f"the hot end is a fitted Gaussian ({reference}), and a posterior that "
-                        "is not Gaussian-shaped (a funnel, a multimodal network) can be further "
-                        "from it than from the prior: run with reference='prior' and compare")
+    if further is None and reference is not None and (bottlenecks or no_round_trip):
+        further = (f"the hot end is a fitted Gaussian ({reference}), and a posterior that is not "
+                   "Gaussian-shaped (a funnel, a multimodal network) can be further from it than "
+                   "from the prior: run with reference='prior' and compare")
     cold = diagnostics["local_acceptance"][0]
-    if cold < LOW_COLD_ACCEPTANCE:
-        problems.append(f"the cold rung's explorer accepted {cold:.3g} of its moves (below "
-                        f"{LOW_COLD_ACCEPTANCE}): its draws are nearly all repeats; warm up "
-                        "longer or tune the explorer (explorer_kwargs, e.g. a smaller step "
-                        "size or scale, or explorer='nuts')")
-    divergence = _divergence_problem(diagnostics, num_scans, on_divergence)
-    if divergence is not None:
-        problems.append(divergence)
+    log_z_error, log_z_problem = _log_z_review(diagnostics, betas, legs, 0 in blocked)
+    problems = [
+        # the rule the end of warmup warned by, on the sampling phase's estimate of the barrier
+        too_few_rungs(diagnostics["barrier"], legs or Legs.plain(len(temps)),
+                      f"over the {num_rounds} swap rounds of the sampling phase", max_replicas)
+        if num_rounds > 0 else None,
+        f"bottleneck: {'; '.join(bottlenecks)} (below {LOW_SWAP_ACCEPTANCE}); "
+        f"{_ladder_advice(diagnostics)}" if bottlenecks else None,
+        f"no round trip (cold -> hottest -> cold) in the {num_rounds} swap rounds of the "
+        "sampling phase: the cold chain has not seen what the hot rungs explore; "
+        f"{_ladder_advice(diagnostics)}, or sample longer" if no_round_trip else None,
+        _restart_problem(diagnostics, num_rounds),
+        further,
+        f"the cold rung's explorer accepted {cold:.3g} of its moves (below "
+        f"{LOW_COLD_ACCEPTANCE}): its draws are nearly all repeats; warm up longer or tune the "
+        "explorer (explorer_kwargs, e.g. a smaller step size or scale, or explorer='nuts')"
+        if cold < LOW_COLD_ACCEPTANCE else None,
+        _divergence_problem(diagnostics, num_scans, on_divergence),
+        f"the stepping-stone log Z = {diagnostics['log_Z']:.4g} is unreliable: "
+        f"{log_z_problem}; add rungs or sample longer before using it"
+        if log_z_problem is not None else None,
+    ]
+    return [p for p in problems if p is not None], log_z_error, log_z_problem
+
+
+def _log_z_review(diagnostics, betas, legs, first_blocked):
+    """``(log_z_error, log_z_problem)``: the Monte Carlo error of the first leg's log Z and why
+    it is unreliable (None if it is not)."""
     ll = diagnostics["tempering_record"]["log_likelihood"]
     if legs is not None:
         betas, ll = legs.pick(0, betas, columns=ll)
-    log_z_error, log_z_problem = math.nan, None
-    if len(betas) > 1 and ll.shape[0] > 0:
-        forward_error, reverse_error = stepping_stone_errors(betas, ll)
-        log_z_error = 0.5 * math.hypot(forward_error, reverse_error)
-        gap = abs(diagnostics["log_Z_forward"] - diagnostics["log_Z_reverse"])
-        error = math.hypot(forward_error, reverse_error)
-        if not math.isfinite(diagnostics["log_Z"]):
-            log_z_problem = (f"it is not finite (forward {diagnostics['log_Z_forward']:.4g}, "
-                             f"reverse {diagnostics['log_Z_reverse']:.4g})")
-        elif not gap <= LOG_Z_TOLERANCE * error:
-            log_z_problem = (f"forward {diagnostics['log_Z_forward']:.4g} and reverse "
-                             f"{diagnostics['log_Z_reverse']:.4g} estimates differ by "
-                             f"{gap:.3g}, more than {LOG_Z_TOLERANCE:g} times their Monte Carlo "
-                             f"error {error:.3g}")
-        elif first_blocked:
-            log_z_problem = "a pair is a bottleneck (see the swap acceptance)"
-    if log_z_problem is not None:
-        problems.append(f"the stepping-stone log Z = {diagnostics['log_Z']:.4g} is unreliable: "
-                        f"{log_z_problem}; add rungs or sample longer before using it")
-    return problems, log_z_error, log_z_problem
-
-
-def annotate(diagnostics, betas, num_rounds, num_scans=None, on_divergence=NUTS_INSTEAD,
-             reference=None, legs=None, max_replicas=None):
-    """Add the review to ``diagnostics`` (in place): ``warnings`` (a list of messages),
-    ``log_Z_error``, and in ``log_Z_meaning`` why log Z is unreliable where it is."""
-    problems, log_z_error, log_z_problem = review(diagnostics, betas, num_rounds, num_scans,
-                                                  on_divergence, reference, legs, max_replicas)
-    diagnostics["warnings"] = problems
-    diagnostics["log_Z_error"] = log_z_error
-    if log_z_problem is not None:
-        diagnostics["log_Z_meaning"] += UNRELIABLE + log_z_problem
-    return diagnostics
+    if not (len(betas) > 1 and ll.shape[0] > 0):
+        return math.nan, None
+    error = math.hypot(*stepping_stone_errors(betas, ll))
+    forward, reverse = diagnostics["log_Z_forward"], diagnostics["log_Z_reverse"]
+    gap = abs(forward - reverse)
+    problem = None
+    if not math.isfinite(diagnostics["log_Z"]):
+        problem = f"it is not finite (forward {forward:.4g}, reverse {reverse:.4g})"
+    elif not gap <= LOG_Z_TOLERANCE * error:
+        problem = (f"forward {forward:.4g} and reverse {reverse:.4g} estimates differ by "
+                   f"{gap:.3g}, more than {LOG_Z_TOLERANCE:g} times their Monte Carlo error "
+                   f"{error:.3g}")
+    elif first_blocked:
+        problem = "a pair is a bottleneck (see the swap acceptance)"
+    return 0.5 * error, problem
 
 
 def warning_text(problems):

@@ -1,9 +1,8 @@
-"""Temperature ladders: geometric, explicit, and with a prior rung (T = inf, beta = 0), and
-their round-based adaptation.
+"""Temperature ladders (geometric, explicit, with a prior rung) and their round-based
+adaptation; docs/design.md, "Ladders".
 
-Pure: no Pyro inference machinery. Rungs are listed cold first, ``T_0 = 1``. A run's
-:class:`Ladder` is the one place its inverse temperatures live; :func:`inverse_temperatures`
-and :func:`temperatures_of` are the one conversion pair.
+Pure: no Pyro inference machinery. Rungs are listed cold first, ``T_0 = 1``.
+:func:`inverse_temperatures` and :func:`temperatures_of` are the one conversion pair.
 """
 
 import math
@@ -13,16 +12,11 @@ from .barrier import cumulative_barrier
 
 def geometric_ladder(num_replicas, max_temperature):
     r"""
-    The geometric ladder :math:`T_k = T_{max}^{k/(K-1)}`, :math:`k = 0, \dots, K-1`.
+    The K = ``num_replicas`` temperatures :math:`T_k = T_{max}^{k/(K-1)}`, increasing from 1.0.
 
-    With ``max_temperature=float("inf")`` the hottest rung is the prior (:math:`\beta = 0`) and
-    the inverse temperatures are equally spaced, :math:`\beta_k = 1 - k/(K-1)`: a geometric
-    ladder cannot reach :math:`\beta = 0`, and equal spacing is the usual starting schedule of
-    non-reversible tempering (Syed et al. 2021) before adaptation moves the rungs.
-
-    :param int num_replicas: K, at least 2.
-    :param float max_temperature: :math:`T_{max} > 1`, or ``inf`` for a prior rung.
-    :returns: list of K temperatures, increasing, starting at 1.0.
+    With ``max_temperature=float("inf")`` the hottest rung is the prior (:math:`\beta = 0`),
+    which a geometric ladder cannot reach: the betas are then equally spaced,
+    :math:`\beta_k = 1 - k/(K-1)`, non-reversible tempering's usual start (Syed et al. 2021).
     """
     if isinstance(num_replicas, bool) or not isinstance(num_replicas, int):
         raise TypeError(f"num_replicas must be an int, got {num_replicas!r}")
@@ -46,12 +40,9 @@ def geometric_ladder(num_replicas, max_temperature):
 
 
 def validate_temperatures(temperatures):
-    """
-    Check an explicit ladder: starting at exactly 1.0, strictly increasing; only the last may be
-    ``inf`` (the prior rung). ``[1.0]`` alone is allowed: one cold chain, no swaps (a baseline).
-
-    :returns: the ladder as a list of floats.
-    """
+    """An explicit ladder as a list of floats, checked: starting at exactly 1.0, strictly
+    increasing; only the last may be ``inf`` (the prior rung). ``[1.0]`` alone is allowed: one
+    cold chain, no swaps (a baseline)."""
     try:
         temps = [float(t) for t in temperatures]
     except (TypeError, ValueError):
@@ -82,16 +73,12 @@ def temperatures_of(betas):
 
 class Ladder:
     """
-    The ladder of one run: the one place its rungs' inverse temperatures live (the swaps, the
-    explorers and the reports read :attr:`betas` from here; :attr:`temperatures` are derived),
-    and the history of its adaptation.
-
-    It starts at the ladder given; an adaptation stores the betas it computes, and every reader
-    sees exactly those. :meth:`reset` goes back to the start (a new run of the same kernel).
+    The ladder of one run: the one place its rungs' inverse temperatures live (every reader
+    reads :attr:`betas`; :attr:`temperatures` are derived), and the history of its adaptation.
+    :meth:`reset` goes back to the start (a new run of the same kernel).
 
     :param list temperatures: a validated ladder, cold (1.0) first; with two ``legs``
-        (:mod:`pyro_pt.legs`), each leg's, cold first, one after the other.
-    :param Legs legs: the ladder's legs (default: one); each adapts on its own pairs.
+        (:mod:`pyro_pt.legs`, default one; each adapts on its own pairs), each leg's in turn.
     """
 
     def __init__(self, temperatures, legs=None):
@@ -111,27 +98,20 @@ class Ladder:
     def exact_hots(self):
         """The hottest rungs at beta = 0 (the prior, or a fitted q), drawn exactly: where
         tempered restarts begin (:mod:`pyro_pt.lineages`). Adaptation keeps the ends fixed."""
-        legs = getattr(self, "legs", None)
-        hots = legs.hots if legs is not None else [len(self.betas) - 1]
+        hots = self.legs.hots if self.legs is not None else [len(self.betas) - 1]
         return [h for h in hots if h > 0 and self.betas[h] == 0.0]
 
     def adapt(self, scan, rejection_rates, pair_barriers=None):
         """
         The end of a warmup round at ``scan``: record it, and move the rungs to equal
-        increments of the barrier (:func:`equal_barrier_betas`, the same on every rank).
-        A pair never tried says nothing about its barrier: then the ladder stays as it is.
-
-        :param list rejection_rates: each pair's rejection rate over the round.
-        :param list pair_barriers: each pair's barrier over the round
-            (:func:`~pyro_pt.barrier.pair_barriers`: not saturating where the rejection rate
-            does); by default the rejection rates.
-
-        :returns: the new betas, or None if the ladder stays.
+        increments of the pairs' barriers over the round (:func:`equal_barrier_betas`; by
+        default the ``rejection_rates``). Returns the new betas, or None: a pair never tried
+        says nothing about its barrier, and the ladder then stays as it is.
         """
         betas = list(self.betas)
         pairs = list(rejection_rates if pair_barriers is None else pair_barriers)
         unattempted = any(math.isnan(r) for r in rejection_rates + pairs)
-        legs = getattr(self, "legs", None)
+        legs = self.legs
         self.history.append({
             "scans": scan,
             "temperatures": temperatures_of(betas),
@@ -153,22 +133,12 @@ class Ladder:
 
 def equal_barrier_betas(betas, pair_barriers, num_rungs=None):
     r"""
-    A new ladder with the same end points whose rungs sit at equal increments of the estimated
-    cumulative barrier :math:`\Lambda(\beta)` (Syed et al. 2021, Sec. 5.1), so that every
-    adjacent pair is expected to reject equally often: rung k of K' at
-    :math:`\Lambda(\beta_k) = \Lambda\, k / (K' - 1)`. K' is the current number of rungs, or
-    ``num_rungs`` to grow the ladder (:mod:`pyro_pt.growth`).
-
-    :math:`\Lambda` is known at the current rungs (the running sum of the pairs' barriers, not
-    capped at 1 per pair, so a pair that never swaps draws as many rungs as its barrier needs)
-    and interpolated linearly in between: monotone, as the barrier is. Pairs without a barrier
-    contribute nothing; if no pair has one the ladder is returned unchanged.
-
-    :param list betas: current inverse temperatures, cold (1.0) first, decreasing.
-    :param list pair_barriers: barrier of each adjacent pair (a rejection rate where it does
-        not saturate, :func:`~pyro_pt.barrier.pair_barriers`).
-    :param int num_rungs: K' of the new ladder, at least 2 (default: K, that of ``betas``).
-    :returns: list of K' betas, ``[betas[0], ..., betas[-1]]``, decreasing.
+    K' decreasing betas with the same ends as ``betas`` at equal increments of the cumulative
+    barrier (:func:`~pyro_pt.barrier.cumulative_barrier` of ``pair_barriers``; Syed et al. 2021,
+    Sec. 5.1), so that every pair is expected to reject equally often: rung k at
+    :math:`\Lambda(\beta_k) = \Lambda\, k / (K' - 1)`, linear between the current rungs. K' is
+    the current number of rungs, or ``num_rungs`` to grow the ladder (:mod:`pyro_pt.growth`).
+    Without any barrier the ladder is returned unchanged (grown: equal steps in beta).
     """
     cumulative = cumulative_barrier(pair_barriers)
     total = cumulative[-1]
@@ -199,21 +169,15 @@ GROWTH_ROUNDS = 2
 
 
 def warmup_round_ends(warmup_steps, swap_interval=1):
-    """
-    The scans that end a warmup round: :func:`adaptation_round_ends` counted in swap rounds
-    (4, 8, 16, ...), so that every round holds swaps of every pair even when swaps happen only
-    every ``swap_interval`` scans.
-    """
+    """The scans that end a warmup round: :func:`adaptation_round_ends` counted in swap rounds,
+    so that every round holds swaps of every pair whatever the ``swap_interval``."""
     ends = adaptation_round_ends(-(-warmup_steps // swap_interval))
     return {e * swap_interval for e in ends if e * swap_interval < warmup_steps}
 
 
 def adaptation_round_ends(warmup_steps, first_round=4):
-    """
-    The scans after which round-based warmup re-places the ladder: rounds of doubling length
-    (``first_round``, twice that, ...) that end strictly before the warmup does, so the
-    explorers still have warmup left to settle on the final ladder.
-    """
+    """Rounds of doubling length (``first_round``, twice that, ...) that end strictly before the
+    warmup does, so the explorers still have warmup left to settle on the final ladder."""
     ends, end, length = [], 0, first_round
     while end + length < warmup_steps:
         end += length

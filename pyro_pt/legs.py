@@ -1,26 +1,12 @@
-r"""The legs of a ladder: one line of rungs from the cold end, or two joined at the cold end.
+"""The legs of a ladder: one line of rungs from the cold end, or two joined at the cold end
+(the stabilized variational run; docs/design.md, "The stabilized run").
 
-A run's rungs are indexed cold first. A plain ladder is one *leg*: rungs ``0 .. K-1`` from the
-posterior (beta = 1) to the hottest rung, and adjacent pairs ``(p, p + 1)``.
-
-The stabilized variational run (Surjanovic, Syed, Bouchard-Cote, Campbell 2022, "Parallel
-tempering with a variational reference", section 3.4) has two legs that share the cold end:
-rungs ``0 .. m-1`` run from the posterior to the fitted reference q, rungs ``m .. K-1`` from
-the posterior again to the prior. The swaps run on the line
-
-.. math:: K{-}1, \dots, m{+}1, m \;\; - \;\; 0, 1, \dots, m{-}1,
-
-so pair ``p`` is ``(p, p + 1)`` as in a plain ladder, except the *bridge* pair ``m - 1``,
-which is ``(0, m)``: two rungs that both target the posterior. Its swap ratio is exactly 1
-(the two targets are equal), so a replica crosses from one leg to the other each time the
-bridge is tried. However poor the fit of q, replicas still travel between the cold end and the
-prior through the prior leg: the paper shows that the stabilized run's rate of round trips is
-at least that of the prior leg run alone.
-
-Deterministic even-odd swaps keep each leg's own parity (pair ``i`` of a leg on rounds of
-parity ``i % 2``) and try the bridge on odd rounds, when neither cold rung is in its leg's
-first pair.
+Rungs are indexed cold first. A plain ladder is one *leg*, rungs ``0 .. K-1`` and pairs
+``(p, p + 1)``. Two legs are rungs ``0 .. m-1`` (posterior to q) and ``m .. K-1`` (posterior to
+the prior), swapped on the line ``K-1 .. m | 0 .. m-1``: pair ``p`` is ``(p, p + 1)`` except
+the *bridge*, pair ``m - 1``, which is ``(0, m)``.
 """
+
 
 class Legs:
     """
@@ -51,6 +37,13 @@ class Legs:
     @classmethod
     def plain(cls, num_rungs):
         return cls([num_rungs])
+
+    @classmethod
+    def of(cls, per_leg, num_rungs):
+        """The legs of a run from its diagnostics' ``legs`` (each leg's statistics; None or
+        empty: one leg of ``num_rungs``)."""
+        return cls([len(leg["temperatures"]) for leg in per_leg.values()] if per_leg
+                   else [num_rungs])
 
     @property
     def stabilized(self):

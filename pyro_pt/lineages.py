@@ -1,14 +1,6 @@
 r"""The index process of a tempered run: which replica lineage sits at which rung, the round trips
-the lineages make and the tempered restarts that the cold chain's mode weights rest on.
-
-A *round trip* is a lineage going cold -> hottest -> cold. A *tempered restart* (Pigeons.jl's
-term; Surjanovic et al. 2023) is a lineage that was drawn fresh at an exact hot end (beta = 0:
-the prior, or a fitted reference q, drawn i.i.d. every scan) and then reaches the cold rung.
-Each restart brings the cold chain a state that owes nothing to where any chain was before, so
-it lands in each mode with that mode's share of the mass seen from the hot end. A finite hottest
-rung is itself an MCMC chain: its lineages keep the modes they started in, round trips can be
-many while the population of modes is frozen, and nothing is restarted. There the restarts are
-not counted (None).
+the lineages make and the tempered restarts that the cold chain's mode weights rest on
+(docs/design.md, "Tempered restarts": why a finite hot end counts none).
 
 Pure: no Pyro inference machinery, no communication.
 
@@ -26,22 +18,17 @@ from .legs import Legs
 
 class IndexProcess:
     """
-    Which replica lineage sits at which temperature, the round trips and the tempered restarts.
+    Which replica lineage sits at which of the K = ``num_temperatures`` rungs, the round trips
+    and the tempered restarts.
 
     A round trip is a lineage going cold (rung 0) -> hottest (rung K-1) -> cold; on the two
-    legs of a stabilized ladder (:mod:`pyro_pt.legs`), from either cold rung to either leg's
-    hottest and back to either cold rung. Lineage ``r`` starts at rung ``r``; only those that
-    start cold have already "been cold".
+    ``legs`` of a stabilized ladder (:mod:`pyro_pt.legs`), from either cold rung to either
+    leg's hottest and back to either cold rung. Lineage ``r`` starts at rung ``r``; only those
+    that start cold have already "been cold".
 
-    A restart is a lineage that sat at one of the ``exact_hots`` (hot ends drawn exactly: every
-    scan gives the lineage there a fresh i.i.d. state) and has since reached a cold rung; the
-    lineage that starts at an exact hot end was drawn there, so it counts as fresh from the
-    start.
-
-    :param int num_temperatures: K.
-    :param Legs legs: the ladder's legs (default: one).
-    :param exact_hots: the rungs, among the legs' hottest, drawn exactly (beta = 0); none:
-        restarts are not counted (:attr:`restarts` is None).
+    A restart is a lineage that sat at one of the ``exact_hots`` (beta = 0: every scan gives
+    the lineage there a fresh i.i.d. state; the one that starts there counts as fresh) and has
+    since reached a cold rung. Without exact hot ends :attr:`restarts` is None.
     """
 
     def __init__(self, num_temperatures, legs=None, exact_hots=()):
@@ -95,10 +82,8 @@ class IndexProcess:
 
 
 def theoretical_round_trip_rate(rejection_rates):
-    r"""
-    Round trips per swap round of deterministic even-odd tempering (Syed et al. 2021, Thm. 3):
-    :math:`\tau = 1 / (2 + 2 \sum_i r_i / (1 - r_i))`, ``r_i`` the rejection rate of pair i.
-    """
+    r"""Round trips per swap round of DEO tempering (Syed et al. 2021, Thm. 3):
+    :math:`\tau = 1 / (2 + 2 \sum_i r_i / (1 - r_i))`, ``r_i`` the rejection rate of pair i."""
     total = 0.0
     for r in rejection_rates:
         if r >= 1.0:

@@ -20,9 +20,7 @@ def _from_diagnostics(diag, history=()):
     if len(temperatures) < 2:
         raise ValueError("plot_tempering needs a ladder of at least two temperatures: "
                          f"this run had {list(temperatures)} and no swaps")
-    legs = diag.get("legs")  # a stabilized ladder's two legs (pyro_pt.legs)
-    legs = Legs([len(leg["temperatures"]) for leg in legs.values()] if legs
-                else [len(temperatures)])
+    legs = Legs.of(diag.get("legs"), len(temperatures))  # a stabilized ladder's two legs
     return {"betas": np.asarray(inverse_temperatures(temperatures.tolist())),
             "temperatures": temperatures, "legs": legs,
             "acceptance": np.asarray(diag["swap_acceptance"], dtype=np.float64),
@@ -53,12 +51,15 @@ def _restarts_text(data):
     return f"{data['restarts']} tempered restarts{trips}"
 
 
+def _from_kernel(kernel):
+    if kernel.rung_blocks is None:
+        raise ValueError(NOT_RUN)
+    return _from_diagnostics(kernel.diagnostics(), kernel.adaptation_history)
+
+
 def _from_mcmc(mcmc):
     if mcmc.num_chains == 1:
-        kernel = mcmc.kernel
-        if kernel.rung_blocks is None:
-            raise ValueError(NOT_RUN)
-        return _from_diagnostics(kernel.diagnostics(), kernel.adaptation_history)
+        return _from_kernel(mcmc.kernel)
     # Several chains share one kernel object, which keeps the last chain's state (or none, when
     # the chains ran in worker processes); MCMC keeps each chain's diagnostics.
     try:
@@ -115,9 +116,7 @@ def _tempering_data(source):
                             f"got one with {type(source.kernel).__name__}")
         return _from_mcmc(source)
     if isinstance(source, ParallelTempering):
-        if source.rung_blocks is None:
-            raise ValueError(NOT_RUN)
-        return _from_diagnostics(source.diagnostics(), source.adaptation_history)
+        return _from_kernel(source)
     if isinstance(source, (az.InferenceData, xr.DataTree)) \
             and "sample_stats" in pyro_arviz.groups_of(source) \
             and "swap_acceptance" in source["sample_stats"].attrs:
@@ -139,25 +138,17 @@ def plot_tempering(source, axes=None, path=None):
     r"""
     Plot how well the replicas of a parallel tempering run communicate.
 
-    Left: the swap acceptance of each adjacent pair of temperatures, with the mean and the rule
-    of thumb's band (under 0.1 a bottleneck, over 0.8 a wasted replica). Right: the local
-    communication barrier estimated from the rejection rates :math:`r_i = 1 - a_i` (Syed et
-    al. 2021, Thm. 2), piecewise constant between the rungs,
-
-    .. math:: \lambda\left(\tfrac{\beta_i + \beta_{i+1}}{2}\right) \approx
-              \frac{r_i}{\beta_i - \beta_{i+1}}, \qquad \Lambda = \sum_i r_i,
-
-    with the cumulative barrier :math:`\Lambda(\beta)` (from the hottest rung up) on a twin
-    axis and the global barrier :math:`\Lambda` with the replicas it calls for,
+    Left: the swap acceptance of each adjacent pair, with the mean and the rule of thumb's
+    band (under 0.1 a bottleneck: red bars so labelled; over 0.8 a wasted replica). Right: the
+    local barrier :math:`\lambda(\beta) \approx \Lambda_i / (\beta_i - \beta_{i+1})` at each
+    pair's mid-point, piecewise constant between the rungs (docs/design.md, "The barrier"),
+    the rejection rates' cumulative sum :math:`\Lambda(\beta)` (from the hottest rung up) on a
+    twin axis, and the global barrier :math:`\Lambda` with the replicas it calls for,
     :math:`\lceil 2\Lambda \rceil`, in the title. Where the kernel adapted its ladder in warmup
     (``adapt_temperatures=True``), a third panel under the barrier shows the rungs of every
-    round. Pairs accepting under 0.1 of their swaps are red bars labelled "bottleneck". Of
-    several chains (an MCMC or InferenceData), chain 0 is plotted, and the figure's title says
-    so: each chain adapts its own ladder, and the InferenceData's temperature coordinates are
-    chain 0's. The adaptation panel of an MCMC of several chains is chain 0's; an InferenceData
-    does not record the adaptation, and the figure says so. After a run
-    spread over ``torch.distributed`` ranks, one rank alone may call it (the kernel keeps the
-    diagnostics it gathered at the end of the run).
+    round. Of several chains, chain 0 is plotted and the title says so (each chain adapts its
+    own ladder); an InferenceData does not record the adaptation, and the figure says so. After
+    a run over ``torch.distributed`` ranks, one rank alone may call it.
 
     **References**
 

@@ -1,10 +1,7 @@
-"""Recorders of the tempering process: swap acceptance, the index process, round trips,
-the barrier and log Z.
+"""The one swap-statistics pipeline of a run (:class:`TemperingRecorder`) and the sampling
+phase's statistics: swap acceptance, the barrier, round trips and the stepping-stone log Z.
 
-Pure: no Pyro inference machinery, no communication. The kernel feeds the one pipeline,
-:class:`TemperingRecorder`, once per scan; its per-round and per-phase views answer the report,
-the ladder's adaptation, the progress bar and the diagnostics. Tests feed the parts synthetic
-decisions (e.g. a constant acceptance probability).
+Pure: no Pyro inference machinery, no communication.
 """
 
 import math
@@ -17,14 +14,12 @@ from .ladder import temperatures_of
 from .legs import Legs
 from .lineages import IndexProcess, theoretical_round_trip_rate  # noqa: F401 (public here too)
 
+LOG_Z_KEYS = ("log_Z", "log_Z_forward", "log_Z_reverse")
+
 
 class SwapStatistics:
-    """
-    Swap attempts, acceptances and mean acceptance probabilities per adjacent pair.
-
-    The mean acceptance probability (not the 0/1 outcome) estimates the pair's acceptance rate
-    with less variance; ``1 -`` it is the rejection rate ``r_i`` of docs/design.md.
-    """
+    """Swap attempts, acceptances and mean acceptance probabilities per adjacent pair. The
+    mean probability (not the 0/1 outcome) estimates the acceptance rate with less variance."""
 
     def __init__(self, num_pairs):
         self.num_pairs = num_pairs
@@ -42,9 +37,7 @@ class SwapStatistics:
 
     def acceptance(self):
         """Mean acceptance probability per pair (NaN for a pair never attempted)."""
-        return [
-            s / n if n else math.nan for s, n in zip(self.prob_sum, self.attempts)
-        ]
+        return [s / n if n else math.nan for s, n in zip(self.prob_sum, self.attempts)]
 
     def rejection_rates(self):
         """``1 -`` the mean acceptance probability, per pair (NaN for a pair never attempted)."""
@@ -57,31 +50,25 @@ class SwapStatistics:
 
 def stepping_stone(betas, log_likelihoods):
     r"""
-    Stepping-stone estimate of :math:`\log Z(\beta_0) - \log Z(\beta_{K-1})` along the ladder,
-    :math:`Z(\beta) = \int p(z) L(z)^\beta dz`, averaging the forward estimator (draws of the
-    hotter rung of each pair) and the reverse one (draws of the colder rung):
-
-    .. math::
-
-        \log\frac{Z(\beta_i)}{Z(\beta_{i+1})} \approx
-        \log \overline{e^{\Delta_i\, ll}}^{\,(i+1)} \quad\text{or}\quad
-        -\log \overline{e^{-\Delta_i\, ll}}^{\,(i)}, \qquad \Delta_i = \beta_i - \beta_{i+1}.
-
-    With :math:`\beta_{K-1} = 0` and a proper prior, :math:`Z(0) = 1` and the estimate is the
-    model evidence :math:`\log p(y)`.
-
-    :param list betas: inverse temperatures, cold first, decreasing.
-    :param torch.Tensor log_likelihoods: ``(num_draws, K)``: ll of each rung's state per draw.
-    :returns: ``(estimate, forward, reverse)`` as floats.
+    ``(estimate, forward, reverse)``: the stepping-stone estimate of :math:`\log Z(\beta_0) -
+    \log Z(\beta_{K-1})` from the ll record ``(num_draws, K)`` of decreasing ``betas``, the
+    mean of the forward estimator (each pair's hotter rung's draws) and the reverse one (its
+    colder rung's); with :math:`\beta_{K-1} = 0` the evidence (docs/design.md, "log Z").
     """
-    ll = torch.as_tensor(log_likelihoods, dtype=torch.float64)
-    n = ll.shape[0]
     forward = reverse = 0.0
+    for hot, cold in stepping_stone_terms(betas, log_likelihoods):
+        forward += float(torch.logsumexp(hot, 0) - math.log(hot.shape[0]))
+        reverse -= float(torch.logsumexp(cold, 0) - math.log(cold.shape[0]))
+    return 0.5 * (forward + reverse), forward, reverse
+
+
+def stepping_stone_terms(betas, log_likelihoods):
+    r"""Per pair, the log-weights whose log-mean-exp are its forward and reverse terms:
+    :math:`\Delta_i ll` at the hotter rung, :math:`-\Delta_i ll` at the colder."""
+    ll = torch.as_tensor(log_likelihoods, dtype=torch.float64)
     for i in range(len(betas) - 1):
         delta = betas[i] - betas[i + 1]
-        forward += float(torch.logsumexp(delta * ll[:, i + 1], 0) - math.log(n))
-        reverse -= float(torch.logsumexp(-delta * ll[:, i], 0) - math.log(n))
-    return 0.5 * (forward + reverse), forward, reverse
+        yield delta * ll[:, i + 1], -delta * ll[:, i]
 
 
 def _leg_statistics(betas, rejections, rungs, log_likelihoods):
@@ -101,37 +88,24 @@ def _leg_statistics(betas, rejections, rungs, log_likelihoods):
         "theoretical_round_trip_rate": theoretical_round_trip_rate(known)
         if len(known) == len(rejections) and known else math.nan,
     }
-    if log_likelihoods.shape[0] > 0 and len(betas) > 1:
-        estimate, forward, reverse = stepping_stone(betas, log_likelihoods)
-        out.update(log_Z=estimate, log_Z_forward=forward, log_Z_reverse=reverse)
-    else:
-        out.update(log_Z=math.nan, log_Z_forward=math.nan, log_Z_reverse=math.nan)
+    estimates = (stepping_stone(betas, log_likelihoods)
+                 if log_likelihoods.shape[0] > 0 and len(betas) > 1 else (math.nan,) * 3)
+    out.update(zip(LOG_Z_KEYS, estimates))
     return out
 
 
 def ladder_statistics(betas, acceptance, round_trips, num_rounds, log_likelihoods, legs=None):
     r"""
-    Summary of a tempered run's sampling phase: rejection rates, the barrier of each pair
-    (``pair_barrier``: the rejection rate where it is informative, the rungs' own ll draws where
-    it saturates, :func:`~pyro_pt.barrier.pair_barriers`), each rung's
-    :math:`\lambda(\beta_k)` from its draws (``rung_barrier``), the local barrier at each
-    pair's mid-point (``local_barrier``: ``(beta, pair_barrier / (beta_i - beta_{i+1}))``), the
-    global barrier :math:`\Lambda` (their sum) and the replicas it calls for (about
-    :math:`2\Lambda`, Syed et al. 2021), observed against theoretical round-trip rates, and the
-    stepping-stone log Z.
+    The sampling phase's statistics (a dict of floats; the keys are docs/layout.md's
+    "Diagnostics") from the final ``betas``, each pair's mean swap ``acceptance`` (NaN: never
+    attempted), the ``round_trips`` in ``num_rounds`` swap rounds and the ll record
+    ``(num_draws, K)``. ``local_barrier`` is ``(beta, pair_barrier / (beta_i - beta_{i+1}))``
+    at each pair's mid-point.
 
     On the two ``legs`` of a stabilized ladder (:mod:`pyro_pt.legs`) the per-pair lists hold
     the bridge too (a barrier of 0, at beta = 1); the barrier, log Z and the replicas called for
     are the reference's leg's (the replicas for a ladder whose half is that leg), the
     theoretical round-trip rate the sum of the legs', and ``legs`` holds each leg's own.
-
-    :param list betas: the (final) inverse temperatures, cold first.
-    :param list acceptance: mean swap acceptance probability per pair (NaN: never attempted).
-    :param int round_trips: round trips in the sampling phase.
-    :param int num_rounds: swap rounds in the sampling phase.
-    :param torch.Tensor log_likelihoods: ``(num_draws, K)`` record of ll per rung.
-    :param Legs legs: the ladder's legs (default: one).
-    :returns: dict of floats (JSON-friendly).
     """
     legs = legs or Legs.plain(len(betas))
     rejections = [1.0 - a for a in acceptance]
@@ -151,7 +125,7 @@ def ladder_statistics(betas, acceptance, round_trips, num_rounds, log_likelihood
         "round_trip_rate": round_trips / num_rounds if num_rounds else math.nan,
         "theoretical_round_trip_rate": sum(rates),
     }
-    out.update({key: first[key] for key in ("log_Z", "log_Z_forward", "log_Z_reverse")})
+    out.update({key: first[key] for key in LOG_Z_KEYS})
     hottest = betas[legs.hots[0]]
     out["log_Z_meaning"] = (
         "log evidence log p(y) (the hottest rung is the prior)" if hottest == 0.0
@@ -168,16 +142,12 @@ class TemperingRecorder:
     log-likelihoods are fed here once, and kept in two views.
 
     - :attr:`round`: swap statistics and ll rows (:attr:`round_ll`) since the current round
-      began (the report's rows, the ladder's adaptation); in the sampling phase there is one
-      round, so these are the whole sampling phase.
+      began (the report's rows, the ladder's adaptation); the sampling phase is one round.
     - :attr:`phase`: swap statistics since the phase (warmup or sampling) began, and the index
       process with its round trips (the progress bar and the diagnostics).
 
-    :param int num_rungs: K.
-    :param int warmup_steps: scans of warmup.
-    :param Legs legs: the ladder's legs (default: one).
-    :param exact_hots: the hot ends drawn exactly (:class:`~pyro_pt.lineages.IndexProcess`:
-        restarts are counted from them).
+    ``legs`` default to one; restarts are counted from the ``exact_hots``
+    (:class:`~pyro_pt.lineages.IndexProcess`).
     """
 
     def __init__(self, num_rungs, warmup_steps, legs=None, exact_hots=()):
@@ -232,20 +202,15 @@ class TemperingRecorder:
         self.index.round_trips = 0
         self.index.restarts = 0
 
-    def sampling_record(self):
-        """``(ll [draws, K], swap outcomes [draws, K - 1])`` of the sampling phase, float64."""
+    def summary(self, betas, num_rounds, rungs):
+        """The sampling phase's statistics (:func:`ladder_statistics`), the rungs' own
+        diagnostics ``rungs`` (a dict), the swap acceptance, round trips and the record: ll
+        ``[draws, K]`` and swap outcomes ``[draws, K - 1]``, float64."""
         num = len(self.index.lineage)
         ll = self.round_ll if self.sampling else []
-        return (torch.tensor(ll, dtype=torch.float64).reshape(len(ll), num),
-                torch.tensor(self.swap_record, dtype=torch.float64).reshape(
-                    len(self.swap_record), num - 1))
-
-    def summary(self, betas, num_rounds, rungs):
-        """
-        The sampling phase's statistics (:func:`ladder_statistics`), the rungs' own
-        diagnostics ``rungs`` (a dict), the swap acceptance, round trips and the record.
-        """
-        record_ll, record_swaps = self.sampling_record()
+        record_ll = torch.tensor(ll, dtype=torch.float64).reshape(len(ll), num)
+        record_swaps = torch.tensor(self.swap_record, dtype=torch.float64).reshape(
+            len(self.swap_record), num - 1)
         acceptance = self.phase.acceptance()
         out = ladder_statistics(betas, acceptance, self.index.round_trips, num_rounds,
                                 record_ll, self.legs)

@@ -1,14 +1,9 @@
-"""The report of a tempered run: one row per round, printed above the progress bar, and the
-DataFrame.
+"""The report of a tempered run: one row per round (:mod:`pyro_pt.rounds`), printed above the
+progress bar, and the DataFrame; and :class:`Reporting`, what the kernel says about its run.
 
-Warmup runs in rounds of doubling length (4, 8, 16, ... swap rounds, ending before the warmup
-does; Syed et al. 2021, Sec. 5; the schedule is :mod:`pyro_pt.rounds`). At the end of each
-round its swap statistics (the recorder's round view) give the pairs' rejection rates, hence the
-barrier and a stepping-stone log Z on the round's (fixed) ladder; with adaptation on, the
-ladder then moves its rungs to equal barrier increments. The sampling phase is reported
-cumulatively at doubling scan counts and once more at the end; the closing row's ``warnings``
-say what makes the run untrustworthy (:mod:`pyro_pt.health`). Every number here is the same
-on every rank, except the seconds, which are the rank's own.
+A warmup row holds its round's swap statistics, hence the barrier and a stepping-stone log Z on
+the round's fixed ladder; sampling rows are cumulative, the closing row's ``warnings`` the
+review's (:mod:`pyro_pt.health`). Every number is the same on every rank but the seconds.
 """
 
 import math
@@ -19,18 +14,17 @@ import warnings
 import torch
 
 from .explorers import kind_of
-from .health import TemperingWarning, annotate, warning_text
+from .health import UNRELIABLE, TemperingWarning, review, warning_text
 from .barrier import global_barrier
 from .recorders import stepping_stone
 from .shortfall import too_few_rungs
 
-COLUMNS = ("round", "phase", "scans", "barrier", "log_Z", "min_swap_acc", "mean_swap_acc",
-           "cold_local_acc", "round_trips", "restarts", "seconds", "warnings")
-# The printed table: the DataFrame's column names and (decimals) formats; the warnings, text,
-# are printed as lines under the closing row.
+# The printed table: the DataFrame's columns and (decimals) formats; the warnings, text, are
+# printed as lines under the closing row.
 _PRINTED = (("round", None), ("phase", None), ("scans", None), ("barrier", 3), ("log_Z", 3),
             ("min_swap_acc", 3), ("mean_swap_acc", 3), ("cold_local_acc", 3),
             ("round_trips", None), ("restarts", None), ("seconds", 2))
+COLUMNS = tuple(name for name, _ in _PRINTED) + ("warnings",)
 _WIDTHS = {name: max(len(name), 10 if name == "log_Z" else 8) for name, _ in _PRINTED}
 _HEADER = " ".join(f"{name:>{_WIDTHS[name]}}" for name, _ in _PRINTED)
 
@@ -39,22 +33,17 @@ def _format_row(row):
     cells = []
     for name, digits in _PRINTED:
         value, width = row[name], _WIDTHS[name]
-        if value is None:  # restarts where the hot end is not drawn exactly
+        if value is None or digits is not None and math.isnan(value):  # unknown, or not counted
             cells.append(f"{'-':>{width}}")
-        elif digits is None:
-            cells.append(f"{value:>{width}}")
         else:
-            cells.append(f"{value:>{width}.{digits}f}" if not math.isnan(value)
-                         else f"{'-':>{width}}")
+            cells.append(f"{value:>{width}}" if digits is None else f"{value:>{width}.{digits}f}")
     return " ".join(cells)
 
 
 def _progress_bar_active():
-    """Whether a visible tqdm bar (Pyro's MCMC progress bar) is on screen."""
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm comes with Pyro
-        return False
+    """Whether a visible tqdm bar (Pyro's MCMC progress bar; tqdm comes with Pyro) is on screen."""
+    from tqdm import tqdm
+
     return any(not getattr(bar, "disable", True) for bar in list(getattr(tqdm, "_instances", ())))
 
 
@@ -71,14 +60,10 @@ SHOWN_SETUP_SECONDS = 5.0
 
 class Report:
     """
-    The rows of one run's report. The round schedule (:mod:`pyro_pt.rounds`) adds a row at
-    each round's end and begins the next round; the kernel counts the cold rung's moves after
-    every scan (:meth:`count_cold`) and calls :meth:`finish` at the end.
-
-    :param int warmup_steps: the run's warmup scans.
-    :param comm: the run's communicator (rank 0 owns the cold rung and prints the report).
-    :param int max_replicas: the cap of a growing ladder (None: the ladder does not grow), for
-        the advice of the end of warmup's warning.
+    The rows of one run's report. The round schedule adds a row at each round's end and begins
+    the next round; the kernel counts the cold rung's moves after every scan
+    (:meth:`count_cold`) and calls :meth:`finish` at the end. Rank 0 of ``comm`` owns the cold
+    rung and prints; ``max_replicas`` is a growing ladder's cap (None: it does not grow).
     """
 
     def __init__(self, warmup_steps, comm, max_replicas=None):
@@ -101,12 +86,9 @@ class Report:
         self._cold_moves += bool(cold_moved)
 
     def finish(self, ladder, recorder, problems=()):
-        """
-        The closing row of the sampling phase (once; nothing if it has just been written),
-        with the run's ``problems`` (:func:`pyro_pt.health.review`) in its ``warnings`` column
-        (one per line), printed under it, and one :class:`~pyro_pt.health.TemperingWarning` on
-        rank 0.
-        """
+        """The closing row of the sampling phase (once; nothing if it has just been written),
+        the run's ``problems`` (:func:`pyro_pt.health.review`) in its ``warnings`` column, one
+        per line, printed under it, and one :class:`~pyro_pt.health.TemperingWarning`."""
         if self._finished:
             return
         self._finished = True
@@ -124,10 +106,8 @@ class Report:
             warnings.warn(warning_text(problems), TemperingWarning, stacklevel=2)
 
     def check_rungs(self, legs):
-        """At the end of warmup, on rank 0: one :class:`~pyro_pt.health.TemperingWarning` when
-        the barrier of warmup's last scans calls for more rungs than the ladder has
-        (:func:`~pyro_pt.shortfall.too_few_rungs`, the rule the end-of-run review applies to
-        the sampling phase)."""
+        """At the end of warmup: one :class:`~pyro_pt.health.TemperingWarning` when the barrier
+        of warmup's last scans calls for more rungs (:func:`~pyro_pt.shortfall.too_few_rungs`)."""
         row = self.rows[-1]
         problem = too_few_rungs(row["barrier"], legs, f"over warmup's last {row['scans']} scans",
                                 self.max_replicas)
@@ -183,11 +163,8 @@ class Report:
 
 
 class Reporting:
-    """
-    What a :class:`~pyro_pt.ParallelTempering` kernel says about its run: the report, the
-    adaptation history, the progress-bar fields and :meth:`diagnostics` (with the end-of-run
-    review of :mod:`pyro_pt.health`), read from its :attr:`run` (:mod:`pyro_pt.run`).
-    """
+    """The kernel's report, adaptation history, progress-bar fields and :meth:`diagnostics`
+    (reviewed by :mod:`pyro_pt.health`), read from its :attr:`run` (:mod:`pyro_pt.run`)."""
 
     @property
     def adaptation_history(self):
@@ -196,9 +173,8 @@ class Reporting:
 
     @property
     def report(self):
-        """The per-round report as a pandas DataFrame (columns:
-        :data:`pyro_pt.report.COLUMNS`); warmup rows cover one round each, sampling rows are
-        cumulative."""
+        """The per-round report as a pandas DataFrame (:data:`pyro_pt.report.COLUMNS`); warmup
+        rows cover one round each, sampling rows are cumulative."""
         if not self.run:
             raise RuntimeError("report is available after MCMC.run has set the kernel up")
         return self.run.report.data_frame()
@@ -240,10 +216,13 @@ class Reporting:
             out["log_Z_meaning"] = ("log evidence log p(y) (the hottest rung is the reference "
                                     f"q, a normalized {run.reference.kind} Gaussian)")
         # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
-        out = annotate(out, betas, num_rounds, max(0, scans - run.warmup_steps),
-                       kind_of(run.options.explorer).on_divergence,
-                       run.reference and run.reference.describe(), legs,
-                       run.growth and run.growth.max_replicas or None)
+        out["warnings"], out["log_Z_error"], unreliable = review(
+            out, betas, num_rounds, max(0, scans - run.warmup_steps),
+            kind_of(run.options.explorer).on_divergence,
+            run.reference and run.reference.describe(), legs,
+            run.growth and run.growth.max_replicas or None)
+        if unreliable is not None:
+            out["log_Z_meaning"] += UNRELIABLE + unreliable
         unfitted = run.refitting and run.refitting.problem()
         if unfitted:
             out["warnings"].append(unfitted)

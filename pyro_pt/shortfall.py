@@ -1,23 +1,13 @@
 r"""
-A ladder with fewer rungs than its barrier calls for: the one rule and the one message, for the
-end of warmup's warning (:class:`~pyro_pt.report.Report`), the end-of-run review
-(:func:`~pyro_pt.health.review`) and the growing ladder (:mod:`pyro_pt.growth`) alike.
+A ladder with fewer rungs than its barrier calls for
+(:func:`~pyro_pt.barrier.recommended_replicas`): the one message of the end of warmup's warning
+(:class:`~pyro_pt.report.Report`) and of the end-of-run review (:func:`~pyro_pt.health.review`).
+A growing ladder's ``max_replicas`` is a budget, not a recommendation, so a ladder stopped at it
+is still short and is told to raise it. The two moments differ only in the draws the barrier
+was estimated on (warmup's last scans, or the sampling phase), which each names: by the Monte
+Carlo error of two estimates, never by rule.
 
-The rule is :func:`~pyro_pt.barrier.recommended_replicas`: :math:`\lceil 2\Lambda \rceil` rungs
-(at least 2), which keep every adjacent pair's rejection rate near 1/2 or below (Syed et al.
-2021, Sec. 5.3); on a stabilized ladder the leg to q, which gets :math:`\lceil K/2 \rceil` of the
-K rungs, needs that many, so K is twice it less one. A growing ladder grows to this number capped
-by ``max_replicas``; the cap is a budget, not a recommendation, so a ladder stopped at its cap is
-still short and is told to raise it. Both moments compare the ladder with the rule; each says on
-which draws it estimated :math:`\Lambda` (warmup's last scans, or the sampling phase), which is
-where their numbers can differ: by the Monte Carlo error of two estimates, never by their rule.
-
-**References**
-
-[1] Syed, Bouchard-Côté, Deligiannidis, Doucet (2021), "Non-reversible parallel tempering:
-a scalable highly parallel MCMC scheme", JRSS B.
-
-Pure: no Pyro inference machinery (as :mod:`pyro_pt.health`, which uses it).
+Pure: no Pyro inference machinery.
 """
 
 import math
@@ -28,16 +18,11 @@ from .ladder import GROWTH_ROUNDS, MIN_GROWTH_SCANS
 
 def too_few_rungs(barrier, legs, measured, max_replicas=None):
     """
-    What is wrong with a ladder of fewer rungs than ``barrier`` calls for, and what to do; None
-    when it has enough (or the barrier is unknown).
-
-    :param float barrier: the estimated global barrier :math:`\\Lambda` (on a stabilized ladder,
-        of the leg to q).
-    :param Legs legs: the ladder's legs (:mod:`pyro_pt.legs`).
-    :param str measured: on which draws the barrier was estimated, e.g. ``"over the sampling
-        phase"``.
-    :param int max_replicas: the cap of a growing ladder (None: the ladder does not grow).
-    :returns: str or None.
+    What is wrong with a ladder (:class:`~pyro_pt.legs.Legs`) of fewer rungs than the global
+    ``barrier`` (on a stabilized ladder, of the leg to q) calls for, and what to do; None when
+    it has enough or the barrier is unknown. ``measured`` says on which draws the barrier was
+    estimated (e.g. ``"over the sampling phase"``); ``max_replicas`` is the cap of a growing
+    ladder (None: the ladder does not grow).
     """
     if not math.isfinite(barrier):
         return None
