@@ -20,6 +20,16 @@ def own_compile_records(tmp_path_factory):
         os.environ["PYRO_PT_COMPILE_RECORDS"] = before
 
 
+@pytest.fixture(scope="module", autouse=True)
+def module_keeps_the_default_dtype():
+    """Every test module starts with the default dtype the one before found: a module fixture
+    that sets float64 for its reference computations must not reach the next module (under
+    pytest-xdist the modules of both packages share a worker in any order)."""
+    previous = torch.get_default_dtype()
+    yield
+    torch.set_default_dtype(previous)
+
+
 @pytest.fixture
 def float64():
     """Tensors made without a dtype are float64 within the test (exact comparisons)."""
