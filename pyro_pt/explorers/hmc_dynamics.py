@@ -14,6 +14,8 @@ finiteness checks, a host read per step -- is then inside that call).
 
 import torch
 
+from ..potential.leapfrog import unfused_step
+
 # torch's CPU sum splits a single long row over threads (a "two-pass" reduction once the
 # tensor has 32768 elements) but reduces each row of a multi-row tensor serially, so a plain
 # ``x.sum(-1)`` can differ in its last bits between R = 1 and R > 1. Summing blocks shorter
@@ -69,7 +71,8 @@ def draw(generators, slots, dim, jitter, uniform, dtype, device):
 def leapfrog(evaluate, start, p0, step_size, inv_mass, steps, n_max):
     """
     Leapfrog from ``start = (z, potential, grad, ll)`` with momenta ``p0``: ``n_max`` steps, or
-    ``steps[r]`` for slot r (later rows stay put while the longest finishes).
+    ``steps[r]`` for slot r (later rows stay put while the longest finishes), each step
+    :func:`~pyro_pt.potential.leapfrog.unfused_step`.
 
     :param callable evaluate: ``z [R, D] -> (potential [R], grad [R, D], ll [R])``.
     :returns: ``(z, p, potential, grad, ll, bad)`` at the end points, ``bad`` the slots whose
@@ -83,30 +86,32 @@ def leapfrog(evaluate, start, p0, step_size, inv_mass, steps, n_max):
     scratch = grad * half_eps
     p = p0 - scratch  # our own tensor from here on: updated in place
     bad = torch.zeros(z0.shape[0], dtype=torch.bool, device=z0.device)
-    any_bad = False
+    bad_col = None
+    at = lambda q, _: evaluate(q)  # noqa: E731 (the betas are evaluate's own)
     for i in range(1, n_max + 1):
-        z_new = z + torch.mul(scaled_eps, p, out=scratch)
-        if any_bad:
-            # A failed row restarts from its (finite) initial point, so the batched
+        z_in, p_in = z, p
+        if bad_col is not None:
+            # A failed row steps from its (finite) initial point at rest, so the batched
             # potential never sees NaN states; its results are discarded at the end.
-            z_new = torch.where(bad[:, None], z0, z_new)
-        u_new, g_new, ll_new = evaluate(z_new)
-        failed = not_finite(u_new, g_new)
+            z_in, p_in = torch.where(bad_col, z0, z), torch.where(bad_col, 0.0, p)
         if steps is None:
-            z, potential, grad, ll = z_new, u_new, g_new, ll_new
-            bad = bad | failed
-            p.sub_(torch.mul(grad, half_eps if i == n_max else eps, out=scratch))
+            kick = half_eps if i == n_max else eps
+            z, p, potential, grad, ll = unfused_step(at, z_in, p_in, scaled_eps, kick, None,
+                                                     scratch)
+            bad = bad | not_finite(potential, grad)
         else:
             live = i <= steps
             live_col = live[:, None]
+            kick = torch.where((i == steps)[:, None], half_eps, eps)
+            z_new, p_new, u_new, g_new, ll_new = unfused_step(at, z_in, p_in, scaled_eps, kick,
+                                                              None)
+            bad = bad | (live & not_finite(u_new, g_new))
             z = torch.where(live_col, z_new, z)
+            p = torch.where(live_col, p_new, p)
             potential = torch.where(live, u_new, potential)
             grad = torch.where(live_col, g_new, grad)
             ll = torch.where(live, ll_new, ll)
-            bad = bad | (live & failed)
-            kick = torch.where((i == steps)[:, None], half_eps, eps)
-            p = torch.where(live_col, p - grad * kick, p)
-        any_bad = bool(bad.any())
+        bad_col = bad[:, None] if bool(bad.any()) else None
     return z, p, potential, grad, ll, bad
 
 
