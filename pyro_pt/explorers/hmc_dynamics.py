@@ -1,15 +1,10 @@
-"""Hamiltonian dynamics of R slots at once: momenta, kinetic energy, the leapfrog integrator.
+"""Hamiltonian dynamics of R slots at once: momenta, the leapfrog trajectories.
 
 Every operation is elementwise or a per-row reduction of fixed order (:func:`row_sum`), so a
-slot's trajectory does not depend on which other slots share its batch (see
-:mod:`pyro_pt.explorers.hmc`). For the same reason :func:`leapfrog_rows` may run the slots one
-after the other, each step one call of a fused, compiled step, and give bitwise the same
-numbers as :func:`leapfrog` (whose per-step work outside the potential -- the updates, the
-finiteness checks, a host read per step -- is then inside that call).
-
-**References**
-
-[1] Neal (2011), "MCMC using Hamiltonian dynamics", Handbook of MCMC, ch. 5.
+slot's trajectory does not depend on which other slots share its batch. For the same reason
+:func:`leapfrog_rows` (each step of a slot one compiled call) and :func:`leapfrog_lockstep`
+(each step of a batch of slots one compiled call) give bitwise the numbers of
+:func:`leapfrog`, the reference (Neal 2011, "MCMC using Hamiltonian dynamics", ch. 5).
 """
 
 import torch
@@ -42,13 +37,10 @@ def not_finite(potential, grad):
 
 def draw(generators, slots, dim, jitter, uniform, dtype, device):
     """
-    Slot r's random numbers from its own generator, in a fixed order (its jitter, momentum
-    noise, accept uniform if ``uniform``); rows not in ``slots`` get zeros and draw nothing.
-
-    :param jitter: None (no jitter drawn) or ``(low, high)`` (a number of steps, uniform on
-        ``low..high``).
-    :returns: ``(jitter [R] or None, noise [R, D], uniforms [R])``, the jitter a long tensor
-        of step counts.
+    Slot r's random numbers from its own generator, in a fixed order: a number of steps uniform
+    on ``jitter = (low, high)`` unless it is None, the momentum noise, and an accept uniform if
+    ``uniform``; rows not in ``slots`` get zeros and draw nothing. Returns ``(steps [R] (long)
+    or None, noise [R, D], uniforms [R])``.
     """
     num_slots = len(generators)
     kw = {"dtype": dtype, "device": device}
@@ -117,17 +109,11 @@ def leapfrog(evaluate, start, p0, step_size, inv_mass, steps, n_max):
 
 def leapfrog_rows(step, evaluate_row, start, p0, step_size, inv_mass, betas, steps, n_max):
     """
-    :func:`leapfrog`, one slot's whole trajectory at a time, each step one call of a fused
-    ``step``; the same numbers, bitwise, since every operation of :func:`leapfrog` is
-    elementwise or per row. A slot that meets a point where ``step`` reports a non-finite
-    density is run again by :func:`leapfrog` alone (the potential's own non-finite semantics).
-
-    :param callable step: ``(z [D], p [D], scaled_eps [D], kick [], beta []) -> (z', p',
-        potential [], grad [D], ll [], ok [])`` with ``z' = z + scaled_eps p``, ``p' = p - kick
-        grad(z')`` and ``ok`` whether the densities and the gradient at ``z'`` are finite.
-    :param callable evaluate_row: ``(r, z [1, D]) -> (potential [1], grad [1, D], ll [1])``,
-        the potential of slot ``r``.
-    :param betas: ``[R]`` the slots' inverse temperatures; the others as :func:`leapfrog`.
+    :func:`leapfrog`, one slot's trajectory at a time, each step one call of a fused ``step``
+    (:func:`~pyro_pt.potential.leapfrog.leapfrog_step`'s contract, one point); the same
+    numbers, bitwise. A slot where ``step`` reports a non-finite density is run again by
+    :func:`leapfrog` alone (the potential's own non-finite semantics), through
+    ``evaluate_row(r, z [1, D])``, slot r's potential; ``betas`` ``[R]`` are the slots'.
     """
     z0, potential0, grad0, ll0 = start
     eps = step_size[:, None]
@@ -156,8 +142,7 @@ def leapfrog_rows(step, evaluate_row, start, p0, step_size, inv_mass, betas, ste
 
 
 def _alone(r, n, evaluate_row, start, p0, step_size, inv_mass):
-    """Slot ``r``'s ``n`` steps by :func:`leapfrog` alone (a slot whose fast trajectory met a
-    non-finite point: the potential's own non-finite semantics), its row of each output."""
+    """Slot ``r``'s ``n`` steps by :func:`leapfrog` alone, its row of each output."""
     one = tuple(t[r:r + 1] for t in start)
     out = leapfrog(lambda q: evaluate_row(r, q), one, p0[r:r + 1], step_size[r:r + 1],
                    inv_mass[r:r + 1], None, n)
@@ -167,14 +152,10 @@ def _alone(r, n, evaluate_row, start, p0, step_size, inv_mass):
 def leapfrog_lockstep(plan, evaluate_row, start, p0, step_size, inv_mass, betas, steps, n_max):
     """
     :func:`leapfrog` with the slots in lockstep: each step of a batch of slots one call of a
-    compiled step (:class:`~pyro_pt.potential.lockstep.Lockstep`), every slot its own number
-    of steps; a slot that met a non-finite point is run again by :func:`leapfrog` alone, as in
-    :func:`leapfrog_rows`.
-
-    :param list plan: ``[(first, last, size, step)]`` (:meth:`Lockstep.plan
-        <pyro_pt.potential.lockstep.Lockstep.plan>`): slots ``first:last`` padded to ``size``
-        rows with copies of the first.
-    :param callable evaluate_row: as in :func:`leapfrog_rows`; the others as :func:`leapfrog`.
+    compiled step, every slot its own number of steps; a slot that met a non-finite point is
+    run again alone, as in :func:`leapfrog_rows`. ``plan``: ``[(first, last, size, step)]``
+    (:meth:`~pyro_pt.potential.lockstep.Lockstep.plan`), slots ``first:last`` padded to
+    ``size`` rows with copies of the first.
     """
     z0, potential0, grad0, ll0 = start
     device = z0.device
@@ -194,10 +175,9 @@ def leapfrog_lockstep(plan, evaluate_row, start, p0, step_size, inv_mass, betas,
 
 def evaluate_lockstep(plan, z, betas):
     """
-    ``(potential, grad, ll, bad)`` at the states ``z`` ``[R, D]``: one lockstep call per batch
-    with a zero momentum and a zero step (``z + 0 * 0``: the same point, the potential's
-    value and gradient there), i.e. the numbers the lockstep trajectories compute, bitwise
-    the same in any company. ``bad`` marks a non-finite point (its other outputs are zeros).
+    ``(potential, grad, ll, bad)`` at the states ``z`` ``[R, D]``: one lockstep step per batch
+    with zero momentum and step (``z + 0 * 0``, the same point), the numbers the lockstep
+    trajectories compute; ``bad`` marks a non-finite point (its other outputs are zeros).
     """
     zeros = torch.zeros_like(z)
     values = torch.zeros_like(betas)
@@ -208,11 +188,9 @@ def evaluate_lockstep(plan, z, betas):
 
 
 def _in_lockstep(plan, state, fixed, n, steps=None):
-    """
-    The lockstep steps of ``plan`` from the carried ``state`` (``z, p, potential, grad,
+    """The lockstep steps of ``plan`` from the carried ``state`` (``z, p, potential, grad,
     ll``) with the ``fixed`` per-slot inputs (``scaled_eps, eps, half_eps, betas``): slot r
-    takes ``n[r]`` steps (``steps`` of them at most); returns ``state`` and ``bad``.
-    """
+    takes ``n[r]`` steps (``steps`` at most); returns ``state`` and ``bad``."""
     device = state[0].device
     num_slots = state[0].shape[0]
     counts = n.tolist()
@@ -257,8 +235,7 @@ _TICK_CACHE = {}  # device -> [tensor(1), tensor(2), ...]: the lockstep steps' s
 
 
 def _ticks(device, count):
-    """The step numbers ``1..count`` as 0-d long tensors on ``device``, made once (the step
-    only reads them)."""
+    """The step numbers ``1..count`` as 0-d long tensors on ``device``, made once."""
     ticks = _TICK_CACHE.setdefault(device, [])
     while len(ticks) < count:
         ticks.append(torch.tensor(len(ticks) + 1, device=device))
