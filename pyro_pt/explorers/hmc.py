@@ -54,20 +54,13 @@ class BatchedHMC(HMCSlots):
         ll [R])`` with potential :math:`-(lp + \beta\, ll)` and its gradient in ``z``; NaN or
         infinite rows are allowed.
     :param int num_steps: a fixed number of leapfrog steps per iteration (they do not grow as
-        the step size shrinks); None (default) adapts the trajectory length.
-    :param int max_num_steps: the cap on an adapted trajectory's leapfrog steps.
+        the step size shrinks); None (default) adapts the trajectory length, of at most
+        ``max_num_steps`` steps.
     :param step_size: initial step size, a float or one per slot.
-    :param float target_accept_prob: the acceptance rate step-size adaptation aims for.
-    :param bool adapt_step_size: adapt step sizes during warmup.
-    :param bool adapt_mass_matrix: adapt diagonal inverse mass matrices during warmup.
     :param float num_steps_jitter: with ``num_steps`` only (an adapted trajectory is always
         jittered): if > 0, slot r takes a number of steps drawn uniformly from
         ``[ceil((1 - jitter) num_steps), num_steps]`` (breaks periodic trajectories on
         near-Gaussian targets); default 0.
-    :param float max_delta_energy: energy error above which a trajectory counts as divergent.
-    :param int init_buffer: Stan's initial fast interval; ``term_buffer`` and
-        ``base_window`` its terminal one and first window
-        (:func:`~pyro_pt.explorers.hmc_warmup.warmup_windows`).
     :param callable fused_step: optional ``(dtype, device) -> step or None``, a fused step of
         one slot, bitwise ``potential_and_grad``'s numbers
         (:meth:`~pyro_pt.potential.fused.FusedSteps.step`): each slot's trajectory then runs as
@@ -76,6 +69,10 @@ class BatchedHMC(HMCSlots):
         (:meth:`~pyro_pt.potential.lockstep.Lockstep.plan`): each step of all slots is then one
         compiled call per batch (:func:`~.hmc_dynamics.leapfrog_lockstep`); it takes
         precedence over ``fused_step``.
+
+    ``target_accept_prob``, ``adapt_step_size``, ``adapt_mass_matrix`` and Stan's warmup
+    intervals (``init_buffer``, ``term_buffer``, ``base_window``:
+    :func:`~pyro_pt.explorers.hmc_warmup.warmup_windows`) are the warmup's.
 
     Example::
 

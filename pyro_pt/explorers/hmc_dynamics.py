@@ -111,20 +111,18 @@ def leapfrog_rows(step, evaluate_row, start, p0, step_size, inv_mass, betas, ste
     """
     :func:`leapfrog`, one slot's trajectory at a time, each step one call of a fused ``step``
     (:func:`~pyro_pt.potential.leapfrog.leapfrog_step`'s contract, one point); the same
-    numbers, bitwise. A slot where ``step`` reports a non-finite density is run again by
-    :func:`leapfrog` alone (the potential's own non-finite semantics), through
-    ``evaluate_row(r, z [1, D])``, slot r's potential; ``betas`` ``[R]`` are the slots'.
+    numbers, bitwise. A slot where ``step`` reports a non-finite density is run again alone
+    (:func:`_rerun_alone`); ``betas`` ``[R]`` are the slots'.
     """
     z0, potential0, grad0, ll0 = start
     eps = step_size[:, None]
     half_eps = 0.5 * eps
     scaled_eps = eps * inv_mass
-    rows = []
-    for r in range(z0.shape[0]):
-        n = n_max if steps is None else int(steps[r])
+    counts = [n_max] * z0.shape[0] if steps is None else steps.tolist()
+    rows, failed = [], []
+    for r, n in enumerate(counts):
         z, potential, grad, ll = z0[r], potential0[r], grad0[r], ll0[r]
         p = p0[r] - grad * half_eps[r]
-        ok = True
         # the slot's scalars once, not per step
         row_eps, row_half_eps, row_scaled_eps, beta = (eps[r, 0], half_eps[r, 0], scaled_eps[r],
                                                        betas[r])
@@ -132,28 +130,32 @@ def leapfrog_rows(step, evaluate_row, start, p0, step_size, inv_mass, betas, ste
             kick = row_half_eps if i == n else row_eps
             z, p, potential, grad, ll, ok = step(z, p, row_scaled_eps, kick, beta)
             if not ok:
+                failed.append(r)
                 break
-        if ok:
-            rows.append((z, p, potential, grad, ll, torch.zeros((), dtype=torch.bool,
-                                                                device=z.device)))
-            continue
-        rows.append(_alone(r, n, evaluate_row, start, p0, step_size, inv_mass))
-    return tuple(torch.stack(column) for column in zip(*rows))
+        rows.append((z, p, potential, grad, ll, torch.zeros((), dtype=torch.bool,
+                                                            device=z.device)))
+    out = tuple(torch.stack(column) for column in zip(*rows))
+    return _rerun_alone(out, failed, counts, evaluate_row, start, p0, step_size, inv_mass)
 
 
-def _alone(r, n, evaluate_row, start, p0, step_size, inv_mass):
-    """Slot ``r``'s ``n`` steps by :func:`leapfrog` alone, its row of each output."""
-    one = tuple(t[r:r + 1] for t in start)
-    out = leapfrog(lambda q: evaluate_row(r, q), one, p0[r:r + 1], step_size[r:r + 1],
-                   inv_mass[r:r + 1], None, n)
-    return tuple(t[0] for t in out)
+def _rerun_alone(out, failed, counts, evaluate_row, start, p0, step_size, inv_mass):
+    """``out`` with the rows of the ``failed`` slots (a fast trajectory met a non-finite point)
+    replaced by :func:`leapfrog`'s for that slot alone, ``counts[r]`` steps, through
+    ``evaluate_row(r, z [1, D])``: the potential's own non-finite semantics."""
+    for r in failed:
+        one = tuple(t[r:r + 1] for t in start)
+        row = leapfrog(lambda q: evaluate_row(r, q), one, p0[r:r + 1], step_size[r:r + 1],
+                       inv_mass[r:r + 1], None, counts[r])
+        for column, value in zip(out, row):
+            column[r] = value[0]
+    return out
 
 
 def leapfrog_lockstep(plan, evaluate_row, start, p0, step_size, inv_mass, betas, steps, n_max):
     """
     :func:`leapfrog` with the slots in lockstep: each step of a batch of slots one call of a
     compiled step, every slot its own number of steps; a slot that met a non-finite point is
-    run again alone, as in :func:`leapfrog_rows`. ``plan``: ``[(first, last, size, step)]``
+    run again alone (:func:`_rerun_alone`). ``plan``: ``[(first, last, size, step)]``
     (:meth:`~pyro_pt.potential.lockstep.Lockstep.plan`), slots ``first:last`` padded to
     ``size`` rows with copies of the first.
     """
@@ -164,13 +166,10 @@ def leapfrog_lockstep(plan, evaluate_row, start, p0, step_size, inv_mass, betas,
     scaled_eps = eps[:, None] * inv_mass
     n = torch.full_like(betas, n_max, dtype=torch.long) if steps is None else steps.to(device)
     p_half = p0 - grad0 * half_eps[:, None]
-    z, p, potential, grad, ll, bad = _in_lockstep(plan, (z0, p_half, potential0, grad0, ll0),
-                                                  (scaled_eps, eps, half_eps, betas), n)
-    for r in [r for r, failed in enumerate(bad.tolist()) if failed]:
-        out = _alone(r, int(n[r]), evaluate_row, start, p0, step_size, inv_mass)
-        for column, value in zip((z, p, potential, grad, ll, bad), out):
-            column[r] = value
-    return z, p, potential, grad, ll, bad
+    out = _in_lockstep(plan, (z0, p_half, potential0, grad0, ll0),
+                       (scaled_eps, eps, half_eps, betas), n)
+    failed = [r for r, bad in enumerate(out[-1].tolist()) if bad]
+    return _rerun_alone(out, failed, n.tolist(), evaluate_row, start, p0, step_size, inv_mass)
 
 
 def evaluate_lockstep(plan, z, betas):

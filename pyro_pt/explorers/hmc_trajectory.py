@@ -1,47 +1,35 @@
 r"""
-Trajectory-length adaptation of a batch of HMC slots: a per-slot ChEES criterion ascended by
-Adam on :math:`\log T`, and the jittered number of leapfrog steps it implies.
+Trajectory-length adaptation of a batch of HMC slots: per-slot ChEES ascended by Adam on
+:math:`\log T`, and the jittered number of leapfrog steps it implies.
 
-ChEES (Hoffman, Radul & Sountsov 2021) is
+ChEES (Hoffman, Radul & Sountsov 2021, "An adaptive MCMC scheme for setting trajectory lengths
+in Hamiltonian Monte Carlo", AISTATS, Algorithm 1) is
 :math:`\tfrac14\, \mathbb E[(\|z' - \mu\|^2 - \|z - \mu\|^2)^2]` with :math:`z \sim \pi`,
 :math:`z'` the end of a trajectory of length :math:`t = hT` (:math:`h \in (0, 1]` the jitter,
-:func:`shared_fraction`) and :math:`\mu = \mathbb E_\pi[z]`. Its gradient in :math:`\log T` is
+:func:`shared_fraction`) and :math:`\mu = \mathbb E_\pi[z]`; its gradient in :math:`\log T` is
 the expectation of
 
 .. math:: g = \alpha\, t\, (\|z' - \mu\|^2 - \|z - \mu\|^2)\,(z' - \mu)^\top M^{-1} p'
 
-(:math:`\alpha` the acceptance probability, which weights out divergent and rejected proposals
-as in the paper's Algorithm 1).
-
-**The per-slot form.** The paper averages :math:`g` over an ensemble of chains and centres on
-their mean; a slot (a rung) is one chain, so the expectation is taken along the chain instead:
-:math:`\mu` is the running mean of the slot's own states (restarted when its target moves) and
-the ascent pools the terms of successive iterations (at stationarity each is an autocorrelated,
-unbiased draw of the same gradient). One term is much noisier than an ensemble's average, so
-beyond the paper's Adam (:math:`\beta_1 = 0`, :math:`\beta_2 = 0.95`, rate 0.025) the rate
-decays as :math:`0.025 / \sqrt{1 + k/50}` after k sign changes of the update (Kesten's rule
-[3]: it decays where the iterates oscillate about the optimum, not while they climb), and the
-log length kept after warmup is the average
-:math:`\bar x_t = t^{-\kappa} x_t + (1 - t^{-\kappa}) \bar x_{t-1}` (:math:`\kappa = 0.75`) of
-the iterates since the last metric update. Measured on 4-d Gaussians (24 slots, 1000 warmup
-iterations): a constant rate left 2 of 24 slots at a secondary maximum (2.5 times the
-optimum); a rate decaying with every update, and Kesten's, none (Kesten's: all 24 within
-0.57-1.17 of the optimum after 300 or 1000 iterations, with and without the metric adapted);
-twice the rate (0.05) put up to 3 beyond twice the optimum. Where the optimum is far above the
-start, a rate decaying with every update stopped the climb early: on the 25-weight BNN of
-``benchmarks/vs_numpyro_ess.py`` the cold rung's T reached 0.27-0.82 in 500 warmup iterations
-over four seeds, 0.39-1.25 with Kesten's rule, which raised the worst prediction's ESS from
-125-314 to 289-365 per 1000 draws. The ascent starts from a short :math:`T` (three step sizes)
-so that it meets the first maximum, the global one, first.
-
-**References**
-
-[1] Hoffman, Radul, Sountsov (2021), "An adaptive MCMC scheme for setting trajectory lengths
-in Hamiltonian Monte Carlo", AISTATS (ChEES, Algorithm 1).
-
-[2] Kingma, Ba (2015), "Adam: a method for stochastic optimization", ICLR.
-
-[3] Kesten (1958), "Accelerated stochastic approximation", Ann. Math. Statist. 29(1), 41-59.
+(:math:`\alpha` the acceptance probability, which weights out divergent and rejected
+proposals). A slot is one chain, not the paper's ensemble, so the expectation is taken along
+the chain: :math:`\mu` is the running mean of the slot's own states (restarted when its target
+moves) and the ascent pools the terms of successive iterations (at stationarity each is an
+autocorrelated, unbiased draw of the gradient). One term being much noisier than an ensemble's
+average, the paper's Adam (Kingma & Ba 2015; :math:`\beta_1 = 0`, :math:`\beta_2 = 0.95`, rate
+0.025) gets Kesten's rule (Kesten 1958, "Accelerated stochastic approximation", Ann. Math.
+Statist. 29(1)): the rate decays as :math:`0.025 / \sqrt{1 + k/50}` after k sign changes of
+the update, so about the optimum, not during a climb; and the log length kept after warmup is
+the average :math:`\bar x_t = t^{-\kappa} x_t + (1 - t^{-\kappa}) \bar x_{t-1}`
+(:math:`\kappa = 0.75`, as in dual averaging) of the iterates since the last metric update.
+Measured on 4-d Gaussians (24 slots, 1000 warmup iterations): a constant rate left 2 of 24
+slots at a secondary maximum (2.5 times the optimum); Kesten's none (all within 0.57-1.17 of
+the optimum after 300 or 1000 iterations, with and without the metric adapted); twice the rate
+(0.05) up to 3 beyond twice the optimum. A rate decaying with every update left none there
+either, but stopped the climb early where the optimum is far above the start: on the
+25-weight BNN of ``benchmarks/vs_numpyro_ess.py`` the cold rung's T reached 0.27-0.82 in 500
+warmup iterations over four seeds, 0.39-1.25 with Kesten's rule, which raised the worst
+prediction's ESS from 125-314 to 289-365 per 1000 draws.
 """
 
 import math

@@ -20,8 +20,8 @@ __all__ = ["DualAveraging", "HMCWarmup", "find_reasonable_step_sizes", "warmup_w
 
 
 # Steps of the first trajectory when the length adapts. ChEES on a Gaussian has local maxima
-# beyond the global one (the first); ascent from a short T reaches the first (measured: from
-# 10 initial step sizes, 3 of 20 slots stopped at the second one, 2-3 times too long).
+# beyond the global one (the first); ascent from a short T meets the first first (measured:
+# from 10 initial step sizes, 3 of 20 slots stopped at the second one, 2-3 times too long).
 INITIAL_NUM_STEPS = 3
 # Fewest iterations of step-size adaptation after the last metric window.
 MIN_TERM_BUFFER = 10
@@ -67,7 +67,6 @@ def warmup_windows(warmup_steps, init_buffer=75, term_buffer=50, base_window=25)
     windows, start, size = [], init_buffer, base_window
     while start < slow_end:
         end = start + size
-        # The next window would be twice as long; if it cannot fit, this one takes the rest.
         if end + 2 * size >= slow_end:
             end = slow_end
         windows.append((start, end))

@@ -71,13 +71,9 @@ class GaussianReference:
     def _params(self, like):
         key = (like.dtype, like.device)
         if key not in self._cast:
-            if self.scale_tril is None:
-                factor = self.scale
-                log_norm = self.scale.log().sum()
-            else:
-                factor = self.scale_tril
-                log_norm = torch.diagonal(self.scale_tril).log().sum()
-            log_norm = log_norm + 0.5 * self.dim * math.log(2 * math.pi)
+            factor = self.scale if self.scale_tril is None else self.scale_tril
+            diagonal = self.scale if self.scale_tril is None else torch.diagonal(self.scale_tril)
+            log_norm = diagonal.log().sum() + 0.5 * self.dim * math.log(2 * math.pi)
             self._cast[key] = tuple(t.to(dtype=like.dtype, device=like.device)
                                     for t in (self.mean, factor, log_norm))
         return self._cast[key]

@@ -14,13 +14,10 @@ from ..potential import FlatLayout
 from ..potential.leapfrog import agrees, check_examples
 from .graph import ReferencedLockstep
 
-NOT_LOCKSTEP = "the model's potential is not a captured graph"
-
-
 class _NoLockstep:
     """Stands for the lockstep step over a split without a captured graph."""
 
-    reason = NOT_LOCKSTEP
+    reason = "the model's potential is not a captured graph"
 
     def plan(self, num_slots, dtype, device):
         return None
@@ -112,9 +109,6 @@ class ReferencedSplit:
             self._like = {name: split.transforms[name](split.values[name])
                           for name in split.latent_names}
         return FlatLayout.of(self._like, self.model_split.latent_names), self._like
-
-    def initial_point(self):
-        return self.base.initial_point()
 
     def log_densities(self, z):
         """``(log q(z), lp + ll - log q(z))``, differentiable where ``z`` requires grad."""
