@@ -10,7 +10,7 @@ import math
 from collections import namedtuple
 
 HMCState = namedtuple("HMCState", ["z", "ll"])
-HMCState.__doc__ = """The slots' states ``z`` ``[R, D]`` and their log-likelihoods ``ll`` ``[R]``."""
+HMCState.__doc__ = """The slots' states ``z`` ``[R, D]`` and their log-likelihoods ``ll``."""
 
 HMCInfo = namedtuple("HMCInfo", ["accepted", "accept_prob", "divergent", "energy_error",
                                  "num_steps", "proposal", "momentum"])
