@@ -1,20 +1,11 @@
-"""Explorers: the local moves of the rungs, behind one written contract.
-
-The contract is :mod:`pyro_pt.explorers.contract` (what a step receives and returns, how the
-log-likelihood is reported, groups); a Pyro kernel is a group of one. The implementations:
-
-- :mod:`~pyro_pt.explorers.pyro_kernels`: Pyro's NUTS, or a user's kernel, per rung;
-- :mod:`~pyro_pt.explorers.rwmh`: random-walk Metropolis (a Pyro ``MCMCKernel``);
-- :mod:`~pyro_pt.explorers.prior`: the prior rung, exact draws;
-- :mod:`~pyro_pt.explorers.hmc_group`: ``explorer="hmc"``, the tempered rungs of a process as
-  one group over a batched HMC (:mod:`~pyro_pt.explorers.hmc`, its dynamics
-  :mod:`~pyro_pt.explorers.hmc_dynamics`, warmup :mod:`~pyro_pt.explorers.hmc_warmup` and
-  record :mod:`~pyro_pt.explorers.hmc_record`).
+"""Explorers: the local moves of the rungs, behind one written contract
+(:mod:`~pyro_pt.explorers.contract`); the kinds ``explorer=`` names are in
+:mod:`~pyro_pt.explorers.registry`, the modules in docs/layout.md.
 
 This module builds the rungs one process holds (:func:`build_rungs`) and steps them
 (:func:`step_rungs`). Every rung starts from its own draw of ``init_strategy`` (or the user's
 ``initial_params``), drawn with its own random stream, so the start does not depend on where
-the rung runs. The prior rung (beta = 0) draws exactly from the prior.
+the rung runs.
 """
 
 from ..explain import fallback_reason
@@ -35,19 +26,13 @@ __all__ = ["ExplorerGroup", "ExplorerKind", "HMCGroup", "PriorExplorer", "PyroKe
 
 def check_explorer(explorer, explorer_kwargs):
     """Refuse an ``explorer`` no kind answers to, or ``explorer_kwargs`` its kind does not take."""
-    kind = kind_of(explorer) if isinstance(explorer, str) or callable(explorer) else None
-    if kind is None:
-        raise ValueError(f"explorer must be one of {names()} or a callable potential_fn -> "
-                         f"MCMCKernel, got {explorer!r}")
+    kind = kind_of(explorer)
     if kind.check is not None:
         kind.check(explorer_kwargs or {})
 
 
 def step_rungs(explorers, states):
-    """
-    One local move of every rung of a block: ``[(z, ll), ...]`` in rung order. Each group
-    moves once, all its rungs in one call.
-    """
+    """One local move of every rung of a block, each group in one call: ``[(z, ll), ...]``."""
     out = [None] * len(explorers)
     for group, indices in by_group(explorers):
         for i, result in zip(indices, group.step([states[i] for i in indices])):
@@ -63,9 +48,8 @@ def _start(split, stream, initial_params):
 
 
 def engine_info(fast, group=None):
-    """What runs the model's graph, and for a ``group`` what runs its steps
-    (:meth:`~pyro_pt.explorers.contract.ExplorerGroup.engine_info`), with why not the faster
-    path (``explorer_info``'s keys)."""
+    """``explorer_info``'s keys: what runs the model's graph, and for a ``group`` its steps,
+    with why not the faster path."""
     compiled = fast.compiled
     info = dict(potential=fast.path, potential_reason=fallback_reason(fast.reason),
                 potential_engine=compiled.engine, potential_engine_reason=compiled.engine_reason)
@@ -89,23 +73,17 @@ def by_group(explorers):
 def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, warmup_steps,
                 initial_params=None, starts=None, reference=None, referenced=None):
     """
-    The explorers, initial states and initial log-likelihoods of ``rungs`` (rung indices).
-    ``split`` is the model's :class:`~pyro_pt.potential.FunctionalSplit` (its captured graphs,
-    the kernel's), or its :class:`~pyro_pt.potential.ModelSplit` where no rung is tempered.
-    ``seeds`` and ``betas`` are indexed by rung; ``starts`` (rung -> state) gives some rungs
-    their initial state instead of ``initial_params`` or a draw (rungs added to a ladder,
-    :mod:`pyro_pt.growth`). ``reference`` (a
+    ``(explorers, states, log_likelihoods, info)`` of ``rungs`` (rung indices; ``betas`` and
+    ``seeds`` are indexed by rung), ``info`` saying which explorer and potential path the rungs
+    use, and why. ``split`` is the model's :class:`~pyro_pt.potential.FunctionalSplit` (the
+    kernel's captured graphs), or its :class:`~pyro_pt.potential.ModelSplit` where no rung is
+    tempered. ``starts`` (rung -> state) gives some rungs their initial state (rungs added to a
+    ladder, :mod:`pyro_pt.growth`). ``reference`` (a
     :class:`~pyro_pt.reference.GaussianReference`, None for the prior) is what the beta = 0
-    rung draws and every rung's target leans towards (:mod:`pyro_pt.reference.split`); with
-    ``referenced`` (a range of rungs: the reference's leg of a stabilized ladder,
-    :mod:`pyro_pt.legs`) only those rungs, the others the prior's (a group each).
-
-    Each tempered rung is built by the factory of ``explorer``'s kind
-    (:mod:`~pyro_pt.explorers.registry`), the beta = 0 rung by :class:`PriorExplorer`; then
-    every group is set up once from its members' starts.
-
-    :returns: ``(explorers, states, log_likelihoods, info)``; ``info`` says which explorer and
-        which potential path (fast functional graph or Pyro's trace) the rungs use, and why.
+    rung draws and the targets lean towards; with ``referenced`` (the reference's leg of a
+    stabilized ladder, a range of rungs) only those rungs', the others the prior's (a group
+    each). A tempered rung is built by its kind's factory, the beta = 0 rung by
+    :class:`PriorExplorer`; then every group is set up once from its members' starts.
     """
     kind = kind_of(explorer)
     info = {"explorer": explorer if isinstance(explorer, str) else "callable"}

@@ -33,10 +33,8 @@ steps every group once per scan, never asking which kind of explorer it holds.
   others shared its group).
 - What kind of explorer a rung runs is known to :mod:`pyro_pt.explorers.registry` alone.
 
-**References**
-
-[1] Surjanovic et al. (2023), "Pigeons.jl: distributed sampling from intractable
-distributions" (an explorer interface of the same shape).
+The interface has the shape of Pigeons.jl's (Surjanovic et al. 2023, "Pigeons.jl: distributed
+sampling from intractable distributions").
 """
 
 from abc import ABC, abstractmethod

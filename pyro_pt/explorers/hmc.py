@@ -2,13 +2,11 @@
 HMC for all the rungs one process holds, advanced together.
 
 A *slot* is a rung: it owns a step size, a diagonal inverse mass matrix, an inverse
-temperature and a random stream. States are rows of one ``[R, D]`` tensor and move between
-slots on swaps; every leapfrog step of every slot is one batched call of the potential. All
-tensor arithmetic here is basic elementwise operations (correctly rounded whatever the vector
-length) or a per-row reduction whose order depends on neither the number of rows nor the thread
-count, and the per-slot scalars (acceptance, step sizes) are Python floats. So a slot's draws
-depend only on its seed, its state and its beta -- not on which other slots share its batch or
-its process -- provided the potential itself is row-wise batch invariant.
+temperature and a random stream; states are rows of one ``[R, D]`` tensor. All tensor
+arithmetic is elementwise (correctly rounded whatever the length) or a per-row reduction of
+fixed order, and the per-slot scalars are Python floats, so a slot's draws depend only on its
+seed, state and beta, not on which slots share its batch or process, provided the potential is
+row-wise batch invariant.
 """
 
 import math
@@ -16,51 +14,32 @@ import math
 import torch
 
 from ..swap import metropolis_probability
-from .hmc_record import HMCRecord
 from .hmc_dynamics import draw, leapfrog, leapfrog_lockstep, leapfrog_rows, not_finite, row_sum
+from .hmc_record import HMCInfo, HMCRecord, HMCState
 from .hmc_slots import HMCSlots
-from .hmc_state import HMCInfo, HMCState
 from .hmc_trajectory import jittered_num_steps, shared_fraction
 from .hmc_warmup import HMCWarmup
 
-# Steps of the first trajectory when the length adapts. ChEES on a Gaussian has local maxima
-# beyond the global one (the first); ascent from a short T reaches the first (measured: from
-# 10 initial step sizes, 3 of 20 slots stopped at the second one, 2-3 times too long).
-INITIAL_NUM_STEPS = 3
 
 class BatchedHMC(HMCSlots):
     r"""
-    Hamiltonian Monte Carlo for R slots at once, each targeting its own tempered density
-    :math:`\exp(lp(z) + \beta_r\, ll(z))`, with an adapted or a fixed number of leapfrog steps.
+    Hamiltonian Monte Carlo for R slots at once, slot r targeting
+    :math:`\exp(lp(z) + \beta_r\, ll(z))`.
 
-    Each iteration, slot r draws a momentum :math:`p \sim N(0, M_r)` with
-    :math:`M_r^{-1} = \mathrm{diag}(m_r)`, runs :math:`L_r` leapfrog steps of size
-    :math:`\epsilon_r` (all slots together: one call of ``potential_and_grad`` per step), and
-    accepts the end point with probability :math:`\min(1, e^{-\Delta H})`. A non-finite
-    potential, gradient or energy anywhere on a slot's trajectory rejects that slot's proposal
-    and counts as a divergence, as does :math:`\Delta H >` ``max_delta_energy``; the other
-    slots are untouched (a failed row is fed its starting point for the rest of the
-    trajectory, so the potential never sees a NaN state).
-
-    During warmup each slot adapts its step size by dual averaging towards
-    ``target_accept_prob`` and its diagonal inverse mass matrix from the variance of its
-    draws in Stan's windows (:func:`~pyro_pt.explorers.hmc_warmup.warmup_windows`); after each
-    window dual averaging restarts warm, from its averaged step size (so that warmup ends
-    accepting near the target; :class:`~pyro_pt.explorers.hmc_warmup.HMCWarmup`). The first
-    step size comes from the doubling/halving heuristic of Hoffman & Gelman (Algorithm 4).
-    The momenta, accept uniforms (and a fixed ``num_steps``' jitter) of slot r come from its
-    own ``torch.Generator``, on the states' device.
-
-    With ``num_steps=None`` (the default) slot r has a trajectory length :math:`T_r`, adapted
-    in warmup by the per-slot ChEES criterion (:mod:`~pyro_pt.explorers.hmc_trajectory`), and
-    iteration t runs :math:`L_r = \min(L_{max}, \lceil h_t T_r / \epsilon_r \rceil)` steps,
-    with a jitter :math:`h_t \in (0, 1]` that all slots share, in sampling too
-    (:func:`~.hmc_trajectory.shared_fraction`). An explicit ``num_steps`` fixes :math:`L_r`
-    instead.
-
-    The potential at the current states is cached between iterations: a step costs
-    ``num_steps`` calls, plus one when a slot's state or beta changed (swaps, ladder
-    adaptation).
+    Each iteration slot r draws a momentum :math:`p \sim N(0, M_r)`, runs :math:`L_r` leapfrog
+    steps of size :math:`\epsilon_r` (all slots together: one call of ``potential_and_grad``
+    per step) and accepts the end point with probability :math:`\min(1, e^{-\Delta H})`. A
+    non-finite potential, gradient or energy on a slot's trajectory, or
+    :math:`\Delta H >` ``max_delta_energy``, rejects that slot's proposal and counts as a
+    divergence; the other slots are untouched. Warmup adapts each slot's step size, diagonal
+    inverse mass matrix and trajectory length
+    (:class:`~pyro_pt.explorers.hmc_warmup.HMCWarmup`). With ``num_steps=None`` iteration t
+    runs :math:`L_r = \min(L_{max}, \lceil h_t T_r / \epsilon_r \rceil)` steps, :math:`T_r`
+    adapted by ChEES (:mod:`~pyro_pt.explorers.hmc_trajectory`) and :math:`h_t` a jitter all
+    slots share (:func:`~.hmc_trajectory.shared_fraction`). Slot r's momenta, accept uniforms
+    and jitter come from its own ``torch.Generator``, on the states' device. The potential at
+    the current states is cached: a step costs ``num_steps`` calls, plus one when a slot's
+    state or beta changed (swaps, ladder adaptation).
 
     **References**
 
@@ -75,29 +54,25 @@ class BatchedHMC(HMCSlots):
         ll [R])`` with potential :math:`-(lp + \beta\, ll)` and its gradient in ``z``; NaN or
         infinite rows are allowed.
     :param int num_steps: a fixed number of leapfrog steps per iteration (they do not grow as
-        the step size shrinks); None (default) adapts the trajectory length.
-    :param int max_num_steps: the cap on an adapted trajectory's leapfrog steps.
+        the step size shrinks); None (default) adapts the trajectory length, of at most
+        ``max_num_steps`` steps.
     :param step_size: initial step size, a float or one per slot.
-    :param float target_accept_prob: the acceptance rate step-size adaptation aims for.
-    :param bool adapt_step_size: adapt step sizes during warmup.
-    :param bool adapt_mass_matrix: adapt diagonal inverse mass matrices during warmup.
     :param float num_steps_jitter: with ``num_steps`` only (an adapted trajectory is always
-        jittered): if > 0, each iteration slot r takes a number of steps drawn
-        uniformly from ``[ceil((1 - jitter) num_steps), num_steps]`` with its own generator
-        (breaks periodic trajectories on near-Gaussian targets); default 0, no jitter.
-    :param float max_delta_energy: energy error above which a trajectory counts as divergent.
-    :param int init_buffer: Stan's initial fast warmup interval.
-    :param int term_buffer: Stan's terminal fast warmup interval.
-    :param int base_window: Stan's first slow window.
-    :param callable fused_step: optional ``(dtype, device) -> step or None``, a fused leapfrog
-        step of one slot that gives bitwise the numbers of ``potential_and_grad``
-        (:meth:`~pyro_pt.potential.fused.FusedSteps.step`); with a step, each
-        slot's trajectory runs as one call per leapfrog step
-        (:func:`~.hmc_dynamics.leapfrog_rows`).
+        jittered): if > 0, slot r takes a number of steps drawn uniformly from
+        ``[ceil((1 - jitter) num_steps), num_steps]`` (breaks periodic trajectories on
+        near-Gaussian targets); default 0.
+    :param callable fused_step: optional ``(dtype, device) -> step or None``, a fused step of
+        one slot, bitwise ``potential_and_grad``'s numbers
+        (:meth:`~pyro_pt.potential.fused.FusedSteps.step`): each slot's trajectory then runs as
+        one call per step (:func:`~.hmc_dynamics.leapfrog_rows`).
     :param callable lockstep: optional ``(num_slots, dtype, device) -> plan or None``
-        (:meth:`~pyro_pt.potential.lockstep.Lockstep.plan`): with a plan, each leapfrog step
-        of all slots is one compiled call per batch (:func:`~.hmc_dynamics.leapfrog_lockstep`);
-        it takes precedence over ``fused_step``.
+        (:meth:`~pyro_pt.potential.lockstep.Lockstep.plan`): each step of all slots is then one
+        compiled call per batch (:func:`~.hmc_dynamics.leapfrog_lockstep`); it takes
+        precedence over ``fused_step``.
+
+    ``target_accept_prob``, ``adapt_step_size``, ``adapt_mass_matrix`` and Stan's warmup
+    intervals (``init_buffer``, ``term_buffer``, ``base_window``:
+    :func:`~pyro_pt.explorers.hmc_warmup.warmup_windows`) are the warmup's.
 
     Example::
 
@@ -134,7 +109,6 @@ class BatchedHMC(HMCSlots):
         self.target_accept_prob = target_accept_prob
         self.adapt_step_size = adapt_step_size
         self.adapt_mass_matrix = adapt_mass_matrix
-        self.num_steps_jitter = num_steps_jitter
         self.max_num_steps = max_num_steps
         if num_steps is not None and num_steps_jitter > 0:
             self._jitter = (max(1, math.ceil((1.0 - num_steps_jitter) * num_steps)), num_steps)
@@ -152,16 +126,9 @@ class BatchedHMC(HMCSlots):
     # ----- set-up and the caller's hooks -----
 
     def setup(self, z_flat, betas, seeds, warmup_steps):
-        """
-        Start R slots from the rows of ``z_flat``.
-
-        :param torch.Tensor z_flat: initial states ``[R, D]`` (their device and dtype are the
-            engine's).
-        :param betas: R inverse temperatures.
-        :param seeds: R ints, one random stream per slot.
-        :param int warmup_steps: iterations of adaptation; later ones sample.
-        :returns: the log-likelihoods ``[R]`` of the initial states.
-        """
+        """Start R slots from the rows of ``z_flat`` ``[R, D]`` (their device and dtype are the
+        engine's), at ``betas`` (R floats), each with a random stream from its one of ``seeds``,
+        for ``warmup_steps`` iterations of adaptation. Returns the initial states' ll ``[R]``."""
         if not (torch.is_tensor(z_flat) and z_flat.dim() == 2 and z_flat.is_floating_point()):
             raise ValueError("z_flat must be a floating-point tensor of shape [R, D], got "
                              f"{getattr(z_flat, 'shape', type(z_flat).__name__)}")
@@ -200,22 +167,14 @@ class BatchedHMC(HMCSlots):
         self._stale = set()  # slots whose cached potential must be recomputed
         self._pending_restart = set()
         self._warmup.start()
-        # Set after the step-size search: T is that many initial step sizes.
-        self._lengths = [INITIAL_NUM_STEPS * e for e in self._step_size.tolist()]
-        self._warmup.start_trajectory()
         return ll.clone()
 
     # ----- one iteration -----
 
     def step(self, z_flat):
-        """
-        One HMC iteration of every slot from the states ``z_flat`` ``[R, D]``; in warmup, the
-        adaptation (:class:`~pyro_pt.explorers.hmc_warmup.HMCWarmup`) then reads its info.
-
-        :returns: ``(state, info)``: an :class:`~pyro_pt.explorers.hmc_state.HMCState` (the
-            new states and their log-likelihoods, from the trajectory's own potential calls)
-            and an :class:`~pyro_pt.explorers.hmc_state.HMCInfo`.
-        """
+        """One HMC iteration of every slot from the states ``z_flat`` ``[R, D]``, then in warmup
+        the adaptation: ``(state, info)``, an :class:`~.hmc_record.HMCState` (ll from the
+        trajectory's own potential calls) and an :class:`~.hmc_record.HMCInfo`."""
         self._refresh(z_flat.detach())
         in_warmup = self._t < self._warmup_steps
         if self._pending_restart:

@@ -1,18 +1,15 @@
-"""Hamiltonian dynamics of R slots at once: momenta, kinetic energy, the leapfrog integrator.
+"""Hamiltonian dynamics of R slots at once: momenta, the leapfrog trajectories.
 
 Every operation is elementwise or a per-row reduction of fixed order (:func:`row_sum`), so a
-slot's trajectory does not depend on which other slots share its batch (see
-:mod:`pyro_pt.explorers.hmc`). For the same reason :func:`leapfrog_rows` may run the slots one
-after the other, each step one call of a fused, compiled step, and give bitwise the same
-numbers as :func:`leapfrog` (whose per-step work outside the potential -- the updates, the
-finiteness checks, a host read per step -- is then inside that call).
-
-**References**
-
-[1] Neal (2011), "MCMC using Hamiltonian dynamics", Handbook of MCMC, ch. 5.
+slot's trajectory does not depend on which other slots share its batch. For the same reason
+:func:`leapfrog_rows` (each step of a slot one compiled call) and :func:`leapfrog_lockstep`
+(each step of a batch of slots one compiled call) give bitwise the numbers of
+:func:`leapfrog`, the reference (Neal 2011, "MCMC using Hamiltonian dynamics", ch. 5).
 """
 
 import torch
+
+from ..potential.leapfrog import unfused_step
 
 # torch's CPU sum splits a single long row over threads (a "two-pass" reduction once the
 # tensor has 32768 elements) but reduces each row of a multi-row tensor serially, so a plain
@@ -40,13 +37,10 @@ def not_finite(potential, grad):
 
 def draw(generators, slots, dim, jitter, uniform, dtype, device):
     """
-    Slot r's random numbers from its own generator, in a fixed order (its jitter, momentum
-    noise, accept uniform if ``uniform``); rows not in ``slots`` get zeros and draw nothing.
-
-    :param jitter: None (no jitter drawn) or ``(low, high)`` (a number of steps, uniform on
-        ``low..high``).
-    :returns: ``(jitter [R] or None, noise [R, D], uniforms [R])``, the jitter a long tensor
-        of step counts.
+    Slot r's random numbers from its own generator, in a fixed order: a number of steps uniform
+    on ``jitter = (low, high)`` unless it is None, the momentum noise, and an accept uniform if
+    ``uniform``; rows not in ``slots`` get zeros and draw nothing. Returns ``(steps [R] (long)
+    or None, noise [R, D], uniforms [R])``.
     """
     num_slots = len(generators)
     kw = {"dtype": dtype, "device": device}
@@ -69,7 +63,8 @@ def draw(generators, slots, dim, jitter, uniform, dtype, device):
 def leapfrog(evaluate, start, p0, step_size, inv_mass, steps, n_max):
     """
     Leapfrog from ``start = (z, potential, grad, ll)`` with momenta ``p0``: ``n_max`` steps, or
-    ``steps[r]`` for slot r (later rows stay put while the longest finishes).
+    ``steps[r]`` for slot r (later rows stay put while the longest finishes), each step
+    :func:`~pyro_pt.potential.leapfrog.unfused_step`.
 
     :param callable evaluate: ``z [R, D] -> (potential [R], grad [R, D], ll [R])``.
     :returns: ``(z, p, potential, grad, ll, bad)`` at the end points, ``bad`` the slots whose
@@ -83,57 +78,51 @@ def leapfrog(evaluate, start, p0, step_size, inv_mass, steps, n_max):
     scratch = grad * half_eps
     p = p0 - scratch  # our own tensor from here on: updated in place
     bad = torch.zeros(z0.shape[0], dtype=torch.bool, device=z0.device)
-    any_bad = False
+    bad_col = None
+    at = lambda q, _: evaluate(q)  # noqa: E731 (the betas are evaluate's own)
     for i in range(1, n_max + 1):
-        z_new = z + torch.mul(scaled_eps, p, out=scratch)
-        if any_bad:
-            # A failed row restarts from its (finite) initial point, so the batched
+        z_in, p_in = z, p
+        if bad_col is not None:
+            # A failed row steps from its (finite) initial point at rest, so the batched
             # potential never sees NaN states; its results are discarded at the end.
-            z_new = torch.where(bad[:, None], z0, z_new)
-        u_new, g_new, ll_new = evaluate(z_new)
-        failed = not_finite(u_new, g_new)
+            z_in, p_in = torch.where(bad_col, z0, z), torch.where(bad_col, 0.0, p)
         if steps is None:
-            z, potential, grad, ll = z_new, u_new, g_new, ll_new
-            bad = bad | failed
-            p.sub_(torch.mul(grad, half_eps if i == n_max else eps, out=scratch))
+            kick = half_eps if i == n_max else eps
+            z, p, potential, grad, ll = unfused_step(at, z_in, p_in, scaled_eps, kick, None,
+                                                     scratch)
+            bad = bad | not_finite(potential, grad)
         else:
             live = i <= steps
             live_col = live[:, None]
+            kick = torch.where((i == steps)[:, None], half_eps, eps)
+            z_new, p_new, u_new, g_new, ll_new = unfused_step(at, z_in, p_in, scaled_eps, kick,
+                                                              None)
+            bad = bad | (live & not_finite(u_new, g_new))
             z = torch.where(live_col, z_new, z)
+            p = torch.where(live_col, p_new, p)
             potential = torch.where(live, u_new, potential)
             grad = torch.where(live_col, g_new, grad)
             ll = torch.where(live, ll_new, ll)
-            bad = bad | (live & failed)
-            kick = torch.where((i == steps)[:, None], half_eps, eps)
-            p = torch.where(live_col, p - grad * kick, p)
-        any_bad = bool(bad.any())
+        bad_col = bad[:, None] if bool(bad.any()) else None
     return z, p, potential, grad, ll, bad
 
 
 def leapfrog_rows(step, evaluate_row, start, p0, step_size, inv_mass, betas, steps, n_max):
     """
-    :func:`leapfrog`, one slot's whole trajectory at a time, each step one call of a fused
-    ``step``; the same numbers, bitwise, since every operation of :func:`leapfrog` is
-    elementwise or per row. A slot that meets a point where ``step`` reports a non-finite
-    density is run again by :func:`leapfrog` alone (the potential's own non-finite semantics).
-
-    :param callable step: ``(z [D], p [D], scaled_eps [D], kick [], beta []) -> (z', p',
-        potential [], grad [D], ll [], ok [])`` with ``z' = z + scaled_eps p``, ``p' = p - kick
-        grad(z')`` and ``ok`` whether the densities and the gradient at ``z'`` are finite.
-    :param callable evaluate_row: ``(r, z [1, D]) -> (potential [1], grad [1, D], ll [1])``,
-        the potential of slot ``r``.
-    :param betas: ``[R]`` the slots' inverse temperatures; the others as :func:`leapfrog`.
+    :func:`leapfrog`, one slot's trajectory at a time, each step one call of a fused ``step``
+    (:func:`~pyro_pt.potential.leapfrog.leapfrog_step`'s contract, one point); the same
+    numbers, bitwise. A slot where ``step`` reports a non-finite density is run again alone
+    (:func:`_rerun_alone`); ``betas`` ``[R]`` are the slots'.
     """
     z0, potential0, grad0, ll0 = start
     eps = step_size[:, None]
     half_eps = 0.5 * eps
     scaled_eps = eps * inv_mass
-    rows = []
-    for r in range(z0.shape[0]):
-        n = n_max if steps is None else int(steps[r])
+    counts = [n_max] * z0.shape[0] if steps is None else steps.tolist()
+    rows, failed = [], []
+    for r, n in enumerate(counts):
         z, potential, grad, ll = z0[r], potential0[r], grad0[r], ll0[r]
         p = p0[r] - grad * half_eps[r]
-        ok = True
         # the slot's scalars once, not per step
         row_eps, row_half_eps, row_scaled_eps, beta = (eps[r, 0], half_eps[r, 0], scaled_eps[r],
                                                        betas[r])
@@ -141,35 +130,34 @@ def leapfrog_rows(step, evaluate_row, start, p0, step_size, inv_mass, betas, ste
             kick = row_half_eps if i == n else row_eps
             z, p, potential, grad, ll, ok = step(z, p, row_scaled_eps, kick, beta)
             if not ok:
+                failed.append(r)
                 break
-        if ok:
-            rows.append((z, p, potential, grad, ll, torch.zeros((), dtype=torch.bool,
-                                                                device=z.device)))
-            continue
-        rows.append(_alone(r, n, evaluate_row, start, p0, step_size, inv_mass))
-    return tuple(torch.stack(column) for column in zip(*rows))
+        rows.append((z, p, potential, grad, ll, torch.zeros((), dtype=torch.bool,
+                                                            device=z.device)))
+    out = tuple(torch.stack(column) for column in zip(*rows))
+    return _rerun_alone(out, failed, counts, evaluate_row, start, p0, step_size, inv_mass)
 
 
-def _alone(r, n, evaluate_row, start, p0, step_size, inv_mass):
-    """Slot ``r``'s ``n`` steps by :func:`leapfrog` alone (a slot whose fast trajectory met a
-    non-finite point: the potential's own non-finite semantics), its row of each output."""
-    one = tuple(t[r:r + 1] for t in start)
-    out = leapfrog(lambda q: evaluate_row(r, q), one, p0[r:r + 1], step_size[r:r + 1],
-                   inv_mass[r:r + 1], None, n)
-    return tuple(t[0] for t in out)
+def _rerun_alone(out, failed, counts, evaluate_row, start, p0, step_size, inv_mass):
+    """``out`` with the rows of the ``failed`` slots (a fast trajectory met a non-finite point)
+    replaced by :func:`leapfrog`'s for that slot alone, ``counts[r]`` steps, through
+    ``evaluate_row(r, z [1, D])``: the potential's own non-finite semantics."""
+    for r in failed:
+        one = tuple(t[r:r + 1] for t in start)
+        row = leapfrog(lambda q: evaluate_row(r, q), one, p0[r:r + 1], step_size[r:r + 1],
+                       inv_mass[r:r + 1], None, counts[r])
+        for column, value in zip(out, row):
+            column[r] = value[0]
+    return out
 
 
 def leapfrog_lockstep(plan, evaluate_row, start, p0, step_size, inv_mass, betas, steps, n_max):
     """
     :func:`leapfrog` with the slots in lockstep: each step of a batch of slots one call of a
-    compiled step (:class:`~pyro_pt.potential.lockstep.Lockstep`), every slot its own number
-    of steps; a slot that met a non-finite point is run again by :func:`leapfrog` alone, as in
-    :func:`leapfrog_rows`.
-
-    :param list plan: ``[(first, last, size, step)]`` (:meth:`Lockstep.plan
-        <pyro_pt.potential.lockstep.Lockstep.plan>`): slots ``first:last`` padded to ``size``
-        rows with copies of the first.
-    :param callable evaluate_row: as in :func:`leapfrog_rows`; the others as :func:`leapfrog`.
+    compiled step, every slot its own number of steps; a slot that met a non-finite point is
+    run again alone (:func:`_rerun_alone`). ``plan``: ``[(first, last, size, step)]``
+    (:meth:`~pyro_pt.potential.lockstep.Lockstep.plan`), slots ``first:last`` padded to
+    ``size`` rows with copies of the first.
     """
     z0, potential0, grad0, ll0 = start
     device = z0.device
@@ -178,21 +166,17 @@ def leapfrog_lockstep(plan, evaluate_row, start, p0, step_size, inv_mass, betas,
     scaled_eps = eps[:, None] * inv_mass
     n = torch.full_like(betas, n_max, dtype=torch.long) if steps is None else steps.to(device)
     p_half = p0 - grad0 * half_eps[:, None]
-    z, p, potential, grad, ll, bad = _in_lockstep(plan, (z0, p_half, potential0, grad0, ll0),
-                                                  (scaled_eps, eps, half_eps, betas), n)
-    for r in [r for r, failed in enumerate(bad.tolist()) if failed]:
-        out = _alone(r, int(n[r]), evaluate_row, start, p0, step_size, inv_mass)
-        for column, value in zip((z, p, potential, grad, ll, bad), out):
-            column[r] = value
-    return z, p, potential, grad, ll, bad
+    out = _in_lockstep(plan, (z0, p_half, potential0, grad0, ll0),
+                       (scaled_eps, eps, half_eps, betas), n)
+    failed = [r for r, bad in enumerate(out[-1].tolist()) if bad]
+    return _rerun_alone(out, failed, n.tolist(), evaluate_row, start, p0, step_size, inv_mass)
 
 
 def evaluate_lockstep(plan, z, betas):
     """
-    ``(potential, grad, ll, bad)`` at the states ``z`` ``[R, D]``: one lockstep call per batch
-    with a zero momentum and a zero step (``z + 0 * 0``: the same point, the potential's
-    value and gradient there), i.e. the numbers the lockstep trajectories compute, bitwise
-    the same in any company. ``bad`` marks a non-finite point (its other outputs are zeros).
+    ``(potential, grad, ll, bad)`` at the states ``z`` ``[R, D]``: one lockstep step per batch
+    with zero momentum and step (``z + 0 * 0``, the same point), the numbers the lockstep
+    trajectories compute; ``bad`` marks a non-finite point (its other outputs are zeros).
     """
     zeros = torch.zeros_like(z)
     values = torch.zeros_like(betas)
@@ -203,11 +187,9 @@ def evaluate_lockstep(plan, z, betas):
 
 
 def _in_lockstep(plan, state, fixed, n, steps=None):
-    """
-    The lockstep steps of ``plan`` from the carried ``state`` (``z, p, potential, grad,
+    """The lockstep steps of ``plan`` from the carried ``state`` (``z, p, potential, grad,
     ll``) with the ``fixed`` per-slot inputs (``scaled_eps, eps, half_eps, betas``): slot r
-    takes ``n[r]`` steps (``steps`` of them at most); returns ``state`` and ``bad``.
-    """
+    takes ``n[r]`` steps (``steps`` at most); returns ``state`` and ``bad``."""
     device = state[0].device
     num_slots = state[0].shape[0]
     counts = n.tolist()
@@ -252,8 +234,7 @@ _TICK_CACHE = {}  # device -> [tensor(1), tensor(2), ...]: the lockstep steps' s
 
 
 def _ticks(device, count):
-    """The step numbers ``1..count`` as 0-d long tensors on ``device``, made once (the step
-    only reads them)."""
+    """The step numbers ``1..count`` as 0-d long tensors on ``device``, made once."""
     ticks = _TICK_CACHE.setdefault(device, [])
     while len(ticks) < count:
         ticks.append(torch.tensor(len(ticks) + 1, device=device))

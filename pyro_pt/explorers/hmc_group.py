@@ -1,11 +1,8 @@
 """The rungs of one process advanced together: ``explorer="hmc"``.
 
-A :class:`HMCGroup` group holds the process's tempered rungs (the prior rung, drawn
-exactly, stays apart) as the slots of one :class:`~pyro_pt.explorers.hmc.BatchedHMC`, whose
-leapfrog steps evaluate every slot in one call of the model's fast batched potential
-(:class:`~pyro_pt.potential.FunctionalSplit`). Each rung gets a :class:`HMCRung` handle
-that meets the explorer contract (:mod:`pyro_pt.explorers.contract`); the group steps all its
-rungs in one call.
+A :class:`HMCGroup` holds the process's tempered rungs (the prior rung stays apart) as the
+slots of one :class:`~pyro_pt.explorers.hmc.BatchedHMC` over the model's batched potential
+(:class:`~pyro_pt.potential.FunctionalSplit`); each rung gets a :class:`HMCRung` handle.
 """
 
 import inspect
@@ -45,12 +42,9 @@ def check_hmc_options(kwargs):
 
 
 class HMCGroup(ExplorerGroup):
-    """
-    The tempered rungs of one process as the slots of one batched HMC.
-
-    :param FunctionalSplit fast: the model's fast split (its batched potential).
-    :param dict options: :class:`~pyro_pt.explorers.hmc.BatchedHMC` keyword arguments.
-    """
+    """The tempered rungs of one process as the slots of one batched HMC over ``fast`` (the
+    model's fast split), ``options`` the :class:`~pyro_pt.explorers.hmc.BatchedHMC`
+    keyword arguments."""
 
     def __init__(self, fast, options):
         check_hmc_options(options)
@@ -59,8 +53,7 @@ class HMCGroup(ExplorerGroup):
             options.setdefault("num_steps_jitter", DEFAULT_NUM_STEPS_JITTER)
         self.fast = fast
         self.engine = BatchedHMC(fast.batched_potential_and_grad, fused_step=fast.fused.step,
-                                 lockstep=fast.lockstep.plan,
-                                 **options)
+                                 lockstep=fast.lockstep.plan, **options)
         self._betas, self._seeds = [], []
         self._ready = False
 

@@ -1,6 +1,26 @@
-"""What a batched HMC records per slot: acceptance, divergences, the progress-bar fields."""
+"""What an iteration of the batched HMC returns, and what it records per slot.
+
+:meth:`~pyro_pt.explorers.hmc.BatchedHMC.step` has BlackJAX's shape (Cabezas et al. 2024,
+"BlackJAX: composable Bayesian inference in JAX"), ``step -> (state, info)``: the state is what
+the next step starts from, the info everything else about the transition (what adaptation and
+diagnostics read).
+"""
 
 import math
+from collections import namedtuple
+
+HMCState = namedtuple("HMCState", ["z", "ll"])
+HMCState.__doc__ = """The slots' states ``z`` ``[R, D]`` and their log-likelihoods ``ll``."""
+
+HMCInfo = namedtuple("HMCInfo", ["accepted", "accept_prob", "divergent", "energy_error",
+                                 "num_steps", "proposal", "momentum"])
+HMCInfo.__doc__ = """
+One iteration of R slots, one row per slot: ``accepted`` (bool), the Metropolis
+``accept_prob`` (float64), ``divergent`` (bool: a non-finite trajectory or an energy error
+above ``max_delta_energy``), ``energy_error`` (float64, NaN for a failed trajectory),
+``num_steps`` (long, the leapfrog steps taken), and the trajectory's end point ``proposal``
+``[R, D]`` with its ``momentum`` (before the accept test).
+"""
 
 
 class HMCRecord:
@@ -9,10 +29,6 @@ class HMCRecord:
     divergences in the sampling phase (indices, as Pyro's HMC reports them), divergences in
     warmup (a count), and the mean acceptance probability shown on the progress bar (over the
     sampling phase once it has begun).
-
-    :param int num_slots: R.
-    :param int warmup_steps: iterations of warmup.
-    :param float max_delta_energy: energy error above which a trajectory is divergent.
     """
 
     def __init__(self, num_slots, warmup_steps, max_delta_energy):
@@ -44,11 +60,8 @@ class HMCRecord:
             self.accept_prob_n = 0
 
     def diagnostics(self, t, step_size, inv_mass):
-        """
-        One dict per slot after ``t`` iterations: ``divergences`` (sampling-phase iteration
-        indices), ``warmup divergences`` (a count), ``acceptance rate`` (share of accepted
-        proposals in the sampling phase), ``step size`` and ``mean inverse mass``.
-        """
+        """One dict per slot after ``t`` iterations: ``divergences``, ``warmup divergences``,
+        ``acceptance rate`` (sampling phase), ``step size`` and ``mean inverse mass``."""
         n = t - self.warmup_steps
         step_size = step_size.tolist()
         mean_inv_mass = inv_mass.mean(-1).tolist()

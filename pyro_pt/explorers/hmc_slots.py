@@ -1,9 +1,4 @@
-"""The slots of a batched HMC: their cached potential, the caller's hooks, their reporting.
-
-:class:`HMCSlots` is the part of :class:`~pyro_pt.explorers.hmc.BatchedHMC` that is about the
-slots rather than the transition: the potential cached at the current states (recomputed
-where a swap or a ladder change made it stale) and what the slots report.
-"""
+"""The slots of a batched HMC: their cached potential, the caller's hooks, their reports."""
 
 import torch
 
@@ -12,8 +7,9 @@ from .hmc_trajectory import jittered_num_steps
 
 
 class HMCSlots:
-    """The slots' cached states, hooks and reports (a base of
-    :class:`~pyro_pt.explorers.hmc.BatchedHMC`, which sets the attributes read here)."""
+    """The part of :class:`~pyro_pt.explorers.hmc.BatchedHMC` (which sets the attributes read
+    here) about the slots rather than the transition: the potential cached at the current
+    states, recomputed where a swap or a ladder change made it stale, and the reports."""
 
     def _per_slot(self, value, name, num_slots):
         out = torch.as_tensor(value, dtype=self._dtype, device=self._device).reshape(-1)
@@ -24,12 +20,9 @@ class HMCSlots:
         return out
 
     def set_betas(self, betas):
-        """
-        Give the slots new inverse temperatures (ladder adaptation). Slots whose beta changed
-        recompute their potential at the next step and, during warmup, restart dual averaging
-        warm and the centre of their trajectory criterion (their target moved); their mass
-        matrix keeps adapting in the current window.
-        """
+        """New inverse temperatures (ladder adaptation): a slot whose beta changed recomputes
+        its potential at the next step and, in warmup, restarts its step size's averaging and
+        its trajectory criterion's centre (its mass matrix keeps adapting in the window)."""
         betas = self._per_slot(betas, "betas", len(self._generators))
         changed = [r for r, moved in enumerate((betas != self._betas).tolist()) if moved]
         self._betas = betas
@@ -38,12 +31,9 @@ class HMCSlots:
             self._pending_restart.update(changed)
 
     def replace_states(self, slots):
-        """
-        Mark the states at ``slots`` as replaced (after swaps): their cached potential and
-        gradient are recomputed at the next step. :meth:`step` also recomputes any row of
-        its input that differs from the state it returned, so this is a safeguard for a
-        potential whose value changed for other reasons.
-        """
+        """Mark the states at ``slots`` as replaced (after swaps): their potential is recomputed
+        at the next step (as is any row of the next input that differs from the state returned;
+        this is a safeguard for a potential whose value changed for other reasons)."""
         self._stale.update(int(r) for r in slots)
 
     def _evaluate(self, z):
@@ -80,10 +70,9 @@ class HMCSlots:
         self._z = z
 
     def _stale_potential(self, z, rows):
-        """The potential, gradient and log-likelihood of ``z[rows]``: in lockstep, one call
-        for all slots (the numbers the trajectories compute; a call costs about what one
-        row's evaluation does), the rows that met a non-finite point again by the potential
-        itself (its NaN semantics); else the potential's call on the rows."""
+        """The potential, gradient and ll of ``z[rows]``: in lockstep, one call for all slots
+        (the trajectories' numbers, at about one row's cost), a row at a non-finite point again
+        by the potential itself (its NaN semantics); else the potential's call on the rows."""
         plan = self._plan()
         if plan is None:
             return self.potential_and_grad(z[rows], self._betas[rows])
@@ -105,7 +94,6 @@ class HMCSlots:
 
     @property
     def step_sizes(self):
-        """The current step size of every slot ``[R]``."""
         return self._step_size.clone()
 
     @property
@@ -119,24 +107,19 @@ class HMCSlots:
 
     @property
     def trajectory_lengths(self):
-        """The trajectory length :math:`T` of every slot (floats): adapted, or ``num_steps``
-        step sizes."""
+        """Every slot's trajectory length :math:`T`: adapted, or ``num_steps`` step sizes."""
         if self.num_steps is not None:
             return [self.num_steps * e for e in self._step_size.tolist()]
         return list(self._lengths)
 
     @property
     def inverse_mass(self):
-        """The diagonal inverse mass matrix of every slot ``[R, D]``."""
         return self._inv_mass.clone()
 
     def diagnostics(self):
-        r"""
-        One dict per slot (:meth:`~pyro_pt.explorers.hmc_record.HMCRecord.diagnostics`); with
-        an adapted trajectory also its ``trajectory length`` :math:`T` and ``num steps``, the
-        leapfrog steps of an unjittered trajectory (:math:`\lceil T / \epsilon \rceil`, capped);
-        and, where warmup raised it, its ``target accept prob`` (:attr:`target_accept_probs`).
-        """
+        r"""One dict per slot (:meth:`.HMCRecord.diagnostics`); with an adapted trajectory also
+        its ``trajectory length`` and ``num steps`` (of an unjittered trajectory, capped); where
+        warmup raised it, its ``target accept prob``."""
         out = self._record.diagnostics(self._t, self._step_size, self._inv_mass)
         for d, target in zip(out, self.target_accept_probs):
             if target != self.target_accept_prob:
@@ -148,7 +131,6 @@ class HMCSlots:
         return out
 
     def logging(self, slot=0):
-        """Progress-bar fields of one slot: its step size and mean acceptance probability."""
         return self._record.logging(slot, self._step_size)
 
     def _fused(self):

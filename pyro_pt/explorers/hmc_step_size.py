@@ -1,8 +1,5 @@
-"""Step-size adaptation of a batch of HMC slots: dual averaging, and the initial search.
-
-Both work slot by slot (Python floats, or elementwise updates), so a slot's step size never
-depends on the other rows of the batch.
-"""
+"""Step-size adaptation of a batch of HMC slots, slot by slot: dual averaging, the initial
+search."""
 
 import math
 
@@ -13,37 +10,26 @@ from pyro.ops.dual_averaging import DualAveraging as PyroDualAveraging
 
 class DualAveraging:
     r"""
-    Dual-averaging step-size adaptation for a batch of slots: one
-    :class:`pyro.ops.dual_averaging.DualAveraging` per slot, each with its own iteration
-    counter (so one slot can restart while the others continue).
-
-    With :math:`\alpha_t` the acceptance statistic of iteration :math:`t` and
-    :math:`\delta` the target, Pyro's scheme runs on :math:`g_t = \delta - \alpha_t`:
-
-    .. math::
-
-        \bar H_t = (1 - \tfrac{1}{t + t_0}) \bar H_{t-1} + \tfrac{1}{t + t_0}\, g_t,
-        \quad x_t = \mu - \tfrac{\sqrt t}{\gamma} \bar H_t,
-        \quad \bar x_t = t^{-\kappa} x_t + (1 - t^{-\kappa}) \bar x_{t-1},
-
-    with :math:`x = \log\epsilon` the step used during warmup and :math:`\exp \bar x` the one
-    kept afterwards; :math:`\mu = \log(10\,\epsilon_0)` (Pyro's ``prox_center``) at each
-    restart.
-
-    The state is Python floats, updated slot by slot: torch's CPU kernels may round ``pow``
-    differently in long and short vectors, which would make a slot's step size depend on how
-    many slots share the batch.
+    Dual-averaging step-size adaptation of a batch of slots: one
+    :class:`pyro.ops.dual_averaging.DualAveraging` per slot on :math:`g_t = \delta_r - \alpha_t`
+    (:math:`\alpha_t` the acceptance statistic, :math:`\delta_r` the slot's target), each with
+    its own iteration count, so one slot can restart while the others go on. The iterate
+    :math:`x = \log\epsilon` is the step during warmup, its average :math:`\exp \bar x` the one
+    kept after; a restart centres on :math:`\mu = \log(10\,\epsilon_0)` (Pyro's
+    ``prox_center``) unless told otherwise. The state is Python floats, updated slot by slot:
+    torch's CPU kernels may round ``pow`` differently in long and short vectors, which would
+    make a slot's step size depend on how many slots share the batch.
 
     **References**
 
-    [1] Hoffman, Gelman (2014), "The No-U-Turn Sampler", JMLR 15, Algorithm 5 (section 3.2.1).
+    [1] Hoffman, Gelman (2014), "The No-U-Turn Sampler", JMLR 15, Algorithm 5.
 
     [2] Stan Reference Manual, step-size adaptation: :math:`\gamma = 0.05, t_0 = 10,
     \kappa = 0.75`.
 
     :param list log_step_size: initial :math:`\log\epsilon` of each slot.
-    :param float target_accept_prob: :math:`\delta`, the same for every slot at the start;
-        :attr:`targets` holds each slot's own (a slot that diverges may raise its own).
+    :param float target_accept_prob: :math:`\delta`, every slot's at the start; :attr:`targets`
+        holds each slot's own (a slot that diverges may raise its own).
     """
 
     def __init__(self, log_step_size, target_accept_prob=0.8, gamma=0.05, t0=10.0, kappa=0.75):
@@ -83,23 +69,13 @@ class DualAveraging:
 
 def find_reasonable_step_sizes(step_size, mask, accepts_well, max_rounds=100):
     r"""
-    The initial step-size heuristic of Hoffman & Gelman (Algorithm 4), as Stan and Pyro run it
-    at the start of warmup and after each metric update, for the slots in ``mask``: double (or
-    halve) the step size until the acceptance probability of one leapfrog step crosses 0.8.
-    The slots are searched together, one ``accepts_well`` call per round, and each leaves the
-    search on its own criterion, so its result does not depend on the other slots.
-
-    **References**
-
-    [1] Hoffman, Gelman (2014), "The No-U-Turn Sampler", JMLR 15, Algorithm 4.
-
-    :param torch.Tensor step_size: current step sizes ``[R]``.
-    :param torch.Tensor mask: bool ``[R]``, the slots to search.
-    :param callable accepts_well: ``(step_size [R], active [R] bool) -> bool [R]``: whether one
-        leapfrog step from a fresh momentum has acceptance probability above 0.8 (only
-        ``active`` slots need an answer, and only they may draw random numbers).
-    :param int max_rounds: most doublings or halvings.
-    :returns: the new step sizes ``[R]`` (unchanged outside ``mask``).
+    Hoffman & Gelman's initial step-size heuristic (JMLR 15, Algorithm 4) for the slots in
+    ``mask`` (bool ``[R]``): double (or halve) ``step_size [R]`` until the acceptance
+    probability of one leapfrog step crosses 0.8, at most ``max_rounds`` times. The slots are
+    searched together, one ``accepts_well(step_size [R], active [R]) -> bool [R]`` call per
+    round (whether one step from a fresh momentum accepts above 0.8; only ``active`` slots need
+    an answer, and only they may draw random numbers), each leaving on its own criterion.
+    Returns the new step sizes (unchanged outside ``mask``).
     """
     active = mask.clone()
     increase = accepts_well(step_size, active)

@@ -1,65 +1,35 @@
 r"""
-Trajectory-length adaptation of a batch of HMC slots: a per-slot ChEES criterion, ascended by
-Adam on :math:`\log T`, with the jittered number of leapfrog steps it implies.
+Trajectory-length adaptation of a batch of HMC slots: per-slot ChEES ascended by Adam on
+:math:`\log T`, and the jittered number of leapfrog steps it implies.
 
-ChEES (Hoffman, Radul & Sountsov 2021) is the expected change of the centred square of the
-state over one proposal,
+ChEES (Hoffman, Radul & Sountsov 2021, "An adaptive MCMC scheme for setting trajectory lengths
+in Hamiltonian Monte Carlo", AISTATS, Algorithm 1) is
+:math:`\tfrac14\, \mathbb E[(\|z' - \mu\|^2 - \|z - \mu\|^2)^2]` with :math:`z \sim \pi`,
+:math:`z'` the end of a trajectory of length :math:`t = hT` (:math:`h \in (0, 1]` the jitter,
+:func:`shared_fraction`) and :math:`\mu = \mathbb E_\pi[z]`; its gradient in :math:`\log T` is
+the expectation of
 
-.. math::
-
-    \mathrm{ChEES}(T) = \tfrac14\, \mathbb E\big[(\|z' - \mu\|^2 - \|z - \mu\|^2)^2\big],
-
-with :math:`z \sim \pi`, :math:`z'` the end of a trajectory of length :math:`t = hT`
-(:math:`h \in (0, 1]` the jitter, uniform over iterations: :func:`shared_fraction`) and
-:math:`\mu = \mathbb E_\pi[z]`. Its gradient in :math:`\log T` is the expectation of the
-per-proposal term
-
-.. math::
-
-    g = \alpha\, t\, (\|z' - \mu\|^2 - \|z - \mu\|^2)\,(z' - \mu)^\top M^{-1} p',
+.. math:: g = \alpha\, t\, (\|z' - \mu\|^2 - \|z - \mu\|^2)\,(z' - \mu)^\top M^{-1} p'
 
 (:math:`\alpha` the acceptance probability, which weights out divergent and rejected
-proposals as in the paper's Algorithm 1; :math:`M^{-1}p' = dz'/dt`).
-
-**The per-slot form.** The paper averages :math:`g` over an ensemble of chains at one
-iteration and centres on the ensemble mean. Here a slot (a rung) is usually one chain, so
-the same expectation over :math:`\pi` is taken along the chain instead: :math:`\mu` is the
-running mean of the slot's own states (restarted when its target moves), and the terms of
-successive iterations are pooled by the ascent itself. At stationarity a chain's states have
-the same law as an ensemble's, so each term is an (autocorrelated) unbiased draw of the same
-gradient. One term is much noisier than an ensemble average, so, beyond the paper's Adam
-(:math:`\beta_1 = 0`, :math:`\beta_2 = 0.95`, rate 0.025): the rate decays as
-:math:`0.025 / \sqrt{1 + k/50}` after k changes of sign of the update (Kesten's rule [3], a
-Robbins-Monro rate that decays only where the iterates oscillate about the optimum, not while
-they climb towards it), and the log length kept after warmup is the average
-:math:`\bar x_t = t^{-\kappa} x_t + (1 - t^{-\kappa}) \bar x_{t-1}` (:math:`\kappa = 0.75`, as
-in dual averaging) of the iterates since the last metric update. Near the optimum about half
-the updates change sign, so there the rate is the :math:`0.025 / \sqrt{1 + n/100}` after n
-updates used before. Measured on 4-d Gaussians (24 slots, 1000 warmup iterations): a constant
-rate left 2 of 24 slots at a secondary maximum of ChEES (2.5 times the optimum), a rate
-decaying with n none; so did Kesten's (all 24 within 0.57-1.17 of the optimum after 300 or
-1000 warmup iterations, with and without the metric adapted), whereas twice the rate
-(0.05) put up to 3 of 24 beyond twice the optimum. Where the optimum is far above the start,
-the rate decaying with n stopped the climb early: on the 25-weight BNN of
-``benchmarks/vs_numpyro_ess.py`` the cold rung's T was still rising at the end of 500 warmup
-iterations, at 0.27-0.82 over four seeds, against 0.39-1.25 with Kesten's rule, which raised
-the worst prediction's ESS from 125-314 to 289-365 per 1000 draws. The
-ascent starts from a short :math:`T` (three step sizes) so that it meets the first maximum,
-the global one, first.
-
-The state is Python floats per slot plus one ``[R, D]`` running mean (elementwise updates and
-a fixed-order row reduction), so a slot's trajectory length does not depend on which other
-slots share the batch.
-
-**References**
-
-[1] Hoffman, Radul, Sountsov (2021), "An adaptive MCMC scheme for setting trajectory lengths
-in Hamiltonian Monte Carlo", AISTATS (ChEES, Algorithm 1; Adam with learning rate 0.025).
-
-[2] Kingma, Ba (2015), "Adam: a method for stochastic optimization", ICLR.
-
-[3] Kesten (1958), "Accelerated stochastic approximation", Annals of Mathematical Statistics
-29(1), 41-59.
+proposals). A slot is one chain, not the paper's ensemble, so the expectation is taken along
+the chain: :math:`\mu` is the running mean of the slot's own states (restarted when its target
+moves) and the ascent pools the terms of successive iterations (at stationarity each is an
+autocorrelated, unbiased draw of the gradient). One term being much noisier than an ensemble's
+average, the paper's Adam (Kingma & Ba 2015; :math:`\beta_1 = 0`, :math:`\beta_2 = 0.95`, rate
+0.025) gets Kesten's rule (Kesten 1958, "Accelerated stochastic approximation", Ann. Math.
+Statist. 29(1)): the rate decays as :math:`0.025 / \sqrt{1 + k/50}` after k sign changes of
+the update, so about the optimum, not during a climb; and the log length kept after warmup is
+the average :math:`\bar x_t = t^{-\kappa} x_t + (1 - t^{-\kappa}) \bar x_{t-1}`
+(:math:`\kappa = 0.75`, as in dual averaging) of the iterates since the last metric update.
+Measured on 4-d Gaussians (24 slots, 1000 warmup iterations): a constant rate left 2 of 24
+slots at a secondary maximum (2.5 times the optimum); Kesten's none (all within 0.57-1.17 of
+the optimum after 300 or 1000 iterations, with and without the metric adapted); twice the rate
+(0.05) up to 3 beyond twice the optimum. A rate decaying with every update left none there
+either, but stopped the climb early where the optimum is far above the start: on the
+25-weight BNN of ``benchmarks/vs_numpyro_ess.py`` the cold rung's T reached 0.27-0.82 in 500
+warmup iterations over four seeds, 0.39-1.25 with Kesten's rule, which raised the worst
+prediction's ESS from 125-314 to 289-365 per 1000 draws.
 """
 
 import math
@@ -69,17 +39,13 @@ from .hmc_dynamics import row_sum
 
 def shared_fraction(t):
     r"""
-    The jitter :math:`h_t \in (0, 1]` of iteration ``t`` (from 0), the share of every slot's
-    trajectory length it runs: the van der Corput sequence in base 2 (1/2, 1/4, 3/4, 1/8, ...),
-    uniform over iterations, as the quasi-random jitter of ChEES-HMC [1].
-
-    One :math:`h_t` for all slots, rather than one drawn per slot: in lockstep a batch of
-    slots steps until its longest trajectory ends, which for R independent jitters is
-    :math:`R/(R+1)` of the longest length on average (0.8 for 4 slots), against :math:`h_t`,
-    1/2 on average, when they share it. A jitter that does not depend on the state leaves each
-    iteration's kernel reversible with respect to its target, so which sequence it follows
-    changes efficiency only. The shared sequence depends on ``t`` alone, so a slot's draws
-    still do not depend on which slots share its batch or its process.
+    The jitter :math:`h_t \in (0, 1]` of iteration ``t`` (from 0), the share of its trajectory
+    length every slot runs: the van der Corput sequence in base 2 (1/2, 1/4, 3/4, 1/8, ...),
+    uniform over iterations, as ChEES-HMC's quasi-random jitter [1]. Shared, not drawn per
+    slot: a lockstep batch steps until its longest trajectory ends, on average :math:`R/(R+1)`
+    of the longest length for R independent jitters (0.8 for 4 slots), 1/2 for a shared one. A
+    jitter independent of the state keeps each iteration reversible, and one that depends on
+    ``t`` alone keeps a slot's draws independent of its company.
     """
     t += 1
     h, scale = 0.0, 0.5
@@ -91,29 +57,16 @@ def shared_fraction(t):
 
 
 def jittered_num_steps(fraction, trajectory_length, step_size, max_num_steps):
-    r"""
-    Leapfrog steps of one slot's jittered trajectory:
-    :math:`\min(L_{max}, \max(1, \lceil h T / \epsilon \rceil))`.
-
-    :param float fraction: the jitter :math:`h \in (0, 1]`.
-    :param float trajectory_length: :math:`T`.
-    :param float step_size: :math:`\epsilon`.
-    :param int max_num_steps: :math:`L_{max}`, the cap.
-    """
+    r"""Leapfrog steps of one slot's trajectory of length :math:`T` jittered by ``fraction``
+    :math:`h`: :math:`\min(L_{max}, \max(1, \lceil h T / \epsilon \rceil))`."""
     return min(max_num_steps, max(1, math.ceil(fraction * trajectory_length / step_size)))
 
 
 class TrajectoryAdaptation:
     r"""
-    Per-slot ChEES ascent on :math:`x = \log T` (see the module docstring for the criterion
-    and its per-slot form).
-
-    :param list trajectory_length: initial :math:`T` of each slot.
-    :param int max_num_steps: the cap on leapfrog steps; :math:`T` is kept within
-        :math:`[\epsilon, L_{max}\,\epsilon]` of the slot's current step size.
-    :param float learning_rate: Adam's step on :math:`\log T` (the paper's 0.025).
-    :param float beta1: Adam's first-moment decay: the pooling window over iterations.
-    :param float beta2: Adam's second-moment decay (the paper's 0.95).
+    Per-slot ChEES ascent on :math:`x = \log T` (see the module), from each slot's initial
+    ``trajectory_length``; :math:`T` is kept within :math:`[\epsilon, L_{max}\,\epsilon]` of
+    the slot's current step size, :math:`L_{max}` = ``max_num_steps``.
     """
 
     def __init__(self, trajectory_length, max_num_steps, learning_rate=0.025, beta1=0.0,
@@ -135,16 +88,13 @@ class TrajectoryAdaptation:
 
     def rescale(self, old_inv_mass, new_inv_mass):
         r"""
-        Carry each slot's :math:`T` over a metric update and restart its ascent there.
-
-        The inverse mass sets the frequencies of the dynamics: on a Gaussian coordinate of
-        scale :math:`\sigma_i`, :math:`\omega_i = \sqrt{m_i} / \sigma_i`. ChEES has local
-        maxima beyond its first, global one, so a :math:`T` kept as it was could land past the
-        first dip when the frequencies grow (measured: 3.8 times the optimum after a unit
-        metric became the posterior variance). So :math:`T` is scaled by
-        :math:`\omega_{old} / \omega_{new} = \sqrt{m_{old} / m_{new}}`, averaged over the
-        coordinates with ChEES's weights :math:`\sigma_i^4`, estimated by
-        :math:`m_{new,i}^2` (the new metric is the variance of the window's draws).
+        Carry each slot's :math:`T` over a metric update and restart its ascent there. On a
+        Gaussian coordinate of scale :math:`\sigma_i` the frequency is
+        :math:`\omega_i = \sqrt{m_i} / \sigma_i`; a :math:`T` kept as it was could land past
+        ChEES's first, global maximum when the frequencies grow (measured: 3.8 times the
+        optimum after a unit metric became the posterior variance). So :math:`T` is scaled by
+        :math:`\sqrt{m_{old} / m_{new}}`, averaged over the coordinates with ChEES's weights
+        :math:`\sigma_i^4`, estimated by :math:`m_{new,i}^2` (the window's draws' variance).
         """
         weight = new_inv_mass * new_inv_mass
         ratio = (old_inv_mass / new_inv_mass).sqrt()
@@ -170,8 +120,8 @@ class TrajectoryAdaptation:
         self.num_states = [n + 1 for n in self.num_states]
 
     def gradients(self, start, proposal, velocity, times, accept_prob):
-        r"""The per-slot ChEES terms :math:`g` of one iteration (floats; 0 for a slot without
-        a centre yet or a failed proposal)."""
+        r"""The per-slot ChEES terms :math:`g` of one iteration (0 without a centre yet, or for
+        a failed proposal)."""
         if self.centre is None:
             return [0.0] * len(self.t)
         before = start - self.centre
@@ -206,7 +156,6 @@ class TrajectoryAdaptation:
         return self.lengths()
 
     def lengths(self):
-        """The current :math:`T` of each slot."""
         return [math.exp(x) for x in self.log_length]
 
     def final_lengths(self):

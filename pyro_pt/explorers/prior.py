@@ -4,20 +4,15 @@ from .contract import SingleRungExplorer
 
 
 class PriorExplorer(SingleRungExplorer):
-    """
-    The prior rung (beta = 0): every step is an exact, independent draw from the prior.
-
-    :param RandomStream stream: the rung's random stream.
-    :param ModelSplit split: the model's split; its latent sites must have proper priors.
-    """
+    """Every step an exact, independent draw from the prior of ``split`` (proper priors only,
+    or a reference's q), with the rung's random ``stream``."""
 
     def __init__(self, stream, split):
         self.stream = stream
         self.split = split
 
     def start(self, z, warmup_steps):
-        """The rung starts from a draw of its own."""
-        return self.move(None)
+        return self.move(None)  # a draw of its own
 
     def move(self, z):
         """An exact prior draw and its log-likelihood (known from the same model trace)."""

@@ -1,19 +1,14 @@
 """Pyro MCMC kernels as explorers: NUTS, random-walk Metropolis or a user's kernel per rung.
 
 A :class:`PyroKernelExplorer` pairs an MCMC kernel targeting one rung's tempered density with
-that rung's random stream, and is a group of one (:mod:`pyro_pt.explorers.contract`). Its
-adapted state (step size, mass matrix, proposal scale) belongs to the rung; the states of the
-replicas move between rungs on swaps, and :meth:`PyroKernelExplorer.replace_state` invalidates
-the kernel's cached potential and gradient (Pyro's HMC and NUTS ignore the ``params`` they are
-given while their cache is set).
+that rung's random stream, a group of one. After a swap it clears the kernel's cache (Pyro's
+HMC and NUTS ignore the ``params`` they are given while their cache is set).
 
 Pyro's HMC and NUTS take every leapfrog step's potential and gradient from
 :func:`pyro.ops.integrator.potential_grad`, an autograd round trip (measured at about 0.45 ms
-on CPU, as much as the captured graph of a small model). While a rung moves,
-:func:`graph_gradients` has that function answer potentials that offer ``potential_and_grad``
-(:class:`~pyro_pt.potential.TemperedPotential`) from the graph's own gradients, bitwise the
-same numbers; everything else, and every point the graph leaves to the traced path, goes to
-Pyro's function as before. Pyro's NUTS algorithm is untouched.
+on CPU, as much as the captured graph of a small model); :func:`graph_gradients` answers it
+from the graph's own gradients instead, bitwise the same numbers. Pyro's NUTS algorithm is
+untouched.
 """
 
 import contextlib
@@ -56,8 +51,9 @@ def graph_gradients():
     """
     Within the block, Pyro's leapfrog steps (and HMC's and NUTS's evaluation of a new state)
     take ``(grads, potential)`` from ``potential_fn.potential_and_grad(z)`` where the potential
-    has it and it answers, else from Pyro's own ``potential_grad``. Outside it (and where Pyro's
-    integrator no longer takes the hook, or :data:`GRAPH_GRADIENTS` is False) Pyro is
+    has it (:class:`~pyro_pt.potential.TemperedPotential`) and it answers, else (a point the
+    graph leaves to the traced path) from Pyro's own ``potential_grad``. Outside it, where
+    Pyro's integrator no longer takes the hook, or with :data:`GRAPH_GRADIENTS` False, Pyro is
     untouched.
     """
     if not (GRAPH_GRADIENTS and _leapfrog_takes_the_hook()):
@@ -81,48 +77,35 @@ def make_kernel(explorer, potential_fn, explorer_kwargs):
     (``"hmc"`` rungs are batched, see :mod:`pyro_pt.explorers.hmc_group`).
     """
     kwargs = dict(explorer_kwargs or {})
-    if isinstance(explorer, type) and issubclass(explorer, MCMCKernel):
-        # A kernel class (explorer=NUTS): each rung's kernel built on the rung's potential.
-        build = lambda fn, **kw: explorer(potential_fn=fn, **kw)  # noqa: E731
-    elif callable(explorer):
-        build = explorer
-    elif explorer == "nuts":
-        build = lambda fn, **kw: NUTS(potential_fn=fn, **kw)  # noqa: E731
-    elif explorer == "rwmh":
-        build = RandomWalkMetropolis
+    kernel_class = ({"nuts": NUTS, "rwmh": RandomWalkMetropolis}.get(explorer, explorer)
+                    if isinstance(explorer, str) else explorer)
+    if isinstance(kernel_class, type) and issubclass(kernel_class, MCMCKernel):
+        # each rung's kernel built on the rung's potential
+        build = lambda fn, **kw: kernel_class(potential_fn=fn, **kw)  # noqa: E731
+    elif callable(kernel_class):
+        build = kernel_class
     else:
-        raise ValueError(
-            f"explorer must be one of {names()} or a callable potential_fn -> MCMCKernel, "
-            f"got {explorer!r}"
-        )
+        raise ValueError(f"explorer must be one of {names()} or a callable potential_fn -> "
+                         f"MCMCKernel, got {explorer!r}")
     try:
         kernel = build(potential_fn, **kwargs)
     except TypeError as e:
-        raise TypeError(
-            f"explorer_kwargs {kwargs} were not accepted by explorer {explorer!r}: {e}"
-        ) from e
+        raise TypeError(f"explorer_kwargs {kwargs} were not accepted by explorer {explorer!r}: "
+                        f"{e}") from e
     if not isinstance(kernel, MCMCKernel):
-        raise TypeError(
-            "explorer callable must return a pyro.infer.mcmc.mcmc_kernel.MCMCKernel built "
-            f"from the potential_fn it is given, got {type(kernel).__name__}"
-        )
+        raise TypeError("explorer callable must return a pyro.infer.mcmc.mcmc_kernel.MCMCKernel "
+                        f"built from the potential_fn it is given, got {type(kernel).__name__}")
     if not callable(getattr(kernel, "clear_cache", None)):
         raise TypeError(
             f"explorer kernel {type(kernel).__name__} has no clear_cache(): ParallelTempering "
             "must invalidate a rung's cached state when a swap replaces it; add a "
-            "clear_cache() method (Pyro's HMC and NUTS have one)"
-        )
+            "clear_cache() method (Pyro's HMC and NUTS have one)")
     return kernel
 
 
 class PyroKernelExplorer(SingleRungExplorer):
-    """
-    One rung's local kernel and random stream.
-
-    :param MCMCKernel kernel: a kernel targeting the rung's tempered density.
-    :param RandomStream stream: the rung's random stream.
-    :param TemperedPotential potential: the rung's potential, which ``kernel`` was built on.
-    """
+    """One rung's ``kernel`` (an ``MCMCKernel`` built on the rung's
+    :class:`~pyro_pt.potential.TemperedPotential` ``potential``) and random ``stream``."""
 
     def __init__(self, kernel, stream, potential):
         self.kernel = kernel

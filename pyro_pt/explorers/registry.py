@@ -40,16 +40,11 @@ class ExplorerKind:
 
 class Rung:
     """
-    What a kind's factory is given for one rung.
-
-    :param split: the rung's split (the model's, or against the reference): its
-        ``log_likelihood``, ``sample_prior``, ``initial_point`` and, for a
-        :class:`~pyro_pt.potential.FunctionalSplit`, the batched potential.
-    :param float beta: the rung's inverse temperature.
-    :param int seed: the rung's seed; :attr:`stream` is its random stream.
-    :param dict options: the run's ``explorer_kwargs``.
-    :param explorer: the user's ``explorer`` argument (a name, a callable or a kernel class).
-    :param dict groups: the groups of this block's rungs so far, shared by the block.
+    What a kind's factory is given for one rung: its ``split`` (the model's, or against the
+    reference: ``log_likelihood``, ``sample_prior``, ``initial_point`` and, for a
+    :class:`~pyro_pt.potential.FunctionalSplit`, the batched potential), ``beta``, ``seed``
+    and random :attr:`stream`, the run's ``options`` (``explorer_kwargs``) and ``explorer``
+    argument (a name, a callable or a kernel class), and the block's groups so far.
     """
 
     def __init__(self, split, beta, seed, device, options, explorer, groups):
@@ -86,10 +81,11 @@ def names():
 
 
 def kind_of(explorer):
-    """The :class:`ExplorerKind` of a run's ``explorer`` argument (a name or a callable)."""
-    if isinstance(explorer, str):
-        if explorer not in names():  # "callable" is the kind of a callable, not a name
-            raise ValueError(f"explorer must be one of {names()} or a callable potential_fn -> "
-                             f"MCMCKernel, got {explorer!r}")
-        return KINDS[explorer]
-    return KINDS["callable"]
+    """The :class:`ExplorerKind` of a run's ``explorer`` argument (a name or a callable); a
+    ValueError for anything else."""
+    if callable(explorer):
+        return KINDS["callable"]
+    if not (isinstance(explorer, str) and explorer in names()):  # "callable" is not a name
+        raise ValueError(f"explorer must be one of {names()} or a callable potential_fn -> "
+                         f"MCMCKernel, got {explorer!r}")
+    return KINDS[explorer]

@@ -11,15 +11,13 @@ from ..swap import metropolis_probability
 
 class RandomWalkMetropolis(MCMCKernel):
     """
-    Gaussian random-walk Metropolis on all unconstrained coordinates at once.
-
-    The proposal scale adapts during warmup by a Robbins-Monro step on its logarithm towards
-    ``target_accept_prob`` (0.234, Roberts et al. 1997; 0.44 in one dimension), and is frozen
-    afterwards. A NaN or infinite potential at a proposal is a rejection.
+    Gaussian random-walk Metropolis on all unconstrained coordinates at once. The proposal
+    scale adapts during warmup by a Robbins-Monro step on its logarithm towards
+    ``target_accept_prob`` (by default 0.234, Roberts et al. 1997; 0.44 in one dimension), and
+    is frozen afterwards. A NaN or infinite potential at a proposal is a rejection.
 
     :param callable potential_fn: z (dict of tensors) -> potential energy (minus log density).
     :param float scale: initial proposal standard deviation.
-    :param float target_accept_prob: acceptance rate the warmup aims for (default by dimension).
     """
 
     def __init__(self, potential_fn, scale=0.1, target_accept_prob=None):

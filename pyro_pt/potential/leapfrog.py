@@ -10,10 +10,11 @@ point over a captured graph of the model, for compilation: the fused step
 (:mod:`~pyro_pt.potential.fused`) compiles it; the lockstep step
 (:mod:`~pyro_pt.potential.lockstep`) compiles its ``vmap`` over the slots; against a fitted
 reference the same step runs over the graph with q's density appended
-(:mod:`pyro_pt.reference.graph`). :func:`unfused_step` is the step as the batched trajectory
-(:func:`~pyro_pt.explorers.hmc_dynamics.leapfrog`) takes it, from the evaluator's own calls:
-every compiled form is used only where it agrees with it at the graph's check points
-(:func:`agrees`, bitwise; the lockstep form within the graph's tolerance).
+(:mod:`pyro_pt.reference.graph`). :func:`unfused_step` is the same step of rows from the
+evaluator's own calls, each iteration of the batched trajectory
+(:func:`~pyro_pt.explorers.hmc_dynamics.leapfrog`): every compiled form is used only where it
+agrees with it at the graph's check points (:func:`agrees`, bitwise; the lockstep form within
+the graph's tolerance).
 """
 
 import torch
@@ -42,15 +43,18 @@ def leapfrog_step(gm):
     return step
 
 
-def unfused_step(evaluate, z, p, scaled_eps, kick, betas):
+def unfused_step(evaluate, z, p, scaled_eps, kick, betas, scratch=None):
     """
-    The step of rows ``z [R, D]`` as the batched trajectory takes it: ``(z', p', potential,
-    grad, ll)`` from ``evaluate(z' [R, D], betas [R]) -> (potential [R], grad [R, D], ll
-    [R])``; ``kick`` is ``[R]``.
+    The step of rows ``z [R, D]``: ``(z', p', potential, grad, ll)`` from
+    ``evaluate(z' [R, D], betas [R]) -> (potential [R], grad [R, D], ll [R])``; ``kick`` is
+    ``[R, 1]`` (a scalar, or ``[1]``, where R = 1). With ``scratch`` (a tensor like ``p``, the
+    trajectory's own) the products are written there and ``p`` is updated in place: the same
+    numbers, no allocation.
     """
-    z_new = z + scaled_eps * p
+    z_new = z + torch.mul(scaled_eps, p, out=scratch)
     potential, grad, ll = evaluate(z_new, betas)
-    return z_new, p - grad * kick[:, None], potential, grad, ll
+    kicked = torch.mul(grad, kick, out=scratch)
+    return z_new, p - kicked if scratch is None else p.sub_(kicked), potential, grad, ll
 
 
 def check_examples(points):
@@ -68,8 +72,7 @@ def agrees(step, evaluate, examples):
     for z, p, scaled_eps, kick, beta in examples:
         with torch.no_grad():
             out = step(z, p, scaled_eps, kick, beta)
-        expected = unfused_step(evaluate, z[None], p[None], scaled_eps[None], kick[None],
-                                beta[None])
+        expected = unfused_step(evaluate, z[None], p[None], scaled_eps[None], kick, beta[None])
         if not bool(out[-1]) or not all(torch.equal(a, b[0]) for a, b in zip(out, expected)):
             return False
     return True

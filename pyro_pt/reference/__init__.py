@@ -1,22 +1,10 @@
-r"""The reference of a tempered run: the distribution its hottest rung (beta = 0) samples.
-
-``ParallelTempering(model, reference=...)``:
-
-- ``"prior"`` (default): the model's prior; rung beta targets ``lp + beta * ll``.
-- ``"variational"``: a Gaussian :math:`q` in the unconstrained space
-  (:class:`~pyro_pt.reference.gaussian.GaussianReference`), first moment-matched to draws of the
-  prior (or, for an improper prior, a unit Gaussian at the initial point), then refitted at
-  the end of each warmup round to the cold chain's draws of the round, which minimizes
-  :math:`KL(\pi \| q)` over Gaussians (Surjanovic et al. 2022), narrowed only in the
-  directions those draws crossed (:mod:`~pyro_pt.reference.gaussian`); frozen for the sampling
-  phase.
-- a fitted Pyro autoguide (:mod:`~pyro_pt.reference.guide`): its Gaussian, fixed.
-
-Rung beta then targets :math:`(1-\beta)\log q + \beta(lp + ll)`
-(:class:`~pyro_pt.reference.split.ReferencedSplit`).
-
-**Reference**: Surjanovic, Syed, Bouchard-Cote, Campbell (2022), "Parallel tempering with a
-variational reference", NeurIPS.
+r"""The reference of a tempered run, what its hottest rung (beta = 0) samples: ``"prior"`` (the
+default), ``"variational"`` (a Gaussian q first matched to the prior's moments, then refitted
+to the cold chain, :mod:`~pyro_pt.reference.gaussian`) or a fitted Pyro autoguide's Gaussian
+(:mod:`~pyro_pt.reference.guide`); rung beta then targets
+:math:`(1-\beta)\log q + \beta(lp + ll)` (:mod:`~pyro_pt.reference.split`). What is
+computed, and why: docs/design.md, "A fitted reference" (Surjanovic, Syed, Bouchard-Cote,
+Campbell 2022, "Parallel tempering with a variational reference", NeurIPS).
 """
 
 import torch
@@ -48,12 +36,9 @@ def check_reference(reference):
 
 
 def make_reference(reference, split, seed, user_transforms=None):
-    """
-    The :class:`GaussianReference` of ``reference`` on ``split`` (None for ``"prior"``).
-
-    :param int seed: the seed of the prior draws of a first variational fit (the same on every
-        rank, so every rank fits the same q).
-    """
+    """The :class:`GaussianReference` of ``reference`` on ``split`` (None for ``"prior"``);
+    ``seed`` seeds the prior draws of a first variational fit (the same on every rank, so every
+    rank fits the same q)."""
     check_reference(reference)
     if isinstance(reference, AutoGuide):
         return from_guide(reference, split, user_transforms)

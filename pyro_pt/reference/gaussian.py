@@ -1,28 +1,15 @@
-r"""A Gaussian reference in the flat unconstrained space: its density, exact draws and its fit.
+r"""A Gaussian reference :math:`q = \mathcal N(m, LL^\top)` on the flat unconstrained latent
+vector (:class:`~pyro_pt.potential.layout.FlatLayout`, sites in sorted name order), :math:`L`
+diagonal or lower triangular: its density, exact draws and its fit. Its parameters live in
+float64 and are cast to the model's dtype where a density is evaluated.
 
-The reference :math:`q` of a tempered run is the distribution the hottest rung
-(:math:`\beta = 0`) samples exactly; the rung at :math:`\beta` targets
-:math:`q(z)^{1-\beta}\,\pi(z)^{\beta}`. Here :math:`q = \mathcal N(m, LL^\top)` on the flat
-latent vector of :class:`~pyro_pt.potential.layout.FlatLayout` (sites in sorted name order),
-with :math:`L` diagonal or lower triangular. Its parameters live in float64 and are cast to the
-model's dtype where a density is evaluated.
-
-The variational fit minimizes the forward KL divergence :math:`KL(\pi \| q)` over Gaussians
-from draws of :math:`\pi`, which is moment matching: the draws' mean and (co)variance
-(Surjanovic, Syed, Bouchard-Cote, Campbell 2022, "Parallel tempering with a variational
-reference", section 4). The draws come from a Markov chain during warmup, which may not yet
-have crossed its target in some direction; a variance estimated there is too small, and a
-reference fitted to it narrows the hot end to where the cold chain already was. Measured on the
-conjugate model of ``benchmarks/reference.py`` (``theta_1 - theta_2`` known from the prior
-alone, a variance of 50 per coordinate): 32 cold draws gave a variance of 0.15, and the run's
-cold chain then had 0.28 of the posterior's variance, without a warning. So a fit narrows q
-only in the directions the draws crossed: in the old q's whitened coordinates, an
-eigen-direction of the new covariance whose projected draws have an effective sample size
-(:func:`pyro.ops.stats.effective_sample_size`) below :data:`MIN_NARROWING_ESS` keeps at least
-the old variance (per coordinate for a diagonal fit); the ESS of a chain confined to a corner
-can still look fine (124 draws of ESS 21 had a variance of 0.48 there), hence a high threshold.
-A full covariance needs :data:`FULL_DRAWS_PER_DIM` draws per dimension; with fewer, or above
-:data:`MAX_FULL_DIM` dimensions, the fit is diagonal.
+The fit is moment matching, the minimizer of :math:`KL(\pi \| q)` over Gaussians, narrowed
+only in the directions the draws crossed (docs/design.md, "A fitted reference", has why and
+the measurement): in the old q's whitened coordinates, an eigen-direction of the new
+covariance whose projected draws have an effective sample size below
+:data:`MIN_NARROWING_ESS` keeps at least the old variance (per coordinate for a diagonal fit).
+The ESS of a chain confined to a corner can still look fine (124 draws of ESS 21 had a
+variance of 0.48 there against 50), hence a high threshold.
 """
 
 import math
@@ -40,13 +27,9 @@ MIN_VARIANCE = 1e-12  # a coordinate that never moved must not collapse q
 
 class GaussianReference:
     """
-    :math:`\\mathcal N(m, LL^\\top)` on the flat unconstrained latent vector.
-
-    :param torch.Tensor mean: ``[D]``.
-    :param torch.Tensor scale: ``[D]`` standard deviations (a diagonal :math:`L`), or
-    :param torch.Tensor scale_tril: ``[D, D]`` lower-triangular :math:`L` with a positive
-        diagonal.
-    :param str origin: what it was built from (for ``explorer_info``).
+    :math:`\\mathcal N(m, LL^\\top)` of ``mean`` ``[D]`` and either ``scale`` ``[D]`` (standard
+    deviations, a diagonal :math:`L`) or ``scale_tril`` ``[D, D]`` (lower triangular, positive
+    diagonal); ``origin`` says what it was built from (for ``explorer_info``).
     """
 
     def __init__(self, mean, scale=None, scale_tril=None, origin="given"):
@@ -88,13 +71,9 @@ class GaussianReference:
     def _params(self, like):
         key = (like.dtype, like.device)
         if key not in self._cast:
-            if self.scale_tril is None:
-                factor = self.scale
-                log_norm = self.scale.log().sum()
-            else:
-                factor = self.scale_tril
-                log_norm = torch.diagonal(self.scale_tril).log().sum()
-            log_norm = log_norm + 0.5 * self.dim * math.log(2 * math.pi)
+            factor = self.scale if self.scale_tril is None else self.scale_tril
+            diagonal = self.scale if self.scale_tril is None else torch.diagonal(self.scale_tril)
+            log_norm = diagonal.log().sum() + 0.5 * self.dim * math.log(2 * math.pi)
             self._cast[key] = tuple(t.to(dtype=like.dtype, device=like.device)
                                     for t in (self.mean, factor, log_norm))
         return self._cast[key]
@@ -152,13 +131,11 @@ class GaussianReference:
 
     def fit(self, draws, independent=False, lineages=None):
         """
-        Moment-match the draws ``[n, D]`` of a chain (``independent``: independent draws),
-        narrowing q only where they crossed (see the module). ``lineages`` (``[n]``): the
-        replica lineage of each draw, whose own sub-sequences the effective sample size is
-        summed over (see :func:`_crossed`). Full where there are
-        :data:`FULL_DRAWS_PER_DIM` draws per dimension and ``D`` is at most
-        :data:`MAX_FULL_DIM`, else diagonal. Fewer than :data:`MIN_FIT_DRAWS` draws leave q as
-        it is. Returns whether it changed.
+        Moment-match the draws ``[n, D]`` of a chain (``independent``: independent draws; with
+        ``lineages [n]`` the ESS is summed over each lineage's own draws, :func:`_crossed`),
+        narrowing q only where they crossed (see the module): full-rank with
+        :data:`FULL_DRAWS_PER_DIM` draws per dimension and ``D`` at most :data:`MAX_FULL_DIM`,
+        else diagonal. Returns whether q changed (not with under :data:`MIN_FIT_DRAWS` draws).
         """
         draws = draws.to(torch.float64)
         n, d = draws.shape

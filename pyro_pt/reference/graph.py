@@ -1,19 +1,14 @@
 r"""The lockstep step against a fitted reference: q's density inside the compiled graph.
 
-The model's captured graph gives :math:`(lp, ll, \nabla lp, \nabla ll)` at a point. Against
-a Gaussian :math:`q = \mathcal N(m, LL^\top)` a rung needs :math:`(\log q,\ lp + ll - \log q)`
-and their gradients (:mod:`~pyro_pt.reference.split`), so :func:`referenced_graph` appends
-q's terms to the model's graph, with q's parameters as inputs of the graph rather than
-constants in it: a refit at a warmup round's end changes the numbers the compiled step reads,
-not the step, so nothing is compiled again (an Inductor compilation of a small model's step
-takes seconds). Only the form of q's density is part of what a step is specific to: a
-full-rank one wherever a fit may be full-rank, a diagonal q included, else a diagonal one
-(:attr:`~pyro_pt.reference.gaussian.GaussianReference.graph_kind`).
+:func:`referenced_graph` appends q's terms (:mod:`~pyro_pt.reference.split`) to the model's
+captured graph, with q's parameters as inputs rather than constants: a refit at a warmup
+round's end changes the numbers the compiled step reads, not the step, so nothing is compiled
+again (an Inductor compilation of a small model's step takes seconds). Only the form of q's
+density is compiled in: full-rank wherever a fit may be full-rank, a diagonal q included, else
+diagonal (:attr:`~pyro_pt.reference.gaussian.GaussianReference.graph_kind`).
 :class:`ReferencedLockstep` is the model's :class:`~pyro_pt.potential.lockstep.Lockstep` over
 that graph, checked the same way against
-the unfused evaluation against q (:meth:`ReferencedSplit.batched_potential_and_grad
-<pyro_pt.reference.split.ReferencedSplit.batched_potential_and_grad>`): within the
-tolerance, and bitwise the same in any batch position and size.
+:meth:`~pyro_pt.reference.split.ReferencedSplit.batched_potential_and_grad`.
 
 Measured gain, end to end (``benchmarks/ablation.py --workloads d``: a whole run of the
 25-weight BNN against q, two legs of 2 rungs, W = 1000, N = 2000, Inductor, one thread,
@@ -27,9 +22,9 @@ from ..potential.lockstep import Lockstep
 def referenced_graph(gm, kind):
     """
     ``(z, mean, factor, log_norm) -> (log q, lp + ll - log q, grad log q, grad (lp + ll -
-    log q))`` from the model's graph ``gm`` (``z -> (lp, ll, grad lp, grad ll)``), for q of
-    ``kind``: ``factor`` is the standard deviations ``[D]`` (``"diagonal"``) or
-    :math:`L^{-1}` ``[D, D]`` (``"full-rank"``); ``log_norm`` is ``log |L| + D/2 log 2 pi``.
+    log q))`` from the model's graph ``gm`` (``z -> (lp, ll, grad lp, grad ll)``): ``factor``
+    is the standard deviations ``[D]`` (``kind="diagonal"``) or :math:`L^{-1}` ``[D, D]``;
+    ``log_norm`` is ``log |L| + D/2 log 2 pi``.
     """
     diagonal = kind == "diagonal"
 
@@ -49,11 +44,9 @@ def referenced_graph(gm, kind):
 
 
 class ReferencedLockstep(Lockstep):
-    """
-    The lockstep steps of a :class:`~pyro_pt.reference.split.ReferencedSplit` (whose ``base``
-    is a :class:`~pyro_pt.potential.FunctionalSplit`): the model's lockstep over
-    :func:`referenced_graph`, q's current parameters appended to every call.
-    """
+    """The lockstep steps of a :class:`~pyro_pt.reference.split.ReferencedSplit` over a
+    :class:`~pyro_pt.potential.FunctionalSplit`: the model's lockstep over
+    :func:`referenced_graph`, q's current parameters appended to every call."""
 
     def __init__(self, split):
         super().__init__(split.base.batched)

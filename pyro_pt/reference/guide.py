@@ -9,6 +9,7 @@ Taken: :class:`~pyro.infer.autoguide.AutoNormal` (per-site ``locs`` and ``scales
 reordered into the split's sorted site order.
 """
 
+import itertools
 import operator
 
 import torch
@@ -16,13 +17,6 @@ import torch
 from pyro.infer.autoguide import AutoContinuous, AutoGuide, AutoNormal
 
 from .gaussian import GaussianReference
-
-
-def _need_trace(guide):
-    if getattr(guide, "prototype_trace", None) is None:
-        raise ValueError(
-            f"reference={type(guide).__name__} has not been run on the model yet: fit it "
-            "first (e.g. pyro.infer.SVI with Trace_ELBO), then pass it as reference")
 
 
 def _check_sites(guide, split, sizes):
@@ -72,10 +66,7 @@ def _continuous(guide, split):
         covariance = posterior.covariance_matrix.detach()
     except (AttributeError, NotImplementedError):
         covariance = torch.diag(posterior.variance.detach().reshape(-1))
-    starts, at = {}, 0
-    for name in order:
-        starts[name] = at
-        at += sizes[name]
+    starts = dict(zip(order, itertools.accumulate([sizes[n] for n in order], initial=0)))
     index = torch.cat([torch.arange(starts[n], starts[n] + sizes[n]) for n in split.latent_names])
     mean, covariance = mean[index], covariance[index][:, index].to(torch.float64)
     tril, info = torch.linalg.cholesky_ex(covariance)
@@ -96,7 +87,10 @@ def from_guide(guide, split, user_transforms=None):
         raise ValueError(f"reference={type(guide).__name__} lives in biject_to's unconstrained "
                          f"space, but transforms= replaces the transform of {changed}: leave "
                          "transforms out, or use reference='variational'")
-    _need_trace(guide)
+    if getattr(guide, "prototype_trace", None) is None:
+        raise ValueError(
+            f"reference={type(guide).__name__} has not been run on the model yet: fit it "
+            "first (e.g. pyro.infer.SVI with Trace_ELBO), then pass it as reference")
     if isinstance(guide, AutoNormal):
         return _auto_normal(guide, split)
     if isinstance(guide, AutoContinuous):

@@ -1,23 +1,11 @@
 r"""A model's split re-read against a reference: the explorers see ``(log q, lp + ll - log q)``.
 
-Every rung's target is :math:`\log\pi_\beta = lp'(z) + \beta\, ll'(z)` with the split's two
-parts. Against a reference :math:`q` they are
-
-.. math:: lp'(z) = \log q(z), \qquad ll'(z) = lp(z) + ll(z) - \log q(z),
-
-so :math:`\log\pi_\beta = (1-\beta)\log q(z) + \beta\,(lp(z) + ll(z))`: the cold rung is the
-posterior whatever :math:`q`, the :math:`\beta = 0` rung is :math:`q` (drawn exactly), the swap
-ratio :math:`\exp((\beta_i - \beta_j)(ll'(z_j) - ll'(z_i)))` and the stepping-stone estimate
-of :math:`\log \int q\, e^{ll'} = \log p(y)` hold unchanged (Surjanovic et al. 2022). The
-explorers, the swaps and the records take :class:`ReferencedSplit` where they took the split.
-
-The model is evaluated once per point, at :math:`\beta = 1`: with :math:`U_1 = -(lp + ll)` and
-its gradient from the split's fast path, :math:`U_\beta = (1-\beta)(-\log q) + \beta U_1` and
-:math:`ll' = -U_1 - \log q`. A leapfrog step against q (:class:`ReferencedFused`) is the
-model's fused step at :math:`\beta = 1` (one compiled call: the position update, the graph,
-the finiteness check) followed by q's terms and the momentum update in torch, checked bitwise
-against the unfused step; the lockstep step, which compiles the rungs' whole step into one
-call, holds q's density in its graph (:mod:`~pyro_pt.reference.graph`).
+With :math:`lp' = \log q` and :math:`ll' = lp + ll - \log q`, a rung's target
+:math:`lp' + \beta\, ll'` is :math:`(1-\beta)\log q + \beta\,(lp + ll)`, so the swaps, the
+barrier and the stepping stones take :class:`ReferencedSplit` where they took the split
+(docs/design.md, "A fitted reference"). The model is evaluated once per point, at
+:math:`\beta = 1`: with :math:`U_1 = -(lp + ll)` and its gradient from the split's fast path,
+:math:`U_\beta = (1-\beta)(-\log q) + \beta U_1` and :math:`ll' = -U_1 - \log q`.
 """
 
 import torch
@@ -26,27 +14,25 @@ from ..potential import FlatLayout
 from ..potential.leapfrog import agrees, check_examples
 from .graph import ReferencedLockstep
 
-NOT_LOCKSTEP = "the model's potential is not a captured graph"
-
-
 class _NoLockstep:
     """Stands for the lockstep step over a split without a captured graph."""
 
-    reason = NOT_LOCKSTEP
+    reason = "the model's potential is not a captured graph"
 
     def plan(self, num_slots, dtype, device):
         return None
 
 
 class ReferencedFused:
-    """
+    r"""
     A slot's leapfrog step against q (the contract of
     :func:`~pyro_pt.explorers.hmc_dynamics.leapfrog_rows`): the model's fused step at
     :math:`\beta = 1` and no kick gives the new position and :math:`(U_1, \nabla U_1)` in one
-    compiled call; q's terms, their combination and the momentum update follow in torch, as the
-    unfused step computes them (one row, as :meth:`ReferencedSplit.batched_potential_and_grad`
-    evaluates one). Used where the model's fused step is, once checked bitwise against the
-    unfused step at the graph's check points; otherwise :attr:`reason` says why. Measured gain
+    compiled call; q's terms, their combination and the momentum update follow in torch, as
+    :meth:`ReferencedSplit.batched_potential_and_grad` computes them for one row. Used where the
+    model's fused step is, once it agrees bitwise with the unfused step at the graph's check
+    points; otherwise :attr:`reason` says why. Lockstep against q holds q's density in its
+    compiled graph instead (:mod:`~pyro_pt.reference.graph`). Measured gain
     (``benchmarks/ablation.py --workloads d``: a whole run of the 25-weight BNN against q, two
     legs of 2 rungs, Inductor, one thread, 3 interleaved rounds on machine C, lockstep off in
     both): without it the sampling phase takes 2.2-2.35x as long (28.1-32.7 s with it,
@@ -95,13 +81,9 @@ class ReferencedFused:
 
 
 class ReferencedSplit:
-    """
-    ``base`` (a :class:`~pyro_pt.potential.FunctionalSplit` or
-    :class:`~pyro_pt.potential.ModelSplit`) with its prior replaced by ``reference``.
-
-    :param base: the model's split.
-    :param GaussianReference reference: ``q``, shared by every rung (refitted in place).
-    """
+    """The model's split ``base`` (a :class:`~pyro_pt.potential.FunctionalSplit` or
+    :class:`~pyro_pt.potential.ModelSplit`) with its prior replaced by ``reference``, the
+    :class:`GaussianReference` q every rung shares (refitted in place)."""
 
     def __init__(self, base, reference):
         self.base = base
@@ -127,9 +109,6 @@ class ReferencedSplit:
             self._like = {name: split.transforms[name](split.values[name])
                           for name in split.latent_names}
         return FlatLayout.of(self._like, self.model_split.latent_names), self._like
-
-    def initial_point(self):
-        return self.base.initial_point()
 
     def log_densities(self, z):
         """``(log q(z), lp + ll - log q(z))``, differentiable where ``z`` requires grad."""

@@ -1,21 +1,8 @@
-r"""The stabilized variational run: a leg to the fitted reference and a leg to the prior.
-
-``reference="variational"`` splits the ladder into two legs that share the cold end
-(:mod:`pyro_pt.legs`; Surjanovic, Syed, Bouchard-Cote, Campbell 2022, section 3.4): rungs
-``0 .. m-1`` run from the posterior to q, rungs ``m .. K-1`` from the posterior to the prior,
-and the two cold rungs exchange their states every other swap round. A q fitted badly (a
-Gaussian on a multimodal posterior, a fit from a stuck warmup) then costs the prior leg's half
-of the rungs, never the run's ability to travel to the prior and back.
-
-It is used where the settings allow it, else the run is a single leg to q and
-``explorer_info["legs"]`` says why:
-
-- the reference is ``"variational"`` (a user's fitted guide is taken as it is);
-- the ladder is the default one (no ``temperatures``, no finite ``max_temperature``) of a fixed
-  ``num_replicas`` of at least :data:`MIN_REPLICAS` (``"auto"`` grows one leg);
-- the swaps are even-odd (``"deo"`` or ``"seo"``: a sequential sweep would move a state twice
-  through the bridge's two cold rungs in one round);
-- the prior is proper (the prior leg's hottest rung draws from it).
+"""The stabilized variational run: a leg to the fitted reference and a leg to the prior that
+share the cold end (:mod:`pyro_pt.legs`; Surjanovic, Syed, Bouchard-Cote, Campbell 2022,
+section 3.4): when it is used (:func:`stabilize`; else ``explorer_info["legs"]`` says why),
+each leg's meaning of ll, and their refresh after the bridge. Why, and how the two legs swap:
+docs/design.md, "The stabilized run".
 """
 
 import math
@@ -28,6 +15,7 @@ MIN_REPLICAS = 4  # two legs of two rungs
 
 
 def _why_not(run, split):
+    """Why ``run`` keeps one leg (None: it gets two)."""
     options = run.options
     if not isinstance(options.reference, str):
         return "one leg: a fitted guide is taken as it is"
@@ -45,11 +33,9 @@ def _why_not(run, split):
 
 
 def stabilize(run, split):
-    """
-    At set-up, before the rungs are built: give ``run`` the two legs of a stabilized ladder
-    where its settings allow (see the module), else keep its one. A resumed run keeps the
-    checkpoint's. Returns what ``explorer_info["legs"]`` says.
-    """
+    """At set-up, before the rungs are built: give ``run`` the two legs of a stabilized ladder
+    where its settings allow (:func:`_why_not`), else keep its one (a resumed run keeps the
+    checkpoint's). Returns what ``explorer_info["legs"]`` says."""
     legs = run.ladder.legs
     if legs is None and not run.resume_from:
         why = _why_not(run, split)
