@@ -56,9 +56,8 @@ class AutoCompile:
     :param int num_samples: sampling scans (0 if unknown).
     """
 
-    def __init__(self, fast, comm, round_ends, warmup_steps, num_samples):
+    def __init__(self, fast, comm, warmup_steps, num_samples):
         self.fast, self.comm = fast, comm
-        self.round_ends = set(round_ends)
         self.warmup_steps, self.num_samples = warmup_steps, num_samples
         self.switched_at = None  # the scan after which Inductor runs the graphs
         self.compile_seconds = None
@@ -68,11 +67,11 @@ class AutoCompile:
         self._why = ""  # rank 0's case for a switch, for decision
 
     @classmethod
-    def for_run(cls, run, round_ends):
+    def for_run(cls, run):
         """The switch of ``run`` (:mod:`pyro_pt.run`); None unless ``compile="auto"``."""
         if run.options.compile != "auto":
             return None
-        switch = cls(run.fast, run.comm, round_ends, run.warmup_steps, mcmc_num_samples() or 0)
+        switch = cls(run.fast, run.comm, run.warmup_steps, mcmc_num_samples() or 0)
         run.explorer_info["compile"] = switch.decision
         return switch
 

@@ -9,7 +9,6 @@ says about its run is :class:`~pyro_pt.report.Reporting`, its checkpoints
 import math
 import time
 
-
 from pyro.infer.autoguide.initialization import init_to_uniform
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 

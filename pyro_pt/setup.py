@@ -160,7 +160,7 @@ def set_up_run(run, args, kwargs):
     if run.reference is not None and options.reference == "variational":
         run.refitting = Refitting(run.reference, schedule.warmup_ends, run.split.latent_names)
     # compile="auto": TorchScript, then Inductor from the warmup round's end where it pays
-    run.autocompile = AutoCompile.for_run(run, schedule.warmup_ends)
+    run.autocompile = AutoCompile.for_run(run)
     schedule.steps = [ReportRow()] + ([LadderAdaptation()] if options.adapt_temperatures else [])
     schedule.steps += [step for step in (run.refitting, run.autocompile) if step]
     run.schedule = schedule

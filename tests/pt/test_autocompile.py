@@ -120,7 +120,7 @@ def test_a_switch_re_evaluates_every_state_and_rebuilds_every_graph(records, fai
         if explorer == "nuts":  # Pyro's kernels keep their own cache of the state's density
             monkeypatch.setattr(type(explorers[0]), "replace_state",
                                 lambda self: cleared.append(self))
-        AutoCompile(fast, LocalComm(), [], 20, 0).switch(kernel.run, 20, "by hand (took {took})")
+        AutoCompile(fast, LocalComm(), 20, 0).switch(kernel.run, 20, "by hand (took {took})")
     finally:
         torch.set_num_threads(threads)
     assert len(failing_inductor) == 1  # the graph was compiled again
@@ -148,7 +148,7 @@ def test_the_decision_is_the_compile_against_five_percent_of_the_projected_run(
     outcomes = {}
     for expected in (0.37, 0.39):
         expect(monkeypatch, expected)
-        switch = AutoCompile(fast, LocalComm(), [4, 12], 20, 100)
+        switch = AutoCompile(fast, LocalComm(), 20, 100)
         run.timings = {"explorers": 0.1}
         switch.end_round(run, RoundEnd(4, "warmup round"))
         assert switch.switched_at is None
