@@ -100,7 +100,9 @@ def test_fixed_ladder_still_reports_its_rounds():
 
 
 def test_report_prints_whole_lines_above_the_progress_bar(monkeypatch, capsys):
-    monkeypatch.delenv("CI", raising=False)  # Pyro hides its bar when CI is set
+    # Pyro hides its bar when CI or PYTEST_XDIST_WORKER is set
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     kernel, _, _ = run(warmup=20, samples=20, progress=True)
     err = capsys.readouterr().err
     lines = [line.strip() for line in re.split(r"[\r\n]", err)]
