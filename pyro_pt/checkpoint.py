@@ -246,8 +246,6 @@ class Checkpointing:
     """The checkpoints of :class:`~pyro_pt.ParallelTempering`: :meth:`checkpoint` and
     :meth:`resume` (the periodic one of ``checkpoint_every`` is the kernel's ``sample``)."""
 
-    _resume_from = None  # (path, header) of the checkpoint this kernel continues
-
     def checkpoint(self, path):
         """
         Write the run's state to ``path`` at a scan boundary (after ``MCMC.run``, or from its
@@ -291,6 +289,6 @@ class Checkpointing:
         """
         header, _ = read_checkpoint(path, payload=False)
         kernel = cls(model, **resume_arguments(path, header, kwargs))
-        kernel._resume_from = (path, header)  # read by set-up (resume_warmup, restore)
+        kernel.options.resume_from = (path, header)  # read by set-up (resume_warmup, restore)
         kernel.options.grows_by_default = bool((header["growth"] or {}).get("by_default"))
         return kernel

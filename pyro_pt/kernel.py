@@ -163,6 +163,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
             transforms=transforms, process_group=process_group, compile=compile,
             reference=reference, checkpoint_every=checkpoint_every,
             checkpoint_path=checkpoint_path, initial_params=None, save_params=None,
+            resume_from=None,
             ladder_given=temperatures is not None or not (
                 max_temperature is None or max_temperature == math.inf),
             exact_hot_end_default=max_temperature is None and temperatures is None,
@@ -215,8 +216,8 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
         refuse_multichain_mcmc(comm)
         self._ladder.reset()  # a rerun starts from the ladder given, not the one it adapted to
         run = Run(self.options, comm, self._ladder, warmup_steps)
-        if self._resume_from:  # the checkpoint's ladder and warmup
-            resume_warmup(run, *self._resume_from, warmup_steps)
+        if self.options.resume_from:  # the checkpoint's ladder and warmup
+            resume_warmup(run, *self.options.resume_from, warmup_steps)
         self.run = None
         set_up_run(run, args, kwargs)
         self.transforms = run.split.transforms

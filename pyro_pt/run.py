@@ -16,7 +16,8 @@ from types import SimpleNamespace
 class Options(SimpleNamespace):
     """The kernel's settings: its constructor's arguments (as given, ``reference`` and
     ``transforms`` included), what the constructor concluded from them, and Pyro's
-    ``initial_params`` / ``save_params``; read by every run set up from it."""
+    ``initial_params`` / ``save_params``, and the checkpoint a resumed kernel continues
+    (``resume_from``); read by every run set up from it."""
 
 
 class Run:
