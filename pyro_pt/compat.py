@@ -45,6 +45,19 @@ def mcmc_num_samples():
     return None
 
 
+def refuse_no_draws():
+    """Raise if the Pyro MCMC the kernel runs under asks for no draws: Pyro would run the whole
+    warmup and then fail on an empty stack of samples."""
+    asked = mcmc_num_samples()
+    if asked is not None and asked < 1:
+        raise ValueError(
+            f"MCMC(num_samples={asked}) asks a ParallelTempering kernel for no draws: Pyro would "
+            "run the whole warmup and then fail on an empty list of samples. Pass "
+            "num_samples >= 1; to adapt a ladder only, keep its draws and ignore them, or save "
+            "a checkpoint (checkpoint_every=) and resume it later"
+        )
+
+
 def refuse_multichain_mcmc(comm):
     """Raise if rungs spread over processes (``comm``) would run under ``num_chains > 1``."""
     if comm.world_size > 1 and inside_multichain_mcmc(depth=2):

@@ -14,7 +14,7 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from .checkpoint import Checkpointing, restore, resume_warmup, save
 from .comm import make_comm
-from .compat import KernelParams, refuse_multichain_mcmc
+from .compat import KernelParams, refuse_multichain_mcmc, refuse_no_draws
 from .explain import missing_sites
 from .growth import AUTO, growth_options
 from .ladder import Ladder
@@ -214,6 +214,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
     def setup(self, warmup_steps, *args, **kwargs):
         comm = make_comm(self.options.process_group)
         refuse_multichain_mcmc(comm)
+        refuse_no_draws()
         self._ladder.reset()  # a rerun starts from the ladder given, not the one it adapted to
         run = Run(self.options, comm, self._ladder, warmup_steps)
         if self.options.resume_from:  # the checkpoint's ladder and warmup

@@ -262,3 +262,12 @@ def test_to_inference_data_wants_the_mcmc_that_ran():
     with pytest.raises(TypeError, match="not the kernel"):
         to_inference_data(kernel)  # after the run, too
     assert to_inference_data(mcmc)["posterior"]["w"].shape == (1, 5, 2)
+
+
+def test_no_draws_are_refused_before_warmup():
+    """num_samples=0 is refused at set-up: no explorer has moved when the error comes."""
+    kernel = ParallelTempering(linear_model, num_replicas=2)
+    mcmc = MCMC(kernel, num_samples=0, warmup_steps=50, disable_progbar=True)
+    with pytest.raises(ValueError, match=r"num_samples=0.*num_samples >= 1"):
+        mcmc.run(*linear_data())
+    assert kernel.run is None  # set-up stopped before a run state was built
