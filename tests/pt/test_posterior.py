@@ -63,6 +63,7 @@ def test_cold_chain_matches_the_conjugate_posterior(max_temperature, swap_scheme
     assert_posterior_ok(mean_z, cov_z)
 
 
+@pytest.mark.slow
 def test_tempering_the_prior_fails_the_conjugate_check(monkeypatch):
     # A known bug: tempering the prior too while keeping the likelihood-only swap ratio.
     def tempered_prior(self, z):
@@ -82,7 +83,7 @@ def test_a_flipped_swap_ratio_fails_the_conjugate_check(monkeypatch):
     assert max(mean_z, cov_z) > 6.0
 
 
-@pytest.mark.parametrize("max_temperature", [10.0, math.inf])
+@pytest.mark.parametrize("max_temperature", [pytest.param(10.0, marks=pytest.mark.slow), math.inf])
 def test_batched_hmc_explorer_matches_the_conjugate_posterior(max_temperature):
     mean_z, cov_z, swaps = conjugate_errors(max_temperature, "deo", explorer="hmc",
                                             explorer_kwargs={"num_steps": 4}, num_samples=1000)
@@ -90,6 +91,7 @@ def test_batched_hmc_explorer_matches_the_conjugate_posterior(max_temperature):
     assert_posterior_ok(mean_z, cov_z)
 
 
+@pytest.mark.slow
 def test_batched_hmc_with_adapted_lengths_matches_the_conjugate_posterior():
     # explorer="hmc" as a user gets it: ChEES-adapted trajectory lengths, run a share h_t of
     # them that every rung shares (hmc_trajectory.shared_fraction). Seeds 0-5: at most 1.7
@@ -99,6 +101,7 @@ def test_batched_hmc_with_adapted_lengths_matches_the_conjugate_posterior():
     assert_posterior_ok(mean_z, cov_z)
 
 
+@pytest.mark.slow
 def test_batched_hmc_with_a_tempered_prior_fails_the_conjugate_check(monkeypatch):
     temper_the_prior_in_batched_hmc(monkeypatch)
     # The cold rung's own target is untouched (beta = 1); the bias comes in through the swaps

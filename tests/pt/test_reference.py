@@ -75,8 +75,9 @@ def _variational_run(num_replicas, explorer):
                     warmup=300 if explorer == "hmc" else 200)
 
 
-@pytest.mark.parametrize("num_replicas, explorer", [(3, "hmc"), (4, "hmc"), (3, "nuts"),
-                                                    (3, "guide")])
+@pytest.mark.parametrize("num_replicas, explorer", [
+    pytest.param(3, "hmc", marks=pytest.mark.slow), (4, "hmc"),  # (4, hmc) is test_log_Z's run
+    pytest.param(3, "nuts", marks=pytest.mark.slow), pytest.param(3, "guide", marks=pytest.mark.slow)])
 def test_every_rung_samples_its_target_and_the_cold_rung_the_posterior(num_replicas, explorer):
     if explorer == "guide":
         kernel, mcmc, y = _sum_run(num_replicas, "hmc", reference=_fixed_guide())
@@ -99,6 +100,7 @@ def test_every_rung_samples_its_target_and_the_cold_rung_the_posterior(num_repli
     assert ((ratio > 0.6) & (ratio < 1.6)).all(), ratio
 
 
+@pytest.mark.slow
 def test_a_rung_missing_the_reference_term_is_caught(monkeypatch):
     """A planted bug: the middle rung of three targets pi^beta, without q^(1-beta)."""
 

@@ -108,6 +108,7 @@ def _cold_ll_gap(kernel, mcmc):
     return float((record.to(torch.float64) - recomputed).abs().max())
 
 
+@pytest.mark.slow
 def test_every_rung_of_both_legs_samples_its_target():
     kernel, mcmc, y = _run()
     assert kernel.explorer_info["legs"].startswith("stabilized: 3 rungs from the posterior to q")
@@ -126,6 +127,7 @@ def test_every_rung_of_both_legs_samples_its_target():
     assert set(diagnostics["legs"]) == {"reference", "prior"}
 
 
+@pytest.mark.slow
 def test_a_cold_rung_whose_ll_keeps_the_other_legs_meaning_is_caught(monkeypatch):
     """A planted bug: after the bridge the cold rungs keep the ll the other leg computed."""
     monkeypatch.setattr("pyro_pt.kernel.crossed_bridge", lambda kernel, attempts: False)
@@ -143,6 +145,7 @@ def test_where_the_settings_allow_no_second_leg_the_run_says_why():
         assert kernel.run.ladder.legs is None and why in kernel.explorer_info["legs"]
 
 
+@pytest.mark.slow
 def test_a_q_far_from_the_posterior_costs_the_reference_leg_not_the_run(monkeypatch):
     """On the bimodal posterior, every fit puts q at N(8, 0.3^2), where the posterior has no
     mass. A single leg to it never swaps its states to the cold rung, which stays in the mode

@@ -93,6 +93,7 @@ def _laplace(x, y, selection):
     return guide.laplace_approximation(x, y)
 
 
+@pytest.mark.slow
 def test_logistic_elpd_matches_brute_force_leave_one_out():
     """Refit the MAP and the Laplace posterior without each point and score the point under
     the linearized predictive: the shifted estimate is within 2 of its SE of that sum, and the

@@ -97,6 +97,7 @@ def _relu_map(selection, size):
     return guide, x, y, sorted(i for j in units for i in (j, 4 + j, 8 + j))
 
 
+@pytest.mark.slow
 def test_swag_skips_dead_relu_unit_that_diag_laplace_picks():
     guide, x, y, dead = _relu_map("wasserstein", 3)
     assert 0 in dead and len(dead) < 12  # unit 0 is dead, not every unit
