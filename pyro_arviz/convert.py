@@ -199,7 +199,9 @@ def _label(group, ds, dims):
                                   key=lambda k: int(ds.coords[k].attrs[AXIS]))
             axes = flat + own[1:] if flat else own
             if len(new) > len(axes):
-                if group != "log_likelihood":  # the log-likelihood drops an observed site's event axes
+                # a log-likelihood (ArviZ's group, or a plugin's such as pyro_subnet's conditional one)
+                # drops an observed site's event axes
+                if not group.endswith("log_likelihood"):
                     raise ValueError(f"dims['{name}'] names {len(new)} axes, but '{name}' has {len(axes)} "
                                      f"besides {tuple(lead)} (in group '{group}')")
                 new = new[:len(axes)]
