@@ -1,6 +1,7 @@
 r"""
-ArviZ export of a :class:`~pyro_subnet.SubnetworkLaplacePosterior`, so that ``az.loo`` and
-``az.compare`` can rank it against MAP, MCMC or parallel tempering on the same data.
+ArviZ export of a :class:`~pyro_subnet.SubnetworkLaplacePosterior`: its draws, their pointwise
+log-likelihood and predictive draws, for ArviZ's plots and for :func:`pyro_subnet.loo`, whose
+result ``az.compare`` ranks against MAP, MCMC or parallel tempering on the same data.
 
 The model the posterior describes is the linearized one (Immer et al., 2021): with draws
 :math:`u_S^{(m)} \sim \mathcal N(\hat u_S, \Sigma_S)` of the subnetwork (every other coordinate
@@ -16,7 +17,7 @@ and the export holds :math:`\log p(y_n \mid \eta^{(m)}_n)` and a draw from
 ``posterior.predict(x).log_prob(y)``. Sampling the network itself, :math:`\eta(u^{(m)})`,
 describes another model: a Gaussian over weights pushed through a nonlinear network is not what
 the Laplace approximation fitted, and on a small BNN its draws can be far worse than the MAP
-(with Pareto k above 1 for most points in ``az.loo``); it remains available as
+(with Pareto k above 1 for most points in PSIS-LOO); it remains available as
 ``predictive="network"``.
 
 For leave-one-out cross-validation the export also keeps, in ``sample_stats``, two densities at
@@ -35,20 +36,21 @@ PSIS-LOO for draws that come from :math:`q` rather than from the posterior.
 **No** ``log_likelihood`` **group.** ``az.loo`` and ``az.compare`` read the pointwise
 log-likelihood of an export as that of draws from the posterior. These draws are not: they come
 from :math:`q`, and they hold the coordinates outside S at a MAP that every point helped fit,
-so leaving a point out of them leaves it out of S only (on a linear regression with S = 1 of 3
-weights, ``az.compare`` put such an export 2 nats ahead of NUTS, with which the exact
-leave-one-out ties it). So the export keeps :math:`\log p(y_n \mid \eta^{(m)})` in the group
+so leaving a point out of them leaves it out of S only (on linear regressions with S = 1 of 3
+weights, ``az.compare`` put such an export about 2 nats ahead of NUTS, where refits per point
+put it within half a nat: ``benchmarks/subnet_loo.py --ranking``). So the export keeps :math:`\log p(y_n \mid \eta^{(m)})` in the group
 ``conditional_log_likelihood`` (:data:`CONDITIONAL`), which ArviZ does not read, and ``az.loo``
 of the export refuses for want of a ``log_likelihood`` group. For ``az.compare`` pass
 :func:`pyro_subnet.loo`'s result (PSIS-LOO with the MAP moved without each point and the draws
 reweighted by :math:`p/q`), an ELPD ArviZ's ``compare`` takes beside the exports of MCMC runs;
-docs/design.md, "Leave-one-out", says why no values in a ``log_likelihood`` group could give it.
+docs/design.md, "Why the subnet export has no log_likelihood group", says why no values in a
+``log_likelihood`` group could give it.
 
 What the groups hold follows :mod:`pyro_arviz`: ``conditional_log_likelihood`` the ``obs=`` sites only
 (``pyro.factor`` terms, which have no distribution to linearize, are in ``lp``; the MCMC exports
-count them in ``log_likelihood``: docs/design.md, "``pyro.factor`` terms"); ``pyro.deterministic`` sites in ``posterior``, the model's own
-values at each draw (functions of the latents, not outputs to linearize); masked observations
-left out of ``log_likelihood``, ``observed_data`` and ``posterior_predictive``, and of ``lp``
+count them in ``log_likelihood``: docs/design.md, "``pyro.factor`` terms"); ``pyro.deterministic``
+sites in ``posterior``, the model's own values at each draw (functions of the latents, not
+outputs to linearize); masked observations left out of ``conditional_log_likelihood``, ``observed_data`` and ``posterior_predictive``, and of ``lp``
 (:mod:`pyro_arviz.masked`). The points kept are those of the model traced at the MAP, whose
 mask the curvature used; the network export refuses a mask that keeps others at a draw.
 
