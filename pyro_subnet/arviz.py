@@ -37,8 +37,8 @@ PSIS-LOO for draws that come from :math:`q` rather than from the posterior.
 log-likelihood of an export as that of draws from the posterior. These draws are not: they come
 from :math:`q`, and they hold the coordinates outside S at a MAP that every point helped fit,
 so leaving a point out of them leaves it out of S only (on linear regressions with S = 1 of 3
-weights, ``az.compare`` put such an export about 2 nats ahead of NUTS, where refits per point
-put it within half a nat: ``benchmarks/subnet_loo.py --ranking``). So the export keeps :math:`\log p(y_n \mid \eta^{(m)})` in the group
+weights, ``az.compare`` put such an export 1.2-2.7 nats ahead of NUTS, where refits per point
+put the two within 0.6 nats: ``benchmarks/subnet_loo.py --ranking``). So the export keeps :math:`\log p(y_n \mid \eta^{(m)})` in the group
 ``conditional_log_likelihood`` (:data:`CONDITIONAL`), which ArviZ does not read, and ``az.loo``
 of the export refuses for want of a ``log_likelihood`` group. For ``az.compare`` pass
 :func:`pyro_subnet.loo`'s result (PSIS-LOO with the MAP moved without each point and the draws
