@@ -23,6 +23,7 @@ import pyro_arviz
 
 from .curvature import _site_weight
 from .likelihoods import unwrap
+from .posterior import SubnetworkLaplacePosterior
 from .predictive import linearized_outputs
 from .reweighting import site_named
 
@@ -108,6 +109,9 @@ def kfold(fit, *args, folds=10, num_samples=1000, var_name=None, num_data=None, 
         raise TypeError(f"fit must be a function of the training data returning the fitted posterior, got {fit!r}")
     if not (isinstance(num_samples, int) and num_samples >= 1):
         raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    if posterior is not None and not isinstance(posterior, SubnetworkLaplacePosterior):
+        raise TypeError("posterior must be the SubnetworkLaplacePosterior fitted on all the data (or None, and fit "
+                        f"gives it), got {type(posterior).__name__}")
     n = _data_size(args, kwargs, num_data)
     if not (isinstance(folds, int) and 2 <= folds <= n):
         raise ValueError(f"folds must be an int between 2 and the {n} data points, got {folds!r}")

@@ -89,5 +89,7 @@ def test_kfold_refuses_what_it_cannot_split():
         kfold("fit", x, y)
     with pytest.raises(ValueError, match="num_samples must be"):
         kfold(fit, x, y, num_samples=0)
+    with pytest.raises(TypeError, match="posterior must be the SubnetworkLaplacePosterior fitted on all the data"):
+        kfold(fit, x, y, posterior=SubnetworkLaplace(linreg, subnetwork_size=1.0))
     with pytest.raises(ValueError, match="num_data="):
         kfold(fit, torch.randn(10, 3), torch.randn(12))
