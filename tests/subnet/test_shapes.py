@@ -143,3 +143,20 @@ def test_predictive_names_the_site_for_inputs_of_another_width_as_predict_does(p
     again = predictive(x[:7])["obs"]
     assert first.shape == (4, 7)
     assert torch.equal(first, again)
+
+
+def first_columns(x, y=None, k=WIDTH):
+    """The weight's shape follows a plain int argument, not a tensor's shape."""
+    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([k]).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(x[:, :k] @ w, 1.0), obs=y)
+
+
+def test_predictive_checks_a_call_whose_plain_arguments_change_the_latent_shapes():
+    x, y = data()
+    posterior = fitted(SubnetworkLaplace, first_columns).laplace_approximation(x, y)
+    predictive = Predictive(first_columns, guide=posterior, num_samples=2)
+    assert predictive(x, None, WIDTH)["obs"].shape == (2, N)
+    with pytest.raises(ValueError, match=r"latent site 'w' has shape \(4,\) with these arguments but \(5,\) at "
+                                         r"the MAP: .*; call Predictive\(model, guide=posterior\) with data"):
+        predictive(x, None, 4)  # the same tensors' shapes as the call checked above
