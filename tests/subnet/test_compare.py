@@ -21,7 +21,7 @@ import pyro_arviz
 import pyro_subnet
 from pyro_pt import ParallelTempering
 from pyro_subnet import SubnetLOOWarning, SubnetworkLaplace
-from pyro_subnet.arviz import as_arviz_log_likelihood
+from pyro_subnet.arviz import CONDITIONAL, as_arviz_log_likelihood
 from tests.arviz import generation
 
 pytestmark = pytest.mark.slow  # a NUTS and a PT run: 100 s on a loaded 2-core machine
@@ -94,6 +94,7 @@ def test_the_subnet_export_is_refused_by_az_loo_and_az_compare(runs):
     x, y = data()
     export = pyro_arviz.from_pyro(runs["subnet"], x, y, num_samples=DRAWS)
     assert "log_likelihood" not in pyro_arviz.groups_of(export)
+    assert "pyro_subnet.loo(posterior, *model_args)" in export[CONDITIONAL].attrs["leave_one_out"]
     with pytest.raises((TypeError, KeyError, ValueError)):
         az.loo(export)
     with pytest.raises((TypeError, KeyError, ValueError)):
