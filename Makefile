@@ -15,7 +15,7 @@ VENV_NEW ?= .venv-py$(NEW)
 PY_NEW := $(VENV_NEW)/bin/python
 STAMP_NEW := $(VENV_NEW)/.installed
 # the ArviZ-1 suite: the export tests of both generations and a fast subset of the rest
-ARVIZ1_TESTS := tests/arviz tests/subnet/test_arviz.py tests/subnet/test_loo.py tests/subnet/test_loo_shift.py tests/subnet/test_loo_shift_inputs.py tests/subnet/test_kfold.py tests/subnet/test_diagonal.py tests/subnet/test_predict.py \
+ARVIZ1_TESTS := tests/arviz tests/subnet/test_arviz.py tests/subnet/test_compare.py tests/subnet/test_loo.py tests/subnet/test_loo_shift.py tests/subnet/test_loo_shift_inputs.py tests/subnet/test_kfold.py tests/subnet/test_diagonal.py tests/subnet/test_predict.py \
   tests/pt/test_swap.py tests/pt/test_ladder.py tests/pt/test_recorders.py tests/pt/test_barrier.py tests/pt/test_purity.py
 
 # `make test-wheel` tests what `pip install .` gives a user: the wheel, built by pip in an isolated

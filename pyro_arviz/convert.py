@@ -67,7 +67,10 @@ def from_pyro(obj=None, *args, log_likelihood=True, dims=None, coords=None, **kw
     - A run of any other kernel (NUTS, HMC, ...) gives :func:`mcmc_groups`' groups.
     - A :class:`~pyro_subnet.SubnetworkLaplacePosterior` gives
       :func:`pyro_subnet.to_inference_data`'s export; ``*args`` and ``**kwargs`` go there: the
-      model's arguments with the observed data, ``num_samples``, ``predictive``...
+      model's arguments with the observed data, ``num_samples``, ``predictive``... Its
+      pointwise log-likelihood is in ``conditional_log_likelihood``, not ``log_likelihood``: its
+      draws are no posterior draws, and ``az.loo`` refuses it; ``pyro_subnet.loo`` gives its
+      leave-one-out, for ``az.compare``.
 
     The plugins' results are known through :func:`register`.
     An MCMC run is evaluated with the arguments of its ``mcmc.run(...)``, so it takes none here.
@@ -86,7 +89,7 @@ def from_pyro(obj=None, *args, log_likelihood=True, dims=None, coords=None, **kw
     Example::
 
         az.compare({"pt": from_pyro(pt_mcmc), "nuts": from_pyro(nuts_mcmc),
-                    "subnet": from_pyro(posterior, x, y, num_samples=500)})
+                    "subnet": pyro_subnet.loo(posterior, x, y, num_samples=2000)})
 
     :param obj: an MCMC that has run, or a subnetwork Laplace posterior (also accepted as
         ``posterior=``, ArviZ's keyword).
@@ -199,7 +202,9 @@ def _label(group, ds, dims):
                                   key=lambda k: int(ds.coords[k].attrs[AXIS]))
             axes = flat + own[1:] if flat else own
             if len(new) > len(axes):
-                if group != "log_likelihood":  # the log-likelihood drops an observed site's event axes
+                # a log-likelihood (ArviZ's group, or a plugin's such as pyro_subnet's conditional one)
+                # drops an observed site's event axes
+                if not group.endswith("log_likelihood"):
                     raise ValueError(f"dims['{name}'] names {len(new)} axes, but '{name}' has {len(axes)} "
                                      f"besides {tuple(lead)} (in group '{group}')")
                 new = new[:len(axes)]

@@ -1,6 +1,7 @@
 r"""
-ArviZ export of a :class:`~pyro_subnet.SubnetworkLaplacePosterior`, so that ``az.loo`` and
-``az.compare`` can rank it against MAP, MCMC or parallel tempering on the same data.
+ArviZ export of a :class:`~pyro_subnet.SubnetworkLaplacePosterior`: its draws, their pointwise
+log-likelihood and predictive draws, for ArviZ's plots and for :func:`pyro_subnet.loo`, whose
+result ``az.compare`` ranks against MAP, MCMC or parallel tempering on the same data.
 
 The model the posterior describes is the linearized one (Immer et al., 2021): with draws
 :math:`u_S^{(m)} \sim \mathcal N(\hat u_S, \Sigma_S)` of the subnetwork (every other coordinate
@@ -16,7 +17,7 @@ and the export holds :math:`\log p(y_n \mid \eta^{(m)}_n)` and a draw from
 ``posterior.predict(x).log_prob(y)``. Sampling the network itself, :math:`\eta(u^{(m)})`,
 describes another model: a Gaussian over weights pushed through a nonlinear network is not what
 the Laplace approximation fitted, and on a small BNN its draws can be far worse than the MAP
-(with Pareto k above 1 for most points in ``az.loo``); it remains available as
+(with Pareto k above 1 for most points in PSIS-LOO); it remains available as
 ``predictive="network"``.
 
 For leave-one-out cross-validation the export also keeps, in ``sample_stats``, two densities at
@@ -32,11 +33,24 @@ each draw :math:`u^{(m)}` (unconstrained, the S coordinates moved and the rest a
 Their difference is what :func:`pyro_subnet.loo` needs to correct the importance ratios of
 PSIS-LOO for draws that come from :math:`q` rather than from the posterior.
 
-What the groups hold follows :mod:`pyro_arviz`: ``log_likelihood`` the ``obs=`` sites only
+**No** ``log_likelihood`` **group.** ``az.loo`` and ``az.compare`` read the pointwise
+log-likelihood of an export as that of draws from the posterior. These draws are not: they come
+from :math:`q`, and they hold the coordinates outside S at a MAP that every point helped fit,
+so leaving a point out of them leaves it out of S only (on linear regressions with S = 1 of 3
+weights, ``az.compare`` put such an export 1.2-2.7 nats ahead of NUTS, where refits per point
+put the two within 0.6 nats: ``benchmarks/subnet_loo.py --ranking``). So the export keeps :math:`\log p(y_n \mid \eta^{(m)})` in the group
+``conditional_log_likelihood`` (:data:`CONDITIONAL`), which ArviZ does not read, and ``az.loo``
+of the export refuses for want of a ``log_likelihood`` group. For ``az.compare`` pass
+:func:`pyro_subnet.loo`'s result (PSIS-LOO with the MAP moved without each point and the draws
+reweighted by :math:`p/q`), an ELPD ArviZ's ``compare`` takes beside the exports of MCMC runs;
+docs/design.md, "Why the subnet export has no log_likelihood group", says why no values in a
+``log_likelihood`` group could give it.
+
+What the groups hold follows :mod:`pyro_arviz`: ``conditional_log_likelihood`` the ``obs=`` sites only
 (``pyro.factor`` terms, which have no distribution to linearize, are in ``lp``; the MCMC exports
-count them in ``log_likelihood``: docs/design.md, "``pyro.factor`` terms"); ``pyro.deterministic`` sites in ``posterior``, the model's own
-values at each draw (functions of the latents, not outputs to linearize); masked observations
-left out of ``log_likelihood``, ``observed_data`` and ``posterior_predictive``, and of ``lp``
+count them in ``log_likelihood``: docs/design.md, "``pyro.factor`` terms"); ``pyro.deterministic``
+sites in ``posterior``, the model's own values at each draw (functions of the latents, not
+outputs to linearize); masked observations left out of ``conditional_log_likelihood``, ``observed_data`` and ``posterior_predictive``, and of ``lp``
 (:mod:`pyro_arviz.masked`). The points kept are those of the model traced at the MAP, whose
 mask the curvature used; the network export refuses a mask that keeps others at a draw.
 
@@ -50,6 +64,7 @@ import torch
 from torch.distributions import biject_to
 
 import pyro_arviz
+from pyro_arviz.convert import datasets
 from pyro_arviz.masked import KeptPoints, check_same_points, check_some_data, data_groups
 from pyro_arviz.sites import deterministic_sites, kept_points, scored_log_prob
 
@@ -58,6 +73,12 @@ from .posterior import SubnetworkLaplacePosterior
 from .predictive import linearized_outputs
 
 PREDICTIVES = ("linearized", "network")
+# the group of the pointwise log-likelihood at q's draws: not "log_likelihood", which az.loo would
+# read as that of posterior draws (module docstring)
+CONDITIONAL = "conditional_log_likelihood"
+LEAVE_ONE_OUT = ("the log-likelihood at draws of the subnetwork with every other coordinate at the MAP fitted to "
+                 "all the points, not at posterior draws: for leave-one-out and az.compare use "
+                 "pyro_subnet.loo(posterior, *model_args)")
 
 
 def to_inference_data(posterior, *args, num_samples=500, predictive="linearized", chunk_size=None,
@@ -68,8 +89,11 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
 
     - ``posterior``: every latent site (constrained), one chain of ``num_samples`` draws, and
       every ``pyro.deterministic`` site, from the model traced at each draw;
-    - ``log_likelihood``: the pointwise log-likelihood of each observed (``obs=``) site at each
-      draw, in the linearized model (default) or the network itself (``predictive="network"``);
+    - ``conditional_log_likelihood``: the pointwise log-likelihood of each observed (``obs=``)
+      site at each draw, in the linearized model (default) or the network itself
+      (``predictive="network"``); not ``log_likelihood``, so that ``az.loo`` and ``az.compare``
+      refuse the export rather than score its draws as posterior draws (module docstring):
+      give them :func:`pyro_subnet.loo`'s result;
     - ``posterior_predictive``: one draw of each observed site per posterior draw, from the same;
     - ``observed_data``: the observed values;
     - ``sample_stats`` (with ``log_densities=True``): ``lp``, the log joint of the model the
@@ -82,7 +106,8 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
     Example::
 
         idata = to_inference_data(posterior, x, y, num_samples=1000)
-        az.loo(idata)
+        az.plot_ppc(idata)
+        az.compare({"subnet": pyro_subnet.loo(posterior, x, y), "nuts": pyro_arviz.from_pyro(nuts)})
 
     :param SubnetworkLaplacePosterior posterior: from ``guide.laplace_approximation``.
     :param args: the model's arguments, including the observed data.
@@ -171,7 +196,7 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
     return pyro_arviz.build({
         "posterior": pyro_arviz.dataset(numpy(post), attrs=attrs),
         "posterior_predictive": data["posterior_predictive"].assign_attrs(attrs),
-        "log_likelihood": data["log_likelihood"].assign_attrs(attrs),
+        CONDITIONAL: data["log_likelihood"].assign_attrs(attrs, leave_one_out=LEAVE_ONE_OUT),
         "sample_stats": pyro_arviz.dataset(numpy(stats), attrs=attrs),
         "observed_data": data["observed_data"],
     }, library="pyro_subnet")
@@ -179,9 +204,25 @@ def to_inference_data(posterior, *args, num_samples=500, predictive="linearized"
 
 def from_pyro_export(posterior, *args, log_likelihood=True, **kwargs):
     """:func:`pyro_arviz.from_pyro`'s export of a posterior: :func:`to_inference_data`'s. It
-    computes ``log_likelihood`` (``lp`` in ``sample_stats`` sums it), which ``from_pyro`` then
-    drops where ``log_likelihood`` is False."""
-    return to_inference_data(posterior, *args, **kwargs)
+    computes ``conditional_log_likelihood`` (``lp`` in ``sample_stats`` sums it) and drops it
+    where ``log_likelihood`` is False (``from_pyro`` drops ``posterior_predictive``)."""
+    data = to_inference_data(posterior, *args, **kwargs)
+    if log_likelihood:
+        return data
+    groups = datasets(data)
+    del groups[CONDITIONAL]
+    return pyro_arviz.build(groups, library="pyro_subnet")
+
+
+def as_arviz_log_likelihood(data):
+    """``data`` with its ``conditional_log_likelihood`` as ArviZ's ``log_likelihood`` group, for
+    :func:`pyro_subnet.loo` to hand to ArviZ's importance sampling with its own ratios (an
+    export of another kind is returned as it is)."""
+    groups = datasets(data)
+    if CONDITIONAL not in groups:
+        return data
+    groups["log_likelihood"] = groups.pop(CONDITIONAL)
+    return pyro_arviz.build(groups, library="pyro_subnet")
 
 
 def log_prior(posterior, draws, args, kwargs):

@@ -110,7 +110,7 @@ def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, c
         an ``ELPDData`` under ArviZ < 1 (``elpd_loo``, ``p_loo``, ``loo_i``...), arviz-stats'
         ``ELPDData`` (``elpd``, ``p``, ``elpd_i``...) under ArviZ >= 1.
     """
-    from .arviz import to_inference_data
+    from .arviz import CONDITIONAL, as_arviz_log_likelihood, to_inference_data
     from .posterior import SubnetworkLaplacePosterior
 
     unmoved = "the export holds no model to move it with; call loo(posterior, *model_args)"
@@ -137,9 +137,11 @@ def loo(data, *args, num_samples=1000, predictive="linearized", var_name=None, c
     elif args or kwargs:
         raise TypeError("loo takes model arguments only with a SubnetworkLaplacePosterior; "
                         f"got them with a {type(data).__name__}: pass loo(posterior, x, y) or loo(idata)")
-    elif "log_likelihood" not in pyro_arviz.groups_of(data):
-        raise ValueError("data has no log_likelihood group: pass a SubnetworkLaplacePosterior with the "
-                         "model's arguments, or its export pyro_subnet.to_inference_data(posterior, x, y)")
+    elif not {CONDITIONAL, "log_likelihood"} & set(pyro_arviz.groups_of(data)):
+        raise ValueError(f"data has no {CONDITIONAL} (or log_likelihood) group: pass a SubnetworkLaplacePosterior "
+                         "with the model's arguments, or its export pyro_subnet.to_inference_data(posterior, x, y)")
+    # ArviZ's importance sampling reads the values from log_likelihood; the ratios here are this module's
+    data = as_arviz_log_likelihood(data)
     _log_likelihood(data, var_name)  # a missing or ambiguous site is named here, for both generations
     if not _is_full(data):
         warnings.warn(f"the MAP is not moved without each point ({unmoved}): the coordinates outside the "

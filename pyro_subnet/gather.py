@@ -1,10 +1,12 @@
 r"""
-The ArviZ exports of the ranks' shards, gathered into one, for ``az.loo`` on all the data.
+The ArviZ exports of the ranks' shards, gathered into one, for :func:`pyro_subnet.loo` on all
+the data.
 
 Across processes every rank holds the same posterior (:mod:`pyro_subnet.comm`) and exports its
 own shard: ``to_inference_data(posterior, x_shard, y_shard)``. With the same seed set on every
 rank before the export, the ranks' draws are the same, so their pointwise log-likelihoods are
 columns of one matrix (draws x all data points): :func:`gather_log_likelihood` concatenates them
+(the export's ``conditional_log_likelihood``, :mod:`pyro_subnet.arviz`)
 in rank order along each observed site's data dimension (its first after ``chain`` and
 ``draw``), after checking that the draws agree.
 """
@@ -16,6 +18,7 @@ import numpy as np
 import pyro_arviz
 from pyro_arviz.convert import datasets
 
+from .arviz import CONDITIONAL
 from .comm import agree, make_comm
 
 
@@ -41,15 +44,17 @@ def _concat(parts):
 def gather_log_likelihood(idata, process_group=None):
     r"""
     The ``posterior`` of the ranks' exports (the same on every rank) with their
-    ``log_likelihood`` and ``observed_data`` concatenated in rank order, on every rank: an
-    ``arviz.InferenceData`` (an ``xarray.DataTree`` under ArviZ >= 1) for ``az.loo`` and
-    ``az.compare`` over all the data. In one process it is ``idata``'s three groups.
+    ``conditional_log_likelihood`` and ``observed_data`` concatenated in rank order, on every
+    rank: an ``arviz.InferenceData`` (an ``xarray.DataTree`` under ArviZ >= 1) for
+    :func:`pyro_subnet.loo` over all the data. In one process it is ``idata``'s three groups.
+    Without the model, that leave-one-out neither moves the MAP nor corrects for the Laplace
+    Gaussian (the shards' ``lp`` are not gathered), and it warns so.
 
     Example (on every rank)::
 
         pyro.set_rng_seed(1)                   # the same draws on every rank
         idata = to_inference_data(posterior, x_shard, y_shard, num_samples=1000)
-        az.loo(gather_log_likelihood(idata))
+        pyro_subnet.loo(gather_log_likelihood(idata))
 
     Data points keep no coordinates of their own: point ``i`` of the result is the ``i``-th
     in rank order. The all-gather carries draws x points floats per rank.
@@ -60,14 +65,14 @@ def gather_log_likelihood(idata, process_group=None):
         (a different seed, or another posterior).
     """
     groups = datasets(idata)
-    missing = [g for g in ("posterior", "log_likelihood") if g not in groups]
+    missing = [g for g in ("posterior", CONDITIONAL) if g not in groups]
     if missing:
         raise ValueError(f"idata has no {missing} group(s): pass the export of to_inference_data(posterior, x, y)")
     comm = make_comm(process_group)
     report = {"posterior draws (sha256)": _digest(groups["posterior"]),
-              "observed sites": sorted(groups["log_likelihood"].data_vars)}
+              "observed sites": sorted(groups[CONDITIONAL].data_vars)}
     agree(comm, None, report, "gather_log_likelihood (set the same seed on every rank before the export)")
-    mine = {g: groups[g] for g in ("log_likelihood", "observed_data") if g in groups}
+    mine = {g: groups[g] for g in (CONDITIONAL, "observed_data") if g in groups}
     parts = comm.all_gather_object(mine, what="all_gather of the pointwise log-likelihoods")
     out = {"posterior": groups["posterior"]}
     for group in mine:

@@ -7,6 +7,10 @@ Each point's score is its log predictive density under the posterior fitted with
 in the linearized model the export describes, :math:`\log \frac1M \sum_m p(y_i \mid
 \hat\eta_i + J_{Si} z_m)` with :math:`z_m` drawn from that posterior's Gaussian; masked points
 score nothing. The folds are a seeded random partition of the data points.
+
+Its effective number of parameters is ArviZ's (``loo_kfold`` of arviz-stats): the lppd of the
+posterior fitted on all the data, :math:`\sum_i \log \frac1M \sum_m p(y_i \mid \hat\eta_i +
+J_{Si} z_m)` in the same linearized model, minus the k-fold elpd.
 """
 
 import math
@@ -19,6 +23,7 @@ import pyro_arviz
 
 from .curvature import _site_weight
 from .likelihoods import unwrap
+from .posterior import SubnetworkLaplacePosterior
 from .predictive import linearized_outputs
 from .reweighting import site_named
 
@@ -66,7 +71,7 @@ def held_out_scores(posterior, args, kwargs, site, num_samples, chunk_size=None)
 
 
 def kfold(fit, *args, folds=10, num_samples=1000, var_name=None, num_data=None, seed=0, chunk_size=None,
-          **kwargs):
+          posterior=None, **kwargs):
     r"""
     K-fold cross-validation with a refit per fold (module docstring).
 
@@ -92,6 +97,9 @@ def kfold(fit, *args, folds=10, num_samples=1000, var_name=None, num_data=None, 
     :param str var_name: the observed site to score (needed with several).
     :param int num_data: the number of data points, where the arguments' leading sizes do not say.
     :param int seed: the seed of the random partition.
+    :param SubnetworkLaplacePosterior posterior: the posterior fitted on all the data, for the
+        lppd of ``p_loo`` (module docstring); ``fit(*args, **kwargs)`` gives it where not given
+        (one fit more than the folds).
     :returns: ArviZ's ELPD data, pointwise: arviz-stats' k-fold ``ELPDData`` under ArviZ >= 1;
         under ArviZ < 1, which has no k-fold type, an ``ELPDData`` labelled as ``loo``
         (``elpd_loo``, ``loo_i``) so that ``az.compare`` takes it beside PSIS-LOO results, with
@@ -101,6 +109,9 @@ def kfold(fit, *args, folds=10, num_samples=1000, var_name=None, num_data=None, 
         raise TypeError(f"fit must be a function of the training data returning the fitted posterior, got {fit!r}")
     if not (isinstance(num_samples, int) and num_samples >= 1):
         raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    if posterior is not None and not isinstance(posterior, SubnetworkLaplacePosterior):
+        raise TypeError("posterior must be the SubnetworkLaplacePosterior fitted on all the data (or None, and fit "
+                        f"gives it), got {type(posterior).__name__}")
     n = _data_size(args, kwargs, num_data)
     if not (isinstance(folds, int) and 2 <= folds <= n):
         raise ValueError(f"folds must be an int between 2 and the {n} data points, got {folds!r}")
@@ -113,30 +124,39 @@ def kfold(fit, *args, folds=10, num_samples=1000, var_name=None, num_data=None, 
         train = torch.ones(n, dtype=torch.bool)
         train[held] = False
         train_args, train_kwargs = _take(args, kwargs, n, train.nonzero().reshape(-1))
-        posterior = fit(*train_args, **train_kwargs)
-        site = site_named(posterior._latent.observed, site, "the model")
+        fold = fit(*train_args, **train_kwargs)
+        site = site_named(fold._latent.observed, site, "the model")
         held_args, held_kwargs = _take(args, kwargs, n, held)
-        s, k = held_out_scores(posterior, held_args, held_kwargs, site, num_samples, chunk_size)
+        s, k = held_out_scores(fold, held_args, held_kwargs, site, num_samples, chunk_size)
         if s.numel() != len(held):
             raise ValueError(f"observed site '{site}' has {s.numel()} elements for {len(held)} held-out points: "
                              "k-fold needs one element per data point (pass num_data= if the data size was misread)")
         scores[held], kept[held] = s.double().cpu(), k.cpu()
-    return _result(scores[kept], kept.nonzero().reshape(-1), site, folds, num_samples)
+    if posterior is None:
+        posterior = fit(*args, **kwargs)
+    in_sample, k = held_out_scores(posterior, args, kwargs, site, num_samples, chunk_size)
+    if in_sample.numel() != n or not torch.equal(k.cpu(), kept):
+        raise ValueError(f"the posterior fitted on all the data scores {in_sample.numel()} elements of '{site}' "
+                         f"({int(k.sum())} kept) where the folds scored {n} ({int(kept.sum())} kept): pass the "
+                         "posterior fitted on these arguments, or none (fit gives it)")
+    lppd = float(in_sample.double().cpu()[kept].sum())
+    return _result(scores[kept], kept.nonzero().reshape(-1), site, folds, num_samples, lppd)
 
 
-def _result(scores, points, site, folds, num_samples):
+def _result(scores, points, site, folds, num_samples, lppd):
     dim = f"{site}_dim_0"
     elpd_i = xr.DataArray(scores.numpy(), dims=(dim,), coords={dim: points.numpy()})
     elpd, n = float(elpd_i.sum()), int(elpd_i.size)
     se = math.sqrt(n * float(np.var(elpd_i.values)))
+    p_loo = lppd - elpd
     if pyro_arviz.arviz_generation() == 0:
         import arviz as az
 
         return az.ELPDData(
-            data=[elpd, se, float("nan"), num_samples, n, False, elpd_i.rename("loo_i"), "log", folds],
+            data=[elpd, se, p_loo, num_samples, n, False, elpd_i.rename("loo_i"), "log", folds],
             index=["elpd_loo", "se", "p_loo", "n_samples", "n_data_points", "warning", "loo_i", "scale", "kfold"],
         )
     from arviz_stats.utils import ELPDDataLOOKFold
 
-    return ELPDDataLOOKFold(elpd=elpd, se=se, p=float("nan"), n_samples=num_samples, n_data_points=n, scale="log",
+    return ELPDDataLOOKFold(elpd=elpd, se=se, p=p_loo, n_samples=num_samples, n_data_points=n, scale="log",
                             warning=False, good_k=0.7, elpd_i=elpd_i, n_folds=folds)

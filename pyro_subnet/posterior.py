@@ -185,6 +185,27 @@ class SubnetworkLaplacePosterior(AutoContinuous):
         coordinates (see :func:`pyro_subnet.predictive.linearize`)."""
         return predictive.linearize(self, args, kwargs, lambda spec, J: J, chunk_size)
 
+    def forward(self, *args, **kwargs):
+        r"""
+        One draw of every latent site (AutoContinuous's), for :class:`~pyro.infer.Predictive`.
+        The call is first checked against the MAP's shapes, as :meth:`predict` checks it, so
+        that inputs of another width name the site and the argument here instead of failing
+        inside torch when ``Predictive`` replays the model; each distinct call (its tensors'
+        shapes and its plain number and string arguments) is checked once, with one model trace
+        at the MAP.
+
+        :raises ValueError: naming the site, where the data's shapes do not fit the MAP's.
+        """
+        plain = (bool, int, float, str, type(None))
+        key = (tuple(sorted(shapes.call_shapes(self._latent.model, args, kwargs).items())),
+               tuple((i, v) for i, v in enumerate(args) if isinstance(v, plain)),
+               tuple(sorted((k, v) for k, v in kwargs.items() if isinstance(v, plain))))
+        checked = self.__dict__.setdefault("_checked_call_shapes", set())
+        if key not in checked:
+            shapes.checked_trace(self._latent, self.loc, args, kwargs, "Predictive(model, guide=posterior)")
+            checked.add(key)
+        return super().forward(*args, **kwargs)
+
     def predict(self, *args, linearized=True, num_samples=100, chunk_size=None, **kwargs):
         r"""
         Posterior predictive distribution of each observed site.

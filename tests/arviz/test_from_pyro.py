@@ -19,6 +19,7 @@ import pyro_subnet
 from pyro_arviz.convert import datasets
 from pyro_pt import ParallelTempering
 from pyro_subnet import SubnetworkLaplace
+from pyro_subnet.arviz import CONDITIONAL
 from tests.arviz import generation
 
 NOISE = 0.5
@@ -75,6 +76,11 @@ def export(runs, name, **kwargs):
     return pyro_arviz.from_pyro(runs[name], **kwargs)
 
 
+def log_likelihood(name):
+    """The group of an export's pointwise log-likelihood (a subnet export keeps it out of az.loo's way)."""
+    return CONDITIONAL if name == "subnet" else "log_likelihood"
+
+
 def assert_same_export(a, b):
     """The same groups, variables, coordinates, values and attributes (all but the time stamp)."""
     a, b = datasets(a), datasets(b)
@@ -88,12 +94,13 @@ def test_each_export_has_the_models_variables_and_shapes(runs, name):
     x, y = data()
     idata = export(runs, name)
     groups = set(pyro_arviz.groups_of(idata))
-    assert {"posterior", "log_likelihood", "posterior_predictive", "observed_data"} <= groups
+    assert {"posterior", log_likelihood(name), "posterior_predictive", "observed_data"} <= groups
+    assert name != "subnet" or "log_likelihood" not in groups  # az.loo would score q's draws as the posterior's
     w = torch.as_tensor(idata["posterior"]["w"].values)
     assert w.shape == (1, DRAWS, 2)
-    assert list(idata["log_likelihood"].data_vars) == ["y"]
+    assert list(idata[log_likelihood(name)].data_vars) == ["y"]
     expected = torch.distributions.Normal(w @ x.T, NOISE).log_prob(y)  # the linear model at each draw
-    assert torch.allclose(torch.as_tensor(idata["log_likelihood"]["y"].values), expected, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(torch.as_tensor(idata[log_likelihood(name)]["y"].values), expected, rtol=1e-5, atol=1e-6)
     assert idata["posterior_predictive"]["y"].shape == (1, DRAWS, 30)
     assert torch.allclose(torch.as_tensor(idata["observed_data"]["y"].values), y)
     if name != "subnet":
@@ -116,12 +123,16 @@ def test_subnet_export_is_pyro_subnets(runs):
 
 
 def test_compare_ranks_the_three_by_their_loo(runs):
-    exports = {name: export(runs, name) for name in runs}
+    # the README's az.compare: the MCMC exports, and the subnet posterior's own leave-one-out
+    pyro.set_rng_seed(1)
+    exports = {name: export(runs, name) for name in ("nuts", "pt")}
+    exports["subnet"] = pyro_subnet.loo(runs["subnet"], *data(), num_samples=DRAWS)
     exact = exact_elpd_loo(*data())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Pareto k warnings of a few hundred draws
         table = generation.compare(exports)
-        loo = {name: generation.elpd(az.loo(idata)) for name, idata in exports.items()}
+        loo = {name: generation.elpd(az.loo(idata)) for name, idata in exports.items() if name != "subnet"}
+    loo["subnet"] = generation.elpd(exports["subnet"])
     elpd = generation.compare_columns()[0]
     assert sorted(table.index) == sorted(exports)
     assert list(table["rank"]) == [0, 1, 2]
@@ -136,21 +147,21 @@ def test_compare_ranks_the_three_by_their_loo(runs):
 def test_without_log_likelihood(runs, name):
     groups = set(pyro_arviz.groups_of(export(runs, name, log_likelihood=False)))
     assert {"posterior", "observed_data"} <= groups
-    assert not {"log_likelihood", "posterior_predictive"} & groups
+    assert not {"log_likelihood", CONDITIONAL, "posterior_predictive"} & groups
 
 
 def test_dims_and_coords_name_the_axes(runs):
     dims, coords = {"w": ["feature"], "y": ["point"]}, {"feature": ["slope", "tilt"], "point": list(range(30))}
     for name in runs:
         idata = export(runs, name, dims=dims, coords=coords)
-        post, loglik = idata["posterior"], idata["log_likelihood"]
+        post, loglik = idata["posterior"], idata[log_likelihood(name)]
         assert post["w"].dims == ("chain", "draw", "feature")
         assert list(post["feature"].values) == ["slope", "tilt"]
         assert loglik["y"].dims == ("chain", "draw", "point")
         assert idata["observed_data"]["y"].dims == ("point",)
         plain = export(runs, name)
         assert (post["w"].values == plain["posterior"]["w"].values).all()
-        assert (loglik["y"].values == plain["log_likelihood"]["y"].values).all()
+        assert (loglik["y"].values == plain[log_likelihood(name)]["y"].values).all()
     with pytest.raises(ValueError, match=r"dims names \['v'\], which are no variables of the export"):
         export(runs, "nuts", dims={"v": ["a"]})
     with pytest.raises(ValueError, match=r"dims\['w'\] names 2 axes, but 'w' has 1"):

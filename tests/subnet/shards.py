@@ -93,7 +93,7 @@ def export(u_map, world_size, seed=1):
     posterior = guide.laplace_approximation(x, y)
     pyro.set_rng_seed(1 if rank == 0 else seed)
     gathered = datasets(gather_log_likelihood(to_inference_data(posterior, x, y, num_samples=50)))
-    return {"log_likelihood": gathered["log_likelihood"]["y"].values, "observed": gathered["observed_data"]["y"].values}
+    return {"log_likelihood": gathered["conditional_log_likelihood"]["y"].values, "observed": gathered["observed_data"]["y"].values}
 
 
 def on_cuda(u_map):

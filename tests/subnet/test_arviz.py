@@ -12,6 +12,7 @@ import torch
 from subnet_models import mlp, mlp_data, mlp_model, random_loc, unpack
 
 from pyro_subnet import SubnetworkLaplace, to_inference_data
+from pyro_subnet.arviz import as_arviz_log_likelihood
 from tests.arviz.generation import compare_columns, elpd
 
 az = pytest.importorskip("arviz")
@@ -30,11 +31,12 @@ def test_inference_data_groups_and_loo():
     post = guide.laplace_approximation(x, y)
     assert (post.subnetwork_indices < 27).all()
     idata = to_inference_data(post, x, y, num_samples=200, predictive="network")
-    for group in ("posterior", "posterior_predictive", "log_likelihood", "observed_data"):
+    for group in ("posterior", "posterior_predictive", "conditional_log_likelihood", "observed_data"):
         assert hasattr(idata, group)
+    assert not hasattr(idata, "log_likelihood")  # not for az.loo: q's draws are no posterior draws
     assert idata.posterior["W1"].shape == (1, 200, 5, 2)
     assert idata.posterior["sigma"].shape == (1, 200)
-    assert idata.log_likelihood["obs"].shape == (1, 200, 25)
+    assert idata.conditional_log_likelihood["obs"].shape == (1, 200, 25)
     assert idata.posterior_predictive["obs"].shape == (1, 200, 25, 2)
     assert torch.allclose(torch.as_tensor(idata.observed_data["obs"].values), y)
     assert idata.posterior.attrs["predictive"] == "network"
@@ -43,12 +45,12 @@ def test_inference_data_groups_and_loo():
     W1, b1, W2, b2, sigma = (_draw(idata, k) for k in ("W1", "b1", "W2", "b2", "sigma"))
     f = torch.tanh(x @ W1.T + b1) @ W2.T + b2
     ll = torch.distributions.Normal(f, sigma).log_prob(y).sum(-1)
-    assert torch.allclose(torch.as_tensor(idata.log_likelihood["obs"].values[0, 0]), ll)
+    assert torch.allclose(torch.as_tensor(idata.conditional_log_likelihood["obs"].values[0, 0]), ll)
 
     # the default export: the same groups and shapes, from the linearized network
     lin = to_inference_data(post, x, y, num_samples=200)
     assert lin.posterior.attrs["predictive"] == "linearized"
-    for group, name, shape in [("posterior", "W1", (1, 200, 5, 2)), ("log_likelihood", "obs", (1, 200, 25)),
+    for group, name, shape in [("posterior", "W1", (1, 200, 5, 2)), ("conditional_log_likelihood", "obs", (1, 200, 25)),
                                ("posterior_predictive", "obs", (1, 200, 25, 2)),
                                ("sample_stats", "lp", (1, 200)), ("sample_stats", "log_q", (1, 200))]:
         assert getattr(lin, group)[name].shape == shape
@@ -65,14 +67,15 @@ def test_inference_data_groups_and_loo():
     f_lin = f_of(u_hat[idx]) + J @ (u[idx] - u_hat[idx])
     sigma = _draw(lin, "sigma", 5)
     ll = torch.distributions.Normal(f_lin, sigma).log_prob(y).sum(-1)
-    assert torch.allclose(torch.as_tensor(lin.log_likelihood["obs"].values[0, 5]), ll, rtol=0, atol=1e-10)
+    assert torch.allclose(torch.as_tensor(lin.conditional_log_likelihood["obs"].values[0, 5]), ll, rtol=0, atol=1e-10)
 
     guide.selection, guide.subnetwork_size = "wasserstein", 1
     map_like = to_inference_data(guide.laplace_approximation(x, y), x, y, num_samples=200)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        loo = az.loo(idata)
-        cmp = az.compare({"subnet": lin, "one_coordinate": map_like})
+        # the draws' own PSIS-LOO, which az.loo gives only to the group renamed (pyro_subnet.loo's reference)
+        loo = az.loo(as_arviz_log_likelihood(idata))
+        cmp = az.compare({"subnet": as_arviz_log_likelihood(lin), "one_coordinate": as_arviz_log_likelihood(map_like)})
     assert torch.isfinite(torch.tensor(elpd(loo)))
     assert set(cmp.index) == {"subnet", "one_coordinate"}
 
@@ -111,7 +114,7 @@ def test_linear_gaussian_exports_are_exact(predictive):
 
     idata = to_inference_data(post, x, y, num_samples=M, predictive=predictive, chunk_size=6)
     w = torch.as_tensor(idata.posterior["w"].values[0])  # [M, p]
-    ll = torch.as_tensor(idata.log_likelihood["obs"].values[0])  # [M, n]
+    ll = torch.as_tensor(idata.conditional_log_likelihood["obs"].values[0])  # [M, n]
     # each draw's pointwise log-likelihood is the closed form log N(y | x w, sigma^2) at its w
     exact = torch.distributions.Normal(w @ x.T, SIGMA).log_prob(y)
     assert torch.allclose(ll, exact, rtol=0, atol=1e-10)
@@ -176,16 +179,16 @@ def test_small_bnn_loo_agrees_with_the_linearized_predictive():
         post = guide.laplace_approximation(x, y)
         lppd_lin = float(post.predict(x)["obs"].log_prob(y).sum())
         idata = exports[S] = to_inference_data(post, x, y, num_samples=2000)
-        ll = torch.as_tensor(idata.log_likelihood["obs"].values[0])
+        ll = torch.as_tensor(idata.conditional_log_likelihood["obs"].values[0])
         lppd = float((ll.logsumexp(0) - math.log(len(ll))).sum())
         assert abs(lppd - lppd_lin) < 0.005 * abs(lppd_lin)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            loo = az.loo(idata, pointwise=True)
+            loo = az.loo(as_arviz_log_likelihood(idata), pointwise=True)
         assert (np.asarray(loo.pareto_k) < 0.7).mean() >= 0.9
         assert abs(elpd(loo) - lppd_lin) < 0.05 * abs(lppd_lin)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cmp = az.compare({f"S={S}": e for S, e in exports.items()})
+        cmp = az.compare({f"S={S}": as_arviz_log_likelihood(e) for S, e in exports.items()})
     assert set(cmp.index) == {"S=20", "S=10"}
     assert not cmp[compare_columns()].isna().any().any()

@@ -87,7 +87,7 @@ def test_draws_density_predictive_and_arviz():
     from pyro_subnet import to_inference_data
 
     idata = to_inference_data(post, x, y, num_samples=5)
-    assert idata.log_likelihood["obs"].shape[:2] == (1, 5)
+    assert idata.conditional_log_likelihood["obs"].shape[:2] == (1, 5)
 
 
 def test_errors():

@@ -37,6 +37,10 @@ def _elpd(result):
     return float(result.elpd), np.asarray(result.elpd_i)
 
 
+def _p_loo(result):
+    return float(result["p_loo"] if pyro_arviz.arviz_generation() == 0 else result.p)
+
+
 @pytest.mark.parametrize("folds", [4, 20])
 def test_kfold_is_the_closed_form_kfold(folds):
     torch.set_default_dtype(torch.float64)
@@ -46,7 +50,8 @@ def test_kfold_is_the_closed_form_kfold(folds):
         x = torch.randn(n, 3, generator=g)
         y = x @ torch.tensor([1.0, -0.5, 0.3]) + SIGMA * torch.randn(n, generator=g)
         pyro.set_rng_seed(0)
-        elpd, elpd_i = _elpd(kfold(fit, x, y, folds=folds, num_samples=4000, seed=3))
+        result = kfold(fit, x, y, folds=folds, num_samples=4000, seed=3)
+        elpd, elpd_i = _elpd(result)
         order = torch.randperm(n, generator=torch.Generator().manual_seed(3))
         exact = np.zeros(n)
         for f in range(folds):
@@ -58,13 +63,20 @@ def test_kfold_is_the_closed_form_kfold(folds):
                 exact[i] = float(dist.Normal(x[i] @ mean, (x[i] @ cov @ x[i] + SIGMA**2).sqrt()).log_prob(y[i]))
         assert np.abs(elpd_i - exact).max() < 0.02
         assert abs(elpd - exact.sum()) < 0.05
+        # p_loo as ArviZ has it: the lppd of the posterior on all the points, minus the elpd
+        mean, cov = _exact_posterior(x, y)
+        lppd = float(dist.Normal(x @ mean, ((x @ cov * x).sum(-1) + SIGMA**2).sqrt()).log_prob(y).sum())
+        assert abs(_p_loo(result) - (lppd - exact.sum())) < 0.05
+        assert lppd - exact.sum() > 1.0  # three weights fitted to 15-19 points: well away from 0
         if folds == 4:  # fewer training points per fit: a lower elpd than leave-one-out's, by more than the noise
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", SubnetLOOWarning)
-                result = loo(fit(x, y), x, y, num_samples=2000)
-            assert _elpd(result)[0] - elpd > 0.5
-            table = az.compare({"kfold": kfold(fit, x, y, folds=4, num_samples=500), "loo": result})
+                shifted = loo(fit(x, y), x, y, num_samples=2000)
+            assert _elpd(shifted)[0] - elpd > 0.5
+            cv = kfold(fit, x, y, folds=4, num_samples=500, posterior=fit(x, y))
+            table = az.compare({"kfold": cv, "loo": shifted})
             assert set(table.index) == {"kfold", "loo"}
+            assert np.isfinite(table["p_loo" if pyro_arviz.arviz_generation() == 0 else "p"]).all()
     finally:
         torch.set_default_dtype(torch.float32)
 
@@ -77,5 +89,7 @@ def test_kfold_refuses_what_it_cannot_split():
         kfold("fit", x, y)
     with pytest.raises(ValueError, match="num_samples must be"):
         kfold(fit, x, y, num_samples=0)
+    with pytest.raises(TypeError, match="posterior must be the SubnetworkLaplacePosterior fitted on all the data"):
+        kfold(fit, x, y, posterior=SubnetworkLaplace(linreg, subnetwork_size=1.0))
     with pytest.raises(ValueError, match="num_data="):
         kfold(fit, torch.randn(10, 3), torch.randn(12))

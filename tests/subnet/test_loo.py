@@ -14,6 +14,7 @@ import torch
 import pyro_arviz
 from tests.arviz.generation import compare_columns
 from pyro_subnet import SubnetLOOWarning, SubnetworkLaplace, loo, to_inference_data
+from pyro_subnet.arviz import as_arviz_log_likelihood
 from pyro_subnet.cross_validation import approximation_pareto_k
 
 az = pytest.importorskip("arviz")
@@ -122,7 +123,7 @@ def test_corrected_loo_is_the_dense_estimator_and_the_exact_loo(c, widen, shift)
     assert abs(elpd - exact) < 4 * mc_se
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _, _, plain = _pointwise(az.loo(idata, pointwise=True))
+        _, _, plain = _pointwise(az.loo(as_arviz_log_likelihood(idata), pointwise=True))
     if widen != 1.0 or shift != 0.0:  # q is not the posterior: the correction is not a no-op
         assert abs(plain - exact) > 5 * mc_se
     elif c == 1.0:  # q is the posterior: log p - log q is constant and the correction changes nothing
@@ -152,7 +153,7 @@ def test_log_joint_has_the_scaled_prior_jacobian_and_factor(predictive):
     sigma = torch.as_tensor(idata.posterior["sigma"].values[0])
     prior = dist.Normal(0.0, 1.0).log_prob(w).sum(-1) + dist.LogNormal(-0.5, 0.5).log_prob(sigma)
     expected = c * (prior + sigma.log()) - 0.3 * (w**2).sum(-1)  # log sigma: d sigma / d log sigma
-    ll = torch.as_tensor(idata.log_likelihood["obs"].values[0]).sum(-1)
+    ll = torch.as_tensor(idata.conditional_log_likelihood["obs"].values[0]).sum(-1)
     lp = torch.as_tensor(idata["sample_stats"]["lp"].values[0])
     assert torch.allclose(lp - ll, expected, rtol=0, atol=1e-9)
     u = torch.cat([w, sigma.log()[:, None]], -1)
@@ -187,7 +188,8 @@ def test_warnings_and_arguments():
         uncorrected = loo(bare)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert _pointwise(uncorrected)[2] == pytest.approx(_pointwise(az.loo(bare, pointwise=True))[2], abs=1e-12)
+        assert _pointwise(uncorrected)[2] == pytest.approx(
+            _pointwise(az.loo(as_arviz_log_likelihood(bare), pointwise=True))[2], abs=1e-12)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -102,6 +102,6 @@ def test_points_of_a_two_dimensional_site_keep_the_exports_axes():
         warnings.simplefilter("ignore", SubnetLOOWarning)
         result = loo(post, x, y, num_samples=300)
     pointwise = result["loo_i"] if pyro_arviz.arviz_generation() == 0 else result.elpd_i
-    exported = to_inference_data(post, x, y, num_samples=10)["log_likelihood"]["obs"]
+    exported = to_inference_data(post, x, y, num_samples=10)["conditional_log_likelihood"]["obs"]
     assert pointwise.dims == exported.dims[2:] and pointwise.shape == exported.shape[2:]
     assert "map_shift" in (result.index if pyro_arviz.arviz_generation() == 0 else dir(result))

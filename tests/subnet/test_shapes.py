@@ -1,11 +1,12 @@
 """Data of another shape than the MAP's name the site, and the argument, where torch would fail
 with its bare size mismatch: in laplace_approximation (and its batched form), DiagonalLaplace's,
-and posterior.predict."""
+posterior.predict and Predictive(model, guide=posterior)."""
 
 import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from pyro.infer import Predictive
 from subnet_models import random_loc
 
 from pyro_subnet import DiagonalLaplace, SubnetworkLaplace
@@ -112,3 +113,50 @@ def test_a_failure_of_the_model_s_own_passes_unchanged():
     posterior = fitted(SubnetworkLaplace, sized_weight).laplace_approximation(x, y)
     with pytest.raises(ValueError, match="^a failure of the model's own"):
         posterior.predict(x, fail=True)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_predictive_names_the_site_for_inputs_of_another_width_as_predict_does(parallel):
+    x, y = data()
+    posterior = fitted(SubnetworkLaplace, fixed_weight).laplace_approximation(x, y)
+    predictive = Predictive(fixed_weight, guide=posterior, num_samples=4, parallel=parallel)
+    with pytest.raises(ValueError, match=(
+            r"the model fails on these arguments at the MAP after its latent site 'w' \(RuntimeError: .*\); "
+            r"call Predictive\(model, guide=posterior\) with data of the shapes the MAP was fitted with "
+            r"\(x has shape \(7, 4\) where the MAP's call had \(50, 5\)\)")) as caught:
+        predictive(x[:7, :4])
+    causes, error = [], caught.value
+    while error is not None:
+        causes.append(type(error))
+        error = error.__cause__
+    assert causes[-1] is RuntimeError  # torch's size mismatch, kept (Pyro's trace re-raises ours)
+    with pytest.raises(ValueError, match=r"call predict with data .* \(x has shape \(7, 4\) where the MAP's call "
+                                         r"had \(50, 5\)\)"):
+        posterior.predict(x[:7, :4])
+    if parallel:
+        return  # x @ w does not broadcast over Predictive's vectorized draws of w
+    # the MAP's widths pass, and the check moves no random stream: the first call on new shapes
+    # (checked) draws what the second (already checked) draws
+    pyro.set_rng_seed(5)
+    first = predictive(x[:7])["obs"]
+    pyro.set_rng_seed(5)
+    again = predictive(x[:7])["obs"]
+    assert first.shape == (4, 7)
+    assert torch.equal(first, again)
+
+
+def first_columns(x, y=None, k=WIDTH):
+    """The weight's shape follows a plain int argument, not a tensor's shape."""
+    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([k]).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(x[:, :k] @ w, 1.0), obs=y)
+
+
+def test_predictive_checks_a_call_whose_plain_arguments_change_the_latent_shapes():
+    x, y = data()
+    posterior = fitted(SubnetworkLaplace, first_columns).laplace_approximation(x, y)
+    predictive = Predictive(first_columns, guide=posterior, num_samples=2)
+    assert predictive(x, None, WIDTH)["obs"].shape == (2, N)
+    with pytest.raises(ValueError, match=r"latent site 'w' has shape \(4,\) with these arguments but \(5,\) at "
+                                         r"the MAP: .*; call Predictive\(model, guide=posterior\) with data"):
+        predictive(x, None, 4)  # the same tensors' shapes as the call checked above
