@@ -160,6 +160,7 @@ def _bnn_map(x, y, g):
     return u.detach()
 
 
+@pytest.mark.slow
 def test_small_bnn_loo_agrees_with_the_linearized_predictive():
     """
     ``elpd_loo`` is the export's lppd minus ``p_loo``: the lppd must be the linearized
