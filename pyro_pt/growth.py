@@ -147,7 +147,7 @@ class Growth:
                             reference=run.reference,
                             starts={j: old.states[nearest[j]] for j in new})
         added = dict(zip(new, zip(*built[:3])))
-        block = RungBlock(old.comm, num, old.names)
+        block = RungBlock(old.comm, num, old.names, old.kind)
         lls = []
         for j in range(num):
             if j in added:

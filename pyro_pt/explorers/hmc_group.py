@@ -12,9 +12,8 @@ from pyro.infer import NUTS
 
 from ..checkpoint_state import capture, restore
 from ..random import engine_seed
-from .contract import ExplorerGroup, RungExplorer
+from .contract import ExplorerGroup, ExplorerKind, RungExplorer
 from .hmc import BatchedHMC
-from .registry import ExplorerKind, register
 
 BATCHED_HMC_OPTIONS = ("num_steps", "step_size", "target_accept_prob", "adapt_step_size",
                        "adapt_mass_matrix", "num_steps_jitter", "max_delta_energy",
@@ -156,5 +155,12 @@ def _hmc_rung(rung):
     return rung.group(HMCGroup).add(rung.beta, rung.seed)
 
 
-register(ExplorerKind("hmc", _hmc_rung, steps="leapfrog steps", check=check_hmc_options,
-                      label="hmc (batched)"))
+def _raised_target(diagnostics):
+    return diagnostics.get("target accept prob")
+
+
+HMC = ExplorerKind("hmc", _hmc_rung, label="hmc (batched)", steps="leapfrog steps",
+                   check=check_hmc_options,
+                   reports=("warmup divergences", "step size", "mean inverse mass",
+                            "trajectory length", "num steps", "target accept prob"),
+                   raised_target=_raised_target)

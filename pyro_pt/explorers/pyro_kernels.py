@@ -16,12 +16,11 @@ import contextlib
 import pyro.infer.mcmc.hmc
 import pyro.infer.mcmc.nuts
 import pyro.ops.integrator as integrator
-from pyro.infer.mcmc import NUTS
+from pyro.infer.mcmc import NUTS as PyroNUTS
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from ..potential import TemperedPotential, torch_compat
-from .contract import SingleRungExplorer
-from .registry import ExplorerKind, names, register
+from .contract import ExplorerKind, SingleRungExplorer
 from .rwmh import RandomWalkMetropolis
 
 
@@ -72,21 +71,19 @@ def graph_gradients():
 
 def make_kernel(explorer, potential_fn, explorer_kwargs):
     """
-    The Pyro MCMC kernel of one rung for ``explorer``: ``"nuts"``, ``"rwmh"``, a kernel class
-    taking ``potential_fn=`` (e.g. ``NUTS``) or a callable ``potential_fn, **kw -> kernel``
-    (``"hmc"`` rungs are batched, see :mod:`pyro_pt.explorers.hmc_group`).
+    The Pyro MCMC kernel of one rung for ``explorer``: a kernel class taking ``potential_fn=``
+    (e.g. ``NUTS``) or a callable ``potential_fn, **kw -> kernel`` (the kinds' names are looked
+    up by :func:`~pyro_pt.explorers.registry.kind_of`).
     """
     kwargs = dict(explorer_kwargs or {})
-    kernel_class = ({"nuts": NUTS, "rwmh": RandomWalkMetropolis}.get(explorer, explorer)
-                    if isinstance(explorer, str) else explorer)
-    if isinstance(kernel_class, type) and issubclass(kernel_class, MCMCKernel):
+    if isinstance(explorer, type) and issubclass(explorer, MCMCKernel):
         # each rung's kernel built on the rung's potential
-        build = lambda fn, **kw: kernel_class(potential_fn=fn, **kw)  # noqa: E731
-    elif callable(kernel_class):
-        build = kernel_class
+        build = lambda fn, **kw: explorer(potential_fn=fn, **kw)  # noqa: E731
+    elif callable(explorer):
+        build = explorer
     else:
-        raise ValueError(f"explorer must be one of {names()} or a callable potential_fn -> "
-                         f"MCMCKernel, got {explorer!r}")
+        raise TypeError(f"make_kernel takes an MCMCKernel class or a callable potential_fn -> "
+                        f"MCMCKernel, got {explorer!r}")
     try:
         kernel = build(potential_fn, **kwargs)
     except TypeError as e:
@@ -148,14 +145,25 @@ class PyroKernelExplorer(SingleRungExplorer):
         return self.kernel.logging()
 
 
-def pyro_kernel_rung(rung):
-    """A rung's :class:`PyroKernelExplorer`: the run's ``explorer`` (a name here, a kernel class
-    or a factory) built on the rung's tempered potential."""
-    potential = TemperedPotential(rung.split, rung.beta)
-    return PyroKernelExplorer(make_kernel(rung.explorer, potential, rung.options), rung.stream,
-                              potential)
+def pyro_kernel(kernel):
+    """The factory of the rungs of a kind that runs ``kernel`` (an ``MCMCKernel`` class, or a
+    callable ``potential_fn, **kw -> MCMCKernel``) on every rung: a rung's
+    :class:`PyroKernelExplorer`, the kernel built on its tempered potential with the run's
+    ``explorer_kwargs``."""
+    def build(rung):
+        potential = TemperedPotential(rung.split, rung.beta)
+        return PyroKernelExplorer(make_kernel(kernel, potential, rung.options), rung.stream,
+                                  potential)
+    return build
 
 
-register(ExplorerKind("nuts", pyro_kernel_rung, on_divergence=None))
-register(ExplorerKind("rwmh", pyro_kernel_rung, gradients=False))
-register(ExplorerKind("callable", pyro_kernel_rung))
+def _user_kernel_rung(rung):
+    return pyro_kernel(rung.explorer)(rung)
+
+
+NUTS = ExplorerKind("nuts", pyro_kernel(PyroNUTS), instead=None)
+# Random-walk Metropolis never diverges; its target acceptance sets its scale, not a step.
+RWMH = ExplorerKind("rwmh", pyro_kernel(RandomWalkMetropolis), gradients=False,
+                    target_option=None)
+# A callable or a kernel class given as explorer=; not a name explorer= takes.
+CALLABLE = ExplorerKind("callable", _user_kernel_rung)

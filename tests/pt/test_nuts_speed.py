@@ -168,7 +168,7 @@ def moves(explorer, z, num_moves=12):
 
 
 EXPLORERS = {
-    "nuts": ("nuts", {"max_tree_depth": 4}),
+    "nuts": (NUTS, {"max_tree_depth": 4}),  # what explorer="nuts" runs
     "NUTS class": (NUTS, {"max_tree_depth": 3, "full_mass": True}),
     "callable HMC": (lambda fn, **kw: HMC(potential_fn=fn, num_steps=3, **kw), None),
 }
