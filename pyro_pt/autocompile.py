@@ -140,7 +140,7 @@ class AutoCompile:
             with torch_compat.recording() as missing:
                 self.fast.recompile("inductor")
                 for explorer in run.rungs.explorers:
-                    explorer.replace_state()  # its cached density came from TorchScript's graph
+                    explorer.target_changed()  # its cached density came from TorchScript's graph
                 # builds each group's steps; the info is the first group's (the reference's
                 # leg where a stabilized ladder has two, as at set-up)
                 for group, _ in reversed(by_group(run.rungs.explorers)):

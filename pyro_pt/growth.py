@@ -155,7 +155,8 @@ class Growth:
             else:
                 i = place.index(j)
                 explorer, state, ll = old.explorers[i], old.states[i], run.ll[i]
-                explorer.set_beta(betas[j])
+                if betas[j] != explorer.beta:
+                    explorer.set_beta(betas[j])
             block.add(explorer, state)
             lls.append(ll)
         run.rungs, run.ll = block, lls

@@ -71,7 +71,7 @@ class RungBlock:
                 self.states[k - self.start] = old[src - self.start]
             else:
                 receives.append((self.owner[src], k, torch.empty_like(self._flat(like))))
-            self.explorers[k - self.start].replace_state()
+            self.explorers[k - self.start].target_changed()
         for k, src in enumerate(origin):
             if self.start <= src < self.stop and not self.start <= k < self.stop:
                 sends.append((self.owner[k], self._flat(old[src - self.start])))

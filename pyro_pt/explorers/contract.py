@@ -19,15 +19,25 @@ steps every group once per scan, never asking which kind of explorer it holds.
   builds or copies otherwise gets its ll from the rung's split (``split.log_likelihood(z)``),
   or the swaps act on the ll of another point.
 - A rung's adapted state (step size, mass matrix, proposal scale) and random stream stay with
-  the rung; the states move on swaps, after which the kernel calls
-  :meth:`RungExplorer.replace_state` so that no cached potential or gradient of the old state
-  survives. :meth:`RungExplorer.set_beta` moves the rung to a new inverse temperature (ladder
-  adaptation, during warmup).
+  the rung. Two events reach a rung between its moves, each only when it happens:
+
+  * :meth:`RungExplorer.target_changed`: what the rung's caches describe changed under it,
+    its beta aside: another state came to it (a swap), another graph computes its density
+    (``compile="auto"``'s switch to Inductor) or its density itself changed (a refit of the
+    variational reference). The explorer forgets every cached potential and gradient; its
+    adaptation goes on as it was (the target is the same distribution, or one warmup is
+    still adapting to).
+  * :meth:`RungExplorer.set_beta`: the rung moved to another inverse temperature (ladder
+    adaptation or growth, during warmup), called only when beta changed. Besides forgetting
+    its caches, an explorer may restart the adaptation that depends on beta (the batched HMC
+    restarts its step size's averaging).
 - :meth:`RungExplorer.diagnostics` returns at least ``"divergences"`` (a list) and
-  ``"acceptance rate"`` (the share of sampling-phase moves accepted); :meth:`logging` the
-  progress-bar fields.
+  ``"acceptance rate"`` (the share of sampling-phase proposals accepted, as the explorer counts
+  them; docs/layout.md's glossary tells it from the acceptance probability and the move
+  rate); :meth:`logging` the progress-bar fields.
 - Checkpoints: :meth:`RungExplorer.state_dict` is the rung's adapted state and random streams
-  (by default every attribute that is state, :func:`~pyro_pt.checkpoint_state.capture`);
+  (by default the attributes its class declares in ``STATE``, every other one in ``REBUILT``:
+  :mod:`~pyro_pt.checkpoint_state`);
   :meth:`ExplorerGroup.load_state_dict` puts its members' states back, in member order, into a
   freshly set-up group (on any number of processes: a rung's state never depends on which
   others shared its group).
@@ -173,11 +183,12 @@ class RungExplorer(ABC):
 
     @abstractmethod
     def set_beta(self, beta):
-        """Target inverse temperature ``beta`` from the next move on."""
+        """Target inverse temperature ``beta`` (not the current one) from the next move on."""
 
     @abstractmethod
-    def replace_state(self):
-        """A swap put another state here: forget everything cached about the old one."""
+    def target_changed(self):
+        """The state at the rung, or the graph or density its potential is computed by, changed
+        (a swap, a compile switch, a reference refit): forget everything cached about them."""
 
     @abstractmethod
     def diagnostics(self):
@@ -188,7 +199,8 @@ class RungExplorer(ABC):
         """Progress-bar fields (a dict of short strings)."""
 
     def state_dict(self):
-        """The rung's adapted state and random streams, for a checkpoint."""
+        """The rung's adapted state and random streams, for a checkpoint: by default the
+        attributes its class declares in ``STATE`` (:mod:`pyro_pt.checkpoint_state`)."""
         return capture(self)
 
 

@@ -45,6 +45,12 @@ class HMCGroup(ExplorerGroup):
     model's fast split), ``options`` the :class:`~pyro_pt.explorers.hmc.BatchedHMC`
     keyword arguments."""
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    # SLOTS: one entry per slot, saved per rung.
+    STATE = ("engine", "_ready")
+    SLOTS = ("_betas", "_seeds")
+    REBUILT = ("fast",)
+
     def __init__(self, fast, options):
         check_hmc_options(options)
         options = dict(options)
@@ -85,7 +91,7 @@ class HMCGroup(ExplorerGroup):
         if self._ready:
             self.engine.set_betas(self._betas)
 
-    def replace_state(self, slot):
+    def target_changed(self, slot):
         if self._ready:
             self.engine.replace_states([slot])
 
@@ -124,9 +130,9 @@ class HMCRung(RungExplorer):
         """Move the rung to a new inverse temperature (ladder adaptation, during warmup)."""
         self.group.set_beta(self.slot, beta)
 
-    def replace_state(self):
-        """A swap put another state here: recompute its potential at the next step."""
-        self.group.replace_state(self.slot)
+    def target_changed(self):
+        """A swap, compile switch or refit: recompute its potential at the next step."""
+        self.group.target_changed(self.slot)
 
     @property
     def step_size(self):

@@ -107,6 +107,12 @@ class HMCWarmup:
     :param tuple buffers: Stan's ``(init_buffer, term_buffer, base_window)``.
     """
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    # SLOTS: one entry per slot, saved per rung.
+    STATE = ("windows", "welford", "dual", "trajectory")
+    SLOTS = ("divergent",)
+    REBUILT = ("engine",)
+
     def __init__(self, engine, buffers):
         self.engine = engine
         windows = warmup_windows(engine._warmup_steps, *buffers)

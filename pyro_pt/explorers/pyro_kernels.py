@@ -1,8 +1,9 @@
 """Pyro MCMC kernels as explorers: NUTS, random-walk Metropolis or a user's kernel per rung.
 
 A :class:`PyroKernelExplorer` pairs an MCMC kernel targeting one rung's tempered density with
-that rung's random stream, a group of one. After a swap it clears the kernel's cache (Pyro's
-HMC and NUTS ignore the ``params`` they are given while their cache is set).
+that rung's random stream, a group of one. At ``target_changed`` (a swap, a compile switch, a
+refit) it clears the kernel's cache (Pyro's HMC and NUTS ignore the ``params`` they are given
+while their cache is set).
 
 Pyro's HMC and NUTS take every leapfrog step's potential and gradient from
 :func:`pyro.ops.integrator.potential_grad`, an autograd round trip (measured at about 0.45 ms
@@ -104,6 +105,11 @@ class PyroKernelExplorer(SingleRungExplorer):
     """One rung's ``kernel`` (an ``MCMCKernel`` built on the rung's
     :class:`~pyro_pt.potential.TemperedPotential` ``potential``) and random ``stream``."""
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    # (the kernel's potential_fn is the rung's potential, saved here).
+    STATE = ("kernel", "stream", "potential")
+    REBUILT = ()
+
     def __init__(self, kernel, stream, potential):
         self.kernel = kernel
         self.stream = stream
@@ -116,7 +122,7 @@ class PyroKernelExplorer(SingleRungExplorer):
     def set_beta(self, beta):
         """Move the rung to a new inverse temperature (ladder adaptation, during warmup)."""
         self.potential.beta = beta
-        self.replace_state()  # the cached potential and gradient were for the old beta
+        self.target_changed()  # the cached potential and gradient were for the old beta
 
     def start(self, z, warmup_steps):
         with self.stream, graph_gradients():
@@ -134,8 +140,9 @@ class PyroKernelExplorer(SingleRungExplorer):
             ll = self.potential.known_log_likelihood(z)
         return z, self.potential.split.log_likelihood(z) if ll is None else ll
 
-    def replace_state(self):
-        """Forget the cached state (and its potential and gradient) after a swap."""
+    def target_changed(self):
+        """Forget the cached state and its potential and gradient (a swap, a compile switch, a
+        refit)."""
         self.kernel.clear_cache()  # make_kernel checked that it exists
 
     def diagnostics(self):

@@ -51,7 +51,7 @@ class Refitting:
             return False
         self.draws, self.lineages = [], []
         for explorer in run.rungs.explorers:
-            explorer.replace_state()  # its cached potential was against the old q
+            explorer.target_changed()  # its cached potential was against the old q
         refresh(run)
         run.explorer_info["reference"] = self.reference.describe()
         return True

@@ -22,15 +22,20 @@ class PriorProposals(SingleRungExplorer):
     :math:`p(z) e^{\beta\, ll(z)}` over the proposal :math:`p(z)` leaves an acceptance
     probability of :math:`\min(1, e^{\beta (ll(z') - ll(z))})`."""
 
+    STATE = ("stream", "_beta", "moves", "accepted", "betas_set")  # what a checkpoint saves
+    REBUILT = ("split",)  # the rung's split, which set-up gives again
+
     def __init__(self, rung):
         self.stream, self.split, self._beta = rung.stream, rung.split, rung.beta
         self.moves, self.accepted = 0, 0
+        self.betas_set = []  # (old, new) of every set_beta: the event comes only on a change
 
     @property
     def beta(self):
         return self._beta
 
     def set_beta(self, beta):
+        self.betas_set.append((self._beta, beta))
         self._beta = beta
 
     def start(self, z, warmup_steps):
@@ -45,7 +50,7 @@ class PriorProposals(SingleRungExplorer):
         self.accepted += accept
         return (proposal, float(proposed)) if accept else (z, ll)
 
-    def replace_state(self):
+    def target_changed(self):
         pass  # nothing cached
 
     def diagnostics(self):
@@ -102,9 +107,24 @@ def test_registered_explorer_samples_the_posterior_with_swaps_report_and_export(
                                                       "takes no gradients")
 
 
-def run_mcmc(kernel, x, y):
+def test_set_beta_comes_only_when_the_rungs_beta_moves():
+    torch.set_num_threads(1)
+    kernel = ParallelTempering(linear_model, **KWARGS)
+    run_mcmc(kernel, *linear_data(), warmup=60)
+    explorers = kernel.run.rungs.explorers
+    history = kernel.diagnostics()["adaptation_history"]
+    assert len(history) >= 3  # the ladder adapted at several round ends
+    assert explorers[0].betas_set == []  # the cold rung stays at beta = 1
+    assert any(e.betas_set for e in explorers[1:-1])
+    for explorer in explorers[:-1]:  # the hottest is the prior rung
+        assert all(old != new for old, new in explorer.betas_set), explorer.betas_set
+    # each rung's last beta is the ladder's
+    assert [e.beta for e in explorers] == kernel.run.ladder.betas
+
+
+def run_mcmc(kernel, x, y, warmup=20):
     from pyro.infer import MCMC
-    mcmc = MCMC(kernel, num_samples=20, warmup_steps=20, disable_progbar=True)
+    mcmc = MCMC(kernel, num_samples=20, warmup_steps=warmup, disable_progbar=True)
     mcmc.run(x, y)
     return mcmc
 

@@ -163,7 +163,7 @@ def moves(explorer, z, num_moves=12):
         z, ll = explorer.move(z)
         out.append((z["w"].clone(), ll))
         if i == 7:
-            explorer.replace_state()
+            explorer.target_changed()
     return out, explorer.diagnostics()
 
 
