@@ -15,10 +15,11 @@ not own, are declared in :data:`pyro_pt.compat.PYRO_STATE`; a user's kernel decl
 
 A saved attribute whose value is itself a declared object is captured the same way
 (``("obj", state)``) and restored into the fresh object's; a ``torch.Generator`` is saved as
-its state and restored into the fresh generator (which keeps its device); any other value,
-containers included, is copied whole (``copy.deepcopy``: Pyro's Welford estimators inside a
-mass-matrix adapter's dict, the per-slot list of Pyro's dual averaging schemes, a ladder's
-legs). A rung's state never depends on how many processes wrote it: the batched HMC keeps the
+its state and restored into the fresh generator (which keeps its device); plain values
+(numbers, strings, tensors) and containers, whatever they hold, are copied whole
+(``copy.deepcopy``: Pyro's Welford estimators inside a mass-matrix adapter's dict, the per-slot
+list of Pyro's dual averaging schemes), as are objects of an immutable class that says so
+(``COPIED_WHOLE = True``: a ladder's legs). Any other object is refused. A rung's state never depends on how many processes wrote it: the batched HMC keeps the
 rungs of a process as the slots of one engine, and restoring joins the slots of the rungs the
 new process holds, in slot order.
 """
@@ -30,6 +31,10 @@ import torch
 from .compat import PYRO_STATE
 
 _ABSENT = object()
+# Values a checkpoint copies whole (containers whatever they hold); any other object held by a
+# saved attribute must declare its state, or be an immutable value (``COPIED_WHOLE = True``).
+PLAIN = (str, bytes, int, float, bool, type(None), torch.Tensor, torch.dtype, torch.Generator,
+         tuple, list, dict, set, frozenset)
 
 
 def declaration(obj):
@@ -99,8 +104,13 @@ def capture(obj, slot=None, declared=None):
                 out[name] = ("item", _encode(value[r], where))
             else:  # before its first update (a Welford mean is 0.0): the same for every slot
                 out[name] = _encode(value, where)
-        else:
+        elif isinstance(value, PLAIN) or getattr(type(value), "COPIED_WHOLE", False):
             out[name] = _encode(value, where)
+        else:
+            raise TypeError(
+                f"cannot checkpoint {where}: it holds a {type(value).__name__}, whose class "
+                "declares no state; give that class STATE and REBUILT (or COPIED_WHOLE = True "
+                f"for an immutable value), or move {name} to REBUILT")
     return out
 
 
