@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from .checkpoint_header import KERNEL_FIELDS, fingerprint, kernel_settings, resume_arguments
 from . import checkpoint_state
+from .checkpoint_header import KERNEL_FIELDS, fingerprint, kernel_settings, resume_arguments
 from .compat import mcmc_num_samples
 from .explorers import by_group
 from .ladder import temperatures_of

@@ -13,6 +13,7 @@ untouched.
 """
 
 import contextlib
+import functools
 
 import pyro.infer.mcmc.hmc
 import pyro.infer.mcmc.nuts
@@ -152,20 +153,23 @@ class PyroKernelExplorer(SingleRungExplorer):
         return self.kernel.logging()
 
 
+def pyro_kernel_rung(kernel, rung):
+    """A rung's :class:`PyroKernelExplorer` running ``kernel`` (an ``MCMCKernel`` class, or a
+    callable ``potential_fn, **kw -> MCMCKernel``): the kernel built on the rung's tempered
+    potential with the run's ``explorer_kwargs``."""
+    potential = TemperedPotential(rung.split, rung.beta)
+    return PyroKernelExplorer(make_kernel(kernel, potential, rung.options), rung.stream,
+                              potential)
+
+
 def pyro_kernel(kernel):
-    """The factory of the rungs of a kind that runs ``kernel`` (an ``MCMCKernel`` class, or a
-    callable ``potential_fn, **kw -> MCMCKernel``) on every rung: a rung's
-    :class:`PyroKernelExplorer`, the kernel built on its tempered potential with the run's
-    ``explorer_kwargs``."""
-    def build(rung):
-        potential = TemperedPotential(rung.split, rung.beta)
-        return PyroKernelExplorer(make_kernel(kernel, potential, rung.options), rung.stream,
-                                  potential)
-    return build
+    """The factory ``build(rung)`` of a kind that runs ``kernel`` on every rung (a partial, so
+    that a kernel holding its kind pickles)."""
+    return functools.partial(pyro_kernel_rung, kernel)
 
 
 def _user_kernel_rung(rung):
-    return pyro_kernel(rung.explorer)(rung)
+    return pyro_kernel_rung(rung.explorer, rung)
 
 
 NUTS = ExplorerKind("nuts", pyro_kernel(PyroNUTS), instead=None)
