@@ -71,11 +71,12 @@ def graph_gradients():
             module.potential_grad = pyro_potential_grad
 
 
-def make_kernel(explorer, potential_fn, explorer_kwargs):
+def make_kernel(explorer, potential_fn, explorer_kwargs, name=None):
     """
     The Pyro MCMC kernel of one rung for ``explorer``: a kernel class taking ``potential_fn=``
     (e.g. ``NUTS``) or a callable ``potential_fn, **kw -> kernel`` (the kinds' names are looked
-    up by :func:`~pyro_pt.explorers.registry.kind_of`).
+    up by :func:`~pyro_pt.explorers.registry.kind_of`); ``name``: what the run's ``explorer``
+    argument called it, for the errors (by default ``explorer``).
     """
     kwargs = dict(explorer_kwargs or {})
     if isinstance(explorer, type) and issubclass(explorer, MCMCKernel):
@@ -89,8 +90,8 @@ def make_kernel(explorer, potential_fn, explorer_kwargs):
     try:
         kernel = build(potential_fn, **kwargs)
     except TypeError as e:
-        raise TypeError(f"explorer_kwargs {kwargs} were not accepted by explorer {explorer!r}: "
-                        f"{e}") from e
+        raise TypeError(f"explorer_kwargs {kwargs} were not accepted by explorer "
+                        f"{name or explorer!r}: {e}") from e
     if not isinstance(kernel, MCMCKernel):
         raise TypeError("explorer callable must return a pyro.infer.mcmc.mcmc_kernel.MCMCKernel "
                         f"built from the potential_fn it is given, got {type(kernel).__name__}")
@@ -158,8 +159,8 @@ def pyro_kernel_rung(kernel, rung):
     callable ``potential_fn, **kw -> MCMCKernel``): the kernel built on the rung's tempered
     potential with the run's ``explorer_kwargs``."""
     potential = TemperedPotential(rung.split, rung.beta)
-    return PyroKernelExplorer(make_kernel(kernel, potential, rung.options), rung.stream,
-                              potential)
+    return PyroKernelExplorer(make_kernel(kernel, potential, rung.options, rung.explorer),
+                              rung.stream, potential)
 
 
 def pyro_kernel(kernel):

@@ -206,7 +206,7 @@ def test_pickled_rung_moves_the_same(monkeypatch):
     z = fast.initial_point()
     copy = pickle.loads(pickle.dumps(potential))  # recaptures its graph on first use
     assert_bitwise(copy.potential_and_grad(dict(z)), potential.potential_and_grad(dict(z)))
-    explorer, z = rung("nuts", {"max_tree_depth": 3})
+    explorer, z = rung(NUTS, {"max_tree_depth": 3})  # what explorer="nuts" runs
     copied = pickle.loads(pickle.dumps(explorer))
     calls = counting(monkeypatch)
     first = moves(explorer, z)
