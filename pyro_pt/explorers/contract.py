@@ -58,7 +58,8 @@ from typing import Callable
 from ..checkpoint_state import capture, restore
 from ..random import RandomStream
 
-# Past it a higher target acceptance only shortens the step further (hmc_warmup's ceiling).
+# Past it a higher target acceptance only shortens the step further: no advice goes beyond it,
+# and the batched HMC's warmup raises no target past it (hmc_warmup.MAX_TARGET_ACCEPT_PROB).
 HIGHEST_USEFUL_TARGET = 0.99
 
 
