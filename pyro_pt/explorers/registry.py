@@ -6,11 +6,10 @@
 A new explorer is a module with its explorer and its kind, and one entry here.
 """
 
-from .contract import ExplorerKind, Rung
 from .hmc_group import HMC
 from .pyro_kernels import CALLABLE, NUTS, RWMH
 
-__all__ = ["CALLABLE", "ExplorerKind", "KINDS", "Rung", "kind_of", "names"]
+__all__ = ["CALLABLE", "KINDS", "kind_of", "names"]
 
 KINDS = [HMC, NUTS, RWMH]
 
