@@ -34,6 +34,7 @@ import time
 
 import torch
 
+from .checkpoint_state import check_declared
 from .compat import mcmc_num_samples
 from .explorers import by_group, engine_info, kind_of
 from .potential import torch_compat
@@ -55,6 +56,12 @@ class AutoCompile:
     :param fast: this rank's :class:`~pyro_pt.potential.functional.FunctionalSplit`, or None.
     :param int num_samples: sampling scans (0 if unknown).
     """
+
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    # A resumed run switches again where it had switched, which sets the rest anew.
+    STATE = ("switched_at", "_since")
+    REBUILT = ("fast", "comm", "warmup_steps", "num_samples", "compile_seconds", "engine",
+               "decision", "_why")
 
     def __init__(self, fast, comm, warmup_steps, num_samples):
         self.fast, self.comm = fast, comm
@@ -140,7 +147,7 @@ class AutoCompile:
             with torch_compat.recording() as missing:
                 self.fast.recompile("inductor")
                 for explorer in run.rungs.explorers:
-                    explorer.replace_state()  # its cached density came from TorchScript's graph
+                    explorer.target_changed()  # its cached density came from TorchScript's graph
                 # builds each group's steps; the info is the first group's (the reference's
                 # leg where a stabilized ladder has two, as at set-up)
                 for group, _ in reversed(by_group(run.rungs.explorers)):
@@ -164,6 +171,7 @@ class AutoCompile:
 
     def state_dict(self):
         """What a checkpoint keeps (:mod:`pyro_pt.checkpoint`): the scan of the switch, if any."""
+        check_declared(self)
         return {"switched_at": self.switched_at, "since": self._since}
 
     def load_state_dict(self, state, run):

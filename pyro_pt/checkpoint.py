@@ -1,8 +1,9 @@
 """Checkpoint and resume a :class:`~pyro_pt.ParallelTempering` run, on any number of processes.
 
 A checkpoint holds, per rung (so that it resumes on any number of processes): the state, its
-log-likelihood, the explorer's adapted state and random streams (:mod:`pyro_pt.checkpoint_state`);
-for the run: the ladder, the swap generator, the timings and the :func:`parts` with state.
+log-likelihood, the explorer's adapted state and random streams; for the run: the ladder, the
+swap generator, the timings and the :func:`parts` with state. What is saved of each part is
+what its class declares (:mod:`pyro_pt.checkpoint_state`), nothing found by looking.
 
 The file is ``MAGIC``, an 8-byte header length, a JSON header (:data:`HEADER_FIELDS`; what
 resume checks in it: :mod:`pyro_pt.checkpoint_header`) and the payload, written by
@@ -22,6 +23,7 @@ import time
 
 import torch
 
+from . import checkpoint_state
 from .checkpoint_header import KERNEL_FIELDS, fingerprint, kernel_settings, resume_arguments
 from .compat import mcmc_num_samples
 from .explorers import by_group
@@ -29,7 +31,8 @@ from .ladder import temperatures_of
 from .reference.refit import ReferenceState
 
 MAGIC = b"PYRO_PT_CHECKPOINT\n"
-FORMAT_VERSION = 3
+# 4: every part's state as it declares it (pyro_pt.checkpoint_state), the run's parts too
+FORMAT_VERSION = 4
 # What the header of every checkpoint of this format holds (``kernel``: :data:`KERNEL_FIELDS`).
 HEADER_FIELDS = ("format_version", "latent_sites", "observed_sites", "num_rungs", "scans",
                  "warmup_steps", "world_size", "num_samples", "temperatures", "initial_ladder",
@@ -143,33 +146,44 @@ def _header(run):
     }
 
 
-class Attributes:
-    """The checkpoint part of an object whose class keeps no checkpoint code (the ladder, the
-    recorder, the report): its attributes, less ``skip``."""
+class Declared:
+    """The checkpoint part of a run's object whose class declares its state (the ladder, the
+    recorder: :mod:`pyro_pt.checkpoint_state`), or ``declared = (state, slots, rebuilt)`` for
+    it."""
 
-    def __init__(self, part, skip=()):
-        self.part, self.skip = part, skip
+    def __init__(self, part, declared=None):
+        self.part, self.declared = part, declared
 
     def state_dict(self):
-        return {k: v for k, v in vars(self.part).items() if k not in self.skip}
+        return checkpoint_state.capture(self.part, declared=self.declared)
 
     def load_state_dict(self, state, run=None):
-        vars(self.part).update(state)
+        checkpoint_state.restore(self.part, state, torch.device("cpu"),
+                                 declared=self.declared)
 
 
-class ReportAttributes(Attributes):
+# The report's state, declared here (the report keeps no checkpoint code): its rows and the
+# current round's counts; not its communicator or whether it prints (the resuming process's).
+REPORT = (("warmup_steps", "rows", "_finished", "max_replicas", "_cold_moves", "_round_start"),
+          (), ("comm", "_printing"))
+
+
+class ReportState(Declared):
     """The report's: its round's start as seconds elapsed (a clock's reading means nothing to
     another process), and not finished once resumed."""
 
+    def __init__(self, report):
+        super().__init__(report, REPORT)
+
     def state_dict(self):
         state = super().state_dict()
-        *counts, started = state["_round_start"]  # the round's first scan, trips, restarts
-        return dict(state, _round_start=(*counts, time.perf_counter() - started))
+        *counts, started = state["_round_start"][1]  # the round's first scan, trips, restarts
+        return dict(state, _round_start=("val", (*counts, time.perf_counter() - started)))
 
     def load_state_dict(self, state, run=None):
-        *counts, elapsed = state["_round_start"]
-        super().load_state_dict(dict(state, _round_start=(*counts, time.perf_counter() - elapsed),
-                                     _finished=False))
+        *counts, elapsed = state["_round_start"][1]
+        super().load_state_dict(dict(state, _round_start=(
+            "val", (*counts, time.perf_counter() - elapsed)), _finished=("val", False)))
 
 
 def parts(run):
@@ -180,8 +194,7 @@ def parts(run):
     ladder's next birth (:mod:`pyro_pt.growth`) and whether ``compile="auto"`` switched (last:
     the switch compiles against the restored q).
     """
-    return {"recorder": Attributes(run.recorder),
-            "report": ReportAttributes(run.report, skip=("comm", "_printing")),
+    return {"recorder": Declared(run.recorder), "report": ReportState(run.report),
             "reference": run.reference is not None and ReferenceState(run) or None,
             "growth": run.growth, "compile": run.autocompile}
 
@@ -202,7 +215,7 @@ def save(run, path):
         per_rung.update(torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False))
     payload = {"rungs": [per_rung[k] for k in range(run.num_replicas)], "ll": list(run.ll),
                "swap_generator": run.swap_generator.get_state(),
-               "ladder": Attributes(run.ladder).state_dict(), "timings": dict(run.timings)}
+               "ladder": Declared(run.ladder).state_dict(), "timings": dict(run.timings)}
     payload.update({key: part and part.state_dict() for key, part in parts(run).items()})
     write_checkpoint(path, _header(run), payload)
 
@@ -222,7 +235,7 @@ def resume_warmup(run, path, header, warmup_steps):
             f"num_samples={draws}), not warmup_steps={warmup_steps}")
     run.resume_from = (path, header)
     _, run.resume_payload = read_checkpoint(path)
-    Attributes(run.ladder).load_state_dict(run.resume_payload["ladder"])
+    Declared(run.ladder).load_state_dict(run.resume_payload["ladder"])
     run.warmup_steps = total
 
 

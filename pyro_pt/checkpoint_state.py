@@ -1,53 +1,73 @@
-"""The adapted state of the explorers, captured per rung and restored into fresh explorers.
+"""The state a checkpoint saves, as each part declares it, captured and restored.
 
-A checkpoint must not depend on how many processes wrote it, so every explorer's state is
-captured per rung, generically from the objects' attributes, so that a new adaptation field of
-an explorer is saved without code here. *State objects* (:func:`_is_state_object`: Pyro
-kernels, the classes of :data:`STATE_MODULES`: explorers, random streams, the rung's tempered
-potential, ``pyro.infer.mcmc``'s and ``pyro.ops``' adapters and Welford) are walked attribute
-by attribute; a ``torch.Generator`` is saved as its state and restored into the fresh one (which
-keeps its device); functions, methods, devices and any other object (the model's split, its
-compiled graph) are not state: the fresh explorer keeps its own; other values are copied.
+Every class whose objects a checkpoint saves declares its attributes in class attributes:
 
-The batched HMC keeps the rungs of a process as the *slots* of one engine, split by one rule: a
-tensor whose first dimension, a list whose length, is the number of slots holds one entry per
-slot (a set holds slot indices); a list in :data:`SHARED_LISTS` and everything else is shared.
-Restoring joins the slots of the rungs the new process holds, in slot order.
+- ``STATE``: saved and restored;
+- ``SLOTS`` (the batched HMC's classes): saved per slot, each holding one entry per slot (the
+  rows of a tensor, the items of a list, the slot indices of a set);
+- ``REBUILT``: not saved: settings the set-up gives again, links to other parts (the model's
+  split, the engine a warmup adapts), callables and caches.
+
+An attribute that is none of them is refused (:func:`check_declared`, a TypeError naming it),
+so a new attribute is neither saved nor dropped silently. Pyro's classes, which pyro_pt does
+not own, are declared in :data:`pyro_pt.compat.PYRO_STATE`; a user's kernel declares its own
+(a kernel that declares nothing cannot be checkpointed, and says so).
+
+A saved attribute whose value is itself a declared object is captured the same way
+(``("obj", state)``) and restored into the fresh object's; a ``torch.Generator`` is saved as
+its state and restored into the fresh generator (which keeps its device); plain values
+(numbers, strings, tensors) and containers, whatever they hold, are copied whole
+(``copy.deepcopy``: Pyro's Welford estimators inside a mass-matrix adapter's dict, the per-slot
+list of Pyro's dual averaging schemes), as are objects of an immutable class that says so
+(``COPIED_WHOLE = True``: a ladder's legs). Any other object is refused. A rung's state never depends on how many processes wrote it: the batched HMC keeps the
+rungs of a process as the slots of one engine, and restoring joins the slots of the rungs the
+new process holds, in slot order.
 """
 
 import copy
 
 import torch
 
-from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
+from .compat import PYRO_STATE
 
-STATE_MODULES = ("pyro_pt.explorers", "pyro_pt.random", "pyro_pt.potential.tempered",
-                 "pyro.infer.mcmc", "pyro.ops")
-# Caches that are not state: TemperedPotential's weak references to points it evaluated; a
-# kernel's transforms (the split's, rebuilt from the model).
-NOT_STATE = {"_seen", "transforms", "_prototype_trace"}
-# Lists of a batched engine that have nothing to do with its slots, whatever their length.
-SHARED_LISTS = {"windows"}
-# A torch.device is not state either: it is where the resuming process runs (kept fresh).
-PLAIN = (str, bytes, int, float, bool, type(None), torch.Tensor, torch.dtype, tuple, list,
-         dict, set, frozenset)
+_ABSENT = object()
+# Values a checkpoint copies whole (containers whatever they hold); any other object held by a
+# saved attribute must declare its state, or be an immutable value (``COPIED_WHOLE = True``).
+PLAIN = (str, bytes, int, float, bool, type(None), torch.Tensor, torch.dtype, torch.Generator,
+         tuple, list, dict, set, frozenset)
 
 
-def _is_state_object(value):
-    module = type(value).__module__
-    return isinstance(value, MCMCKernel) or module.startswith(STATE_MODULES)
+def declaration(obj):
+    """``(state, slots, rebuilt)`` as ``obj``'s class declares them (its own class attributes,
+    else :data:`~pyro_pt.compat.PYRO_STATE` for Pyro's classes), or None for an undeclared
+    class."""
+    cls = type(obj)
+    state = getattr(cls, "STATE", None)
+    if state is not None:
+        return tuple(state), tuple(getattr(cls, "SLOTS", ())), tuple(getattr(cls, "REBUILT", ()))
+    for base in cls.__mro__:
+        declared = PYRO_STATE.get(f"{base.__module__}.{base.__qualname__}")
+        if declared is not None:
+            return declared
+    return None
 
 
-def _skipped(name, value):
-    # Kernels and potentials are callable objects, but state; functions and methods are not.
-    return name in NOT_STATE or callable(value) and not (
-        torch.is_tensor(value) or _is_state_object(value))
-
-
-def _per_slot(name, value, num_slots):
-    if torch.is_tensor(value):
-        return value.dim() >= 1 and value.shape[0] == num_slots
-    return isinstance(value, list) and name not in SHARED_LISTS and len(value) == num_slots
+def check_declared(obj, declared=None):
+    """``obj``'s declaration (``declared``, else its class's); a TypeError naming the attributes
+    of ``obj`` declared neither as state nor as rebuilt (a new one must be one or the other)."""
+    declared = declared or declaration(obj)
+    if declared is None:
+        raise TypeError(
+            f"cannot checkpoint a {type(obj).__name__}: its class does not declare its state; "
+            "give it class attributes STATE (the attributes a checkpoint saves) and REBUILT "
+            "(those set-up gives again, and caches)")
+    undeclared = sorted(set(vars(obj)) - set().union(*declared))
+    if undeclared:
+        raise TypeError(
+            f"cannot checkpoint a {type(obj).__name__}: its attribute(s) {undeclared} are "
+            f"declared neither in {type(obj).__name__}.STATE (saved) nor in REBUILT (set-up "
+            "rebuilds them, or they are caches); add each to one of them")
+    return declared
 
 
 def _encode(value, where):
@@ -55,33 +75,42 @@ def _encode(value, where):
         return ("gen", value.get_state())
     try:
         return ("val", copy.deepcopy(value))
-    except Exception as error:  # a new attribute that cannot be copied must not vanish silently
-        raise TypeError(f"cannot checkpoint the explorer attribute {where}: {error}") from error
+    except Exception as error:  # a value that cannot be copied must not vanish silently
+        raise TypeError(f"cannot checkpoint {where}: {error}") from error
 
 
-def capture(obj, slot=None, visited=None):
+def capture(obj, slot=None, declared=None):
     """
-    The state of ``obj`` as ``{attribute: (kind, value)}``; with ``slot = (r, R)`` only slot
-    ``r`` of an engine of ``R`` slots.
+    The declared state of ``obj`` as ``{attribute: (kind, value)}``; with ``slot = (r, R)``
+    only slot ``r`` of an engine of ``R`` slots (its ``SLOTS`` attributes' entry ``r``).
+    ``declared``: ``(state, slots, rebuilt)`` for an object whose class declares nothing.
     """
-    visited = set() if visited is None else visited
-    visited.add(id(obj))
+    state, slots, _ = check_declared(obj, declared)
     out = {}
-    for name, value in vars(obj).items():
-        where = f"{type(obj).__name__}.{name}"
-        if id(value) in visited or _skipped(name, value):
+    for name in state + slots:
+        value = getattr(obj, name, _ABSENT)
+        if value is _ABSENT:  # set later in the object's life (at its set-up)
             continue
-        if _is_state_object(value):
-            out[name] = ("obj", capture(value, slot, visited))
-        elif slot is not None and isinstance(value, set):
-            out[name] = ("member", slot[0] in value)
-        elif slot is not None and _per_slot(name, value, slot[1]):
+        where = f"{type(obj).__name__}.{name}"
+        if declaration(value) is not None:
+            out[name] = ("obj", capture(value, slot))
+        elif slot is not None and name in slots:
             r = slot[0]
-            out[name] = (("row", value[r].detach().clone()) if torch.is_tensor(value)
-                         else ("item", _encode(value[r], where)))
-        elif isinstance(value, (torch.Generator,) + PLAIN):
+            if isinstance(value, set):
+                out[name] = ("member", r in value)
+            elif torch.is_tensor(value):
+                out[name] = ("row", value[r].detach().clone())
+            elif isinstance(value, list):
+                out[name] = ("item", _encode(value[r], where))
+            else:  # before its first update (a Welford mean is 0.0): the same for every slot
+                out[name] = _encode(value, where)
+        elif isinstance(value, PLAIN) or getattr(type(value), "COPIED_WHOLE", False):
             out[name] = _encode(value, where)
-        # Any other object (the model's split, its compiled graph) is not state.
+        else:
+            raise TypeError(
+                f"cannot checkpoint {where}: it holds a {type(value).__name__}, whose class "
+                "declares no state; give that class STATE and REBUILT (or COPIED_WHOLE = True "
+                f"for an immutable value), or move {name} to REBUILT")
     return out
 
 
@@ -110,19 +139,24 @@ def _set_generators(fresh, states, where):
         generator.set_state(state)
 
 
-def restore(obj, pieces, device):
+def restore(obj, pieces, device, declared=None):
     """
     Restore ``obj`` from the states :func:`capture` returned: one state for a whole object, or
-    the states of the slots ``obj`` holds now, in slot order.
+    the states of the slots ``obj`` holds now, in slot order (``declared`` as for
+    :func:`capture`).
     """
     pieces = pieces if isinstance(pieces, list) else [pieces]
+    state, slots, _ = check_declared(obj, declared)
     for name, (kind, value) in pieces[0].items():
         where = f"{type(obj).__name__}.{name}"
+        if name not in state + slots:
+            raise RuntimeError(f"checkpoint: {where} is not state of the fresh object; was the "
+                               "checkpoint written by another version of pyro_pt?")
         values = [p[name][1] for p in pieces]
         fresh = getattr(obj, name, None)
         if kind == "obj":
-            if fresh is None or not _is_state_object(fresh):
-                raise RuntimeError(f"checkpoint: {where} is not in the fresh explorer; was the "
+            if fresh is None or declaration(fresh) is None:
+                raise RuntimeError(f"checkpoint: {where} is not in the fresh object; was the "
                                    "checkpoint written by another version of pyro_pt?")
             restore(fresh, values, device)
         elif kind == "gen":
@@ -138,4 +172,3 @@ def restore(obj, pieces, device):
                 setattr(obj, name, [to_device(copy.deepcopy(v), device) for _, v in values])
         else:
             setattr(obj, name, to_device(copy.deepcopy(value), device))
-

@@ -7,6 +7,8 @@ from the samplers' frames, private names of ``pyro.infer.mcmc.api`` that
 ``tests/pt/test_compat.py`` pins to the Pyro version they were read from.
 :class:`KernelParams` holds the two parts of the ``MCMCKernel`` protocol whose meaning comes
 from how :class:`~pyro.infer.MCMC` uses them rather than from its documentation.
+:data:`PYRO_STATE` declares what a checkpoint saves of Pyro's kernels and their adapters
+(:mod:`pyro_pt.checkpoint_state`), pinned by the same test.
 """
 
 import sys
@@ -15,6 +17,34 @@ import sys
 SAMPLERS = ("_UnarySampler", "_MultiSampler")
 WORKER = "_Worker"
 CHECKED_WITH_PYRO = "1.9.2"
+
+# The checkpointed state of Pyro's classes a rung's kernel holds, as ``{"module.Class": (state,
+# slots, rebuilt)}`` (pyro_pt.checkpoint_state): every attribute but links, callables and the
+# model's trace, since what Pyro changes at set-up and while sampling is its own business.
+_HMC_REBUILT = ("model", "potential_fn", "transforms", "_init_strategy", "_prototype_trace")
+_HMC_STATE = ("_accept_cnt", "_adapter", "_direction_threshold", "_divergences",
+              "_ignore_jit_warnings", "_initial_params", "_jit_compile", "_jit_options",
+              "_max_plate_nesting", "_max_sliced_energy", "_max_stepsize", "_mean_accept_prob",
+              "_min_stepsize", "_potential_energy_last", "_t", "_warmup_steps", "_z_grads_last",
+              "_z_last", "trajectory_length")
+PYRO_STATE = {
+    "pyro.infer.mcmc.hmc.HMC": (_HMC_STATE, (), _HMC_REBUILT),
+    "pyro.infer.mcmc.nuts.NUTS": (_HMC_STATE + ("_max_tree_depth", "use_multinomial_sampling"),
+                                  (), _HMC_REBUILT),
+    "pyro.infer.mcmc.adaptation.WarmupAdapter": (
+        ("_adapt_end_buffer", "_adapt_initial_window", "_adapt_start_buffer",
+         "_adaptation_disabled", "_adaptation_schedule", "_current_window", "_init_step_size",
+         "_mass_matrix_adapter", "_step_size_adapt_scheme", "_warmup_steps",
+         "adapt_mass_matrix", "adapt_step_size", "dense_mass", "step_size",
+         "target_accept_prob"), (), ("_find_reasonable_step_size",)),
+    "pyro.infer.mcmc.adaptation.BlockMassMatrix": (
+        ("_adapt_scheme", "_init_scale", "_inverse_mass_matrix", "_mass_matrix_size",
+         "_mass_matrix_sqrt", "_mass_matrix_sqrt_inverse"), (), ()),
+    "pyro.ops.dual_averaging.DualAveraging": (
+        ("_g_avg", "_t", "_x_avg", "_x_t", "gamma", "kappa", "prox_center", "t0"), (), ()),
+    # per slot in the batched HMC's warmup: one row of the mean and of the squares per slot
+    "pyro.ops.welford.WelfordCovariance": (("diagonal", "n_samples"), ("_mean", "_m2"), ()),
+}
 
 
 def _owners(depth):

@@ -22,7 +22,10 @@ from a checkpoint written before its growth rounds goes on growing as the uninte
 would.
 """
 
+import torch
+
 from .barrier import cumulative_barrier, recommended_replicas
+from .checkpoint_state import capture, restore
 from .explorers import build_rungs
 from .ladder import (GROWTH_ROUNDS, MIN_GROWTH_SCANS, equal_barrier_betas, inverse_temperatures,
                      warmup_round_ends)
@@ -100,6 +103,10 @@ class Growth:
     :param int start: the number of rungs of the starting ladder (the next birth index).
     """
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    STATE = ("births", "base_seed")
+    REBUILT = ("max_replicas", "warmup_steps", "growth_ends")
+
     def __init__(self, max_replicas, comm, warmup_steps, start, swap_interval=1):
         if comm.world_size > 1:
             raise ValueError(
@@ -115,10 +122,10 @@ class Growth:
 
     def state_dict(self):
         """What a checkpoint keeps (:mod:`pyro_pt.checkpoint`): the seed of the next rung."""
-        return self.births, self.base_seed
+        return capture(self)
 
     def load_state_dict(self, state, run=None):
-        self.births, self.base_seed = state
+        restore(self, state, torch.device("cpu"))
 
     def grow(self, run):
         """After the ladder's adaptation at a warmup round end: grow ``run``'s ladder, rungs
@@ -147,7 +154,7 @@ class Growth:
                             reference=run.reference,
                             starts={j: old.states[nearest[j]] for j in new})
         added = dict(zip(new, zip(*built[:3])))
-        block = RungBlock(old.comm, num, old.names)
+        block = RungBlock(old.comm, num, old.names, old.kind)
         lls = []
         for j in range(num):
             if j in added:
@@ -155,7 +162,8 @@ class Growth:
             else:
                 i = place.index(j)
                 explorer, state, ll = old.explorers[i], old.states[i], run.ll[i]
-                explorer.set_beta(betas[j])
+                if betas[j] != explorer.beta:
+                    explorer.set_beta(betas[j])
             block.add(explorer, state)
             lls.append(ll)
         run.rungs, run.ll = block, lls

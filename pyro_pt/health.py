@@ -139,14 +139,10 @@ def _divergence_problem(diagnostics, num_scans, on_divergence):
     done = ("warmup raised the target acceptance of the rungs that diverged ("
             + ", ".join(f"T = {_temperature(t)}: {p:.3g}" for t, p in raised) + "); "
             if raised else "")
-    highest = max([p for _, p in raised], default=0.9)
     advice = ["reparametrize the model (e.g. a non-centered hierarchy, "
               "pyro.infer.reparam.LocScaleReparam)"]
-    if highest < 0.99:  # past 0.99 a higher target only shortens the step further
-        advice.append(f"pass explorer_kwargs={{'target_accept_prob': "
-                      f"{1 - (1 - highest) / 2:.3g}}}")
-    if on_divergence:
-        advice.append(on_divergence)
+    if on_divergence is not None:  # the explorer kind's own advice
+        advice += on_divergence([p for _, p in raised])
     what = ", ".join(advice[:-1]) + (", or " if len(advice) > 1 else "") + advice[-1]
     return (f"the cold chain diverged {cold} times{share} in the sampling phase (per "
             f"temperature: {per_rung}): its draws miss a region of high curvature and are "
@@ -169,10 +165,7 @@ def _further_than_the_prior(diagnostics, reference):
             "the rungs to the prior's path")
 
 
-NUTS_INSTEAD = "try explorer='nuts'"  # the default explorer kind's advice
-
-
-def review(diagnostics, betas, num_rounds, num_scans=None, on_divergence=NUTS_INSTEAD,
+def review(diagnostics, betas, num_rounds, num_scans=None, on_divergence=None,
            reference=None, legs=None, max_replicas=None):
     """
     ``(problems, log_z_error, log_z_problem)`` of a run's sampling phase: a message per
@@ -183,8 +176,9 @@ def review(diagnostics, betas, num_rounds, num_scans=None, on_divergence=NUTS_IN
     :param list betas: the sampling phase's inverse temperatures, cold first.
     :param int num_rounds: swap rounds in the sampling phase.
     :param int num_scans: explorer transitions per rung (what share of them diverged).
-    :param str on_divergence: what the explorer kind says to try when the cold chain diverges
-        (:class:`~pyro_pt.explorers.registry.ExplorerKind`), None for nothing.
+    :param callable on_divergence: the explorer kind's advice when the cold chain diverges,
+        ``on_divergence(raised targets) -> [phrase, ...]``
+        (:meth:`~pyro_pt.explorers.ExplorerKind.on_divergence`); None: none.
     :param str reference: the fitted reference's description, None for the prior: a stuck run
         against it is told to compare with the prior.
     :param Legs legs: the ladder's legs; log Z is the first leg's.

@@ -81,6 +81,10 @@ class Ladder:
         (:mod:`pyro_pt.legs`, default one; each adapts on its own pairs), each leg's in turn.
     """
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    STATE = ("initial", "legs", "betas", "history")
+    REBUILT = ()
+
     def __init__(self, temperatures, legs=None):
         self.initial = inverse_temperatures(temperatures)
         self.legs = legs

@@ -18,6 +18,8 @@ class Legs:
 
     names = ("reference", "prior")
 
+    COPIED_WHOLE = True  # immutable: a checkpoint copies it whole (pyro_pt.checkpoint_state)
+
     def __init__(self, sizes):
         sizes = [int(s) for s in sizes]
         if len(sizes) not in (1, 2) or min(sizes) < 1 or (len(sizes) == 2 and min(sizes) < 2):

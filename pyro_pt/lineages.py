@@ -31,6 +31,11 @@ class IndexProcess:
     since reached a cold rung. Without exact hot ends :attr:`restarts` is None.
     """
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    STATE = ("num_temperatures", "legs", "lineage", "_phase", "round_trips", "exact_hots",
+             "_fresh", "_restarts")
+    REBUILT = ()
+
     def __init__(self, num_temperatures, legs=None, exact_hots=()):
         self.num_temperatures = num_temperatures
         self.legs = legs or Legs.plain(num_temperatures)

@@ -52,6 +52,10 @@ class RandomStream:
     generator is swapped too (the momenta are drawn there).
     """
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    STATE = ("states",)
+    REBUILT = ("device", "_outer")  # the resuming process's device; the global state meanwhile
+
     def __init__(self, seed, device=None):
         self.device = device if device is not None and device.type == "cuda" else None
         cuda = None

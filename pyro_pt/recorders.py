@@ -21,6 +21,10 @@ class SwapStatistics:
     """Swap attempts, acceptances and mean acceptance probabilities per adjacent pair. The
     mean probability (not the 0/1 outcome) estimates the acceptance rate with less variance."""
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    STATE = ("num_pairs", "attempts", "accepts", "prob_sum")
+    REBUILT = ()
+
     def __init__(self, num_pairs):
         self.num_pairs = num_pairs
         self.reset()
@@ -149,6 +153,11 @@ class TemperingRecorder:
     ``legs`` default to one; restarts are counted from the ``exact_hots``
     (:class:`~pyro_pt.lineages.IndexProcess`).
     """
+
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    STATE = ("warmup_steps", "scans", "legs", "index", "phase", "round", "round_ll",
+             "swap_record")
+    REBUILT = ()
 
     def __init__(self, num_rungs, warmup_steps, legs=None, exact_hots=()):
         self.warmup_steps = warmup_steps

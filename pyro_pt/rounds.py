@@ -74,8 +74,9 @@ class ReportRow:
 class LadderAdaptation:
     """At a warmup round's end, with ``adapt_temperatures``: the ladder moves its rungs to
     equal increments of the round's barrier (:meth:`~pyro_pt.ladder.Ladder.adapt`), or grows
-    where the barrier calls for more rungs (:mod:`pyro_pt.growth`); the explorers then target
-    their rungs' new betas."""
+    where the barrier calls for more rungs (:mod:`pyro_pt.growth`); the explorers of the rungs
+    whose beta moved then target their new betas (an explorer may restart its adaptation
+    there, so the others are left alone)."""
 
     def end_round(self, run, end):
         if end.kind != "warmup round":
@@ -86,4 +87,5 @@ class LadderAdaptation:
         if betas is None or (run.growth and run.growth.grow(run)):
             return
         for k, explorer in zip(run.rungs.rungs, run.rungs.explorers):
-            explorer.set_beta(betas[k])
+            if betas[k] != explorer.beta:
+                explorer.set_beta(betas[k])

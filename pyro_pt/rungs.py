@@ -3,7 +3,7 @@
 import torch
 
 from .comm import rung_blocks
-from .explorers import step_rungs
+from .explorers import PriorExplorer, step_rungs
 from .potential import FlatLayout
 from .potential.layout import same_values
 
@@ -15,10 +15,11 @@ class RungBlock:
     move between rungs (and so between ranks) on accepted swaps.
 
     :param list names: latent site names, sorted (the flattening order).
+    :param kind: the :class:`~pyro_pt.explorers.ExplorerKind` of the tempered rungs' explorers.
     """
 
-    def __init__(self, comm, num_rungs, names):
-        self.comm = comm
+    def __init__(self, comm, num_rungs, names, kind):
+        self.comm, self.kind = comm, kind
         self.blocks = rung_blocks(num_rungs, comm.world_size)
         self.start, self.stop = self.blocks[comm.rank]
         self.owner = [r for r, (a, b) in enumerate(self.blocks) for _ in range(a, b)]
@@ -70,7 +71,7 @@ class RungBlock:
                 self.states[k - self.start] = old[src - self.start]
             else:
                 receives.append((self.owner[src], k, torch.empty_like(self._flat(like))))
-            self.explorers[k - self.start].replace_state()
+            self.explorers[k - self.start].target_changed()
         for k, src in enumerate(origin):
             if self.start <= src < self.stop and not self.start <= k < self.stop:
                 sends.append((self.owner[k], self._flat(old[src - self.start])))
@@ -91,15 +92,21 @@ class RungBlock:
         """The rungs' part of the kernel's diagnostics after ``scan`` scans: a collective, whose
         result a later call on one rank alone (e.g. for a plot) reuses."""
         if self._cache[0] != scan:  # every rung's explorer diagnostics, in rung order
-            gathered = self.comm.all_gather_object([e.diagnostics() for e in self.explorers])
+            gathered = self.comm.all_gather_object([self._diagnostics(e) for e in self.explorers])
             self._cache = (scan, [d for block in gathered for d in block])
-        per_rung = self._cache[1]
+        per_rung, raised = [d for d, _ in self._cache[1]], [r for _, r in self._cache[1]]
         return {
             "divergences": list(per_rung[0]["divergences"]),
             "acceptance rate": per_rung[0]["acceptance rate"],
             "temperatures": temperatures,
             "local_acceptance": [d["acceptance rate"] for d in per_rung],
             "divergences_per_temperature": [len(d["divergences"]) for d in per_rung],
-            # Where warmup raised a rung's target acceptance after divergences (batched HMC).
-            "raised_target_accept_probs": [d.get("target accept prob") for d in per_rung],
+            "raised_target_accept_probs": raised,
         }
+
+    def _diagnostics(self, explorer):
+        """A rung's explorer diagnostics, and the target acceptance its warmup raised after
+        divergences (as its kind reads it; None for the prior rung, which is no kind's)."""
+        d = explorer.diagnostics()
+        read = self.kind.raised_target
+        return d, (None if read is None or isinstance(explorer, PriorExplorer) else read(d))

@@ -16,7 +16,7 @@ from .autocompile import AutoCompile
 from .checkpoint_header import check_same_model
 from .comm import agree_on_setup
 from .explain import model_errors, refuse_random_subsampling
-from .explorers import build_rungs
+from .explorers import build_rungs, kind_of
 from .growth import Growth
 from .health import TemperingWarning
 from .ladder import Ladder, geometric_ladder
@@ -123,7 +123,8 @@ def _set_up_block(run, args, kwargs):
     seeds = stream_seeds(base, num)
     if failure is None:
         try:
-            run.rungs = RungBlock(comm, num, split.latent_names)
+            run.rungs = RungBlock(comm, num, split.latent_names,
+                                  kind_of(run.options.explorer))
             lls = _build(run, split, legs, seeds, args, kwargs)
             view = [(name, tuple(run.rungs.states[0][name].shape)) for name in split.latent_names]
         except Exception as error:

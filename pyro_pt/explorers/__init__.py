@@ -11,17 +11,17 @@ the rung runs.
 from ..explain import fallback_reason
 from ..potential import FunctionalSplit
 from ..reference.split import ReferencedSplit
-from .contract import ExplorerGroup, RungExplorer, SingleRungExplorer
+from .contract import ExplorerGroup, ExplorerKind, Rung, RungExplorer, SingleRungExplorer
 from .hmc_group import HMCGroup
 from .prior import PriorExplorer
 from .pyro_kernels import PyroKernelExplorer, make_kernel
-from .registry import ExplorerKind, Rung, kind_of, names, register
+from .registry import kind_of, names
 from .rwmh import RandomWalkMetropolis
 
 __all__ = ["ExplorerGroup", "ExplorerKind", "HMCGroup", "PriorExplorer", "PyroKernelExplorer",
            "RandomWalkMetropolis", "Rung", "RungExplorer", "SingleRungExplorer", "build_rungs",
            "by_group", "check_explorer", "engine_info", "kind_of", "make_kernel", "names",
-           "register", "step_rungs"]
+           "step_rungs"]
 
 
 def check_explorer(explorer, explorer_kwargs):
@@ -110,7 +110,7 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
             continue
         explorers.append(kind.build(rung))
         starts_of.append(_start(rung.split, rung.stream, (starts or {}).get(k, initial_params)))
-        info["explorer"] = kind.label or info["explorer"]
+        info["explorer"] = kind.title
     states, lls = [None] * len(explorers), [None] * len(explorers)
     for group, members in by_group(explorers):
         started = group.setup([starts_of[i] for i in members], warmup_steps)

@@ -19,27 +19,133 @@ steps every group once per scan, never asking which kind of explorer it holds.
   builds or copies otherwise gets its ll from the rung's split (``split.log_likelihood(z)``),
   or the swaps act on the ll of another point.
 - A rung's adapted state (step size, mass matrix, proposal scale) and random stream stay with
-  the rung; the states move on swaps, after which the kernel calls
-  :meth:`RungExplorer.replace_state` so that no cached potential or gradient of the old state
-  survives. :meth:`RungExplorer.set_beta` moves the rung to a new inverse temperature (ladder
-  adaptation, during warmup).
+  the rung. Two events reach a rung between its moves, each only when it happens:
+
+  * :meth:`RungExplorer.target_changed`: what the rung's caches describe changed under it,
+    its beta aside: another state came to it (a swap), another graph computes its density
+    (``compile="auto"``'s switch to Inductor) or its density itself changed (a refit of the
+    variational reference). The explorer forgets every cached potential and gradient; its
+    adaptation goes on as it was (the target is the same distribution, or one warmup is
+    still adapting to).
+  * :meth:`RungExplorer.set_beta`: the rung moved to another inverse temperature (ladder
+    adaptation or growth, during warmup), called only when beta changed. Besides forgetting
+    its caches, an explorer may restart the adaptation that depends on beta (the batched HMC
+    restarts its step size's averaging).
 - :meth:`RungExplorer.diagnostics` returns at least ``"divergences"`` (a list) and
-  ``"acceptance rate"`` (the share of sampling-phase moves accepted); :meth:`logging` the
-  progress-bar fields.
+  ``"acceptance rate"`` (the share of sampling-phase proposals accepted, as the explorer counts
+  them; docs/layout.md's glossary tells it from the acceptance probability and the move
+  rate); :meth:`logging` the progress-bar fields.
 - Checkpoints: :meth:`RungExplorer.state_dict` is the rung's adapted state and random streams
-  (by default every attribute that is state, :func:`~pyro_pt.checkpoint_state.capture`);
+  (by default the attributes its class declares in ``STATE``, every other one in ``REBUILT``:
+  :mod:`~pyro_pt.checkpoint_state`);
   :meth:`ExplorerGroup.load_state_dict` puts its members' states back, in member order, into a
   freshly set-up group (on any number of processes: a rung's state never depends on which
   others shared its group).
-- What kind of explorer a rung runs is known to :mod:`pyro_pt.explorers.registry` alone.
+- A *kind* (:class:`ExplorerKind`, what ``explorer=`` names) declares everything the rest of
+  the kernel asks about its explorers: how a rung's is built, its label, whether it takes
+  gradients, what a compile switch compiles for it, which options it takes, what it reports,
+  whether warmup raised its target after divergences and what to do when its cold chain
+  diverges. The kinds are one list, :data:`pyro_pt.explorers.registry.KINDS`.
 
 The interface has the shape of Pigeons.jl's (Surjanovic et al. 2023, "Pigeons.jl: distributed
 sampling from intractable distributions").
 """
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Callable
 
 from ..checkpoint_state import capture, restore
+from ..random import RandomStream
+
+# Past it a higher target acceptance only shortens the step further: no advice goes beyond it,
+# and the batched HMC's warmup raises no target past it (hmc_warmup.MAX_TARGET_ACCEPT_PROB).
+HIGHEST_USEFUL_TARGET = 0.99
+
+
+@dataclass(frozen=True)
+class ExplorerKind:
+    """
+    One kind of explorer, named by ``ParallelTempering(model, explorer=name)``; listed in
+    :data:`pyro_pt.explorers.registry.KINDS`.
+
+    :param str name: what ``explorer=`` takes.
+    :param callable build: ``build(rung) -> RungExplorer``, the factory, given one
+        :class:`Rung`. A kind whose rungs move together puts them into one
+        :class:`ExplorerGroup` through ``rung.group(...)``.
+    :param str label: ``explorer_info["explorer"]``; the name by default.
+    :param bool gradients: whether its moves take gradients of the potential.
+        ``compile="auto"`` compiles only the gradients' graph, so a kind without gradients
+        never switches.
+    :param str steps: what a switch to Inductor compiles besides the graph (the batched HMC's
+        fused or lockstep leapfrog steps), or ``""``.
+    :param callable check: ``check(explorer_kwargs)`` refuses options the kind does not take,
+        naming them; None takes any (its kernel refuses them when built).
+    :param tuple reports: the keys of its explorers' :meth:`RungExplorer.diagnostics` beyond
+        the contract's ``"divergences"`` and ``"acceptance rate"`` (some only when they apply).
+    :param callable raised_target: ``raised_target(diagnostics)``: the target acceptance warmup
+        raised after divergences, from one of its rungs' diagnostics, or None (None: it never
+        raises one). The kernel's ``raised_target_accept_probs``.
+    :param str target_option: the ``explorer_kwargs`` entry that sets its target acceptance,
+        which a diverging cold chain is told to raise (None: it has none).
+    :param str instead: what else to try when its cold chain diverges (None: nothing).
+    """
+
+    name: str
+    build: Callable
+    label: str = None
+    gradients: bool = True
+    steps: str = ""
+    check: Callable = None
+    reports: tuple = ()
+    raised_target: Callable = None
+    target_option: str = "target_accept_prob"
+    instead: str = "try explorer='nuts'"
+
+    @property
+    def title(self):
+        """``explorer_info["explorer"]``: the label, else the name."""
+        return self.label or self.name
+
+    def on_divergence(self, raised=()):
+        """
+        What to try about the explorer when the cold chain diverged while sampling (the review,
+        :mod:`pyro_pt.health`): a list of phrases. ``raised``: the targets warmup raised.
+
+        :param list raised: the target acceptances warmup raised after divergences.
+        """
+        advice = []
+        # None raised: the default 0.8 is where it was, and 0.95 the next step worth a try.
+        highest = max(raised, default=0.9)
+        if self.target_option and highest < HIGHEST_USEFUL_TARGET:
+            advice.append(f"pass explorer_kwargs={{'{self.target_option}': "
+                          f"{1 - (1 - highest) / 2:.3g}}}")
+        if self.instead:
+            advice.append(self.instead)
+        return advice
+
+
+class Rung:
+    """
+    What a kind's factory is given for one rung: its ``split`` (the model's, or against the
+    reference: ``log_likelihood``, ``sample_prior``, ``initial_point`` and, for a
+    :class:`~pyro_pt.potential.FunctionalSplit`, the batched potential), ``beta``, ``seed``
+    and random :attr:`stream`, the run's ``options`` (``explorer_kwargs``) and ``explorer``
+    argument (a name, a callable or a kernel class), and the block's groups so far.
+    """
+
+    def __init__(self, split, beta, seed, device, options, explorer, groups):
+        self.split, self.beta, self.seed = split, beta, seed
+        self.stream = RandomStream(seed, device=device)
+        self.options, self.explorer, self._groups = options, explorer, groups
+
+    def group(self, cls):
+        """The block's group of class ``cls`` on this rung's split, made by ``cls(split,
+        options)`` the first time: the rungs of a kind on one split move together."""
+        key = (cls, id(self.split))
+        if key not in self._groups:
+            self._groups[key] = cls(self.split, self.options)
+        return self._groups[key]
 
 
 class ExplorerGroup(ABC):
@@ -78,11 +184,12 @@ class RungExplorer(ABC):
 
     @abstractmethod
     def set_beta(self, beta):
-        """Target inverse temperature ``beta`` from the next move on."""
+        """Target inverse temperature ``beta`` (not the current one) from the next move on."""
 
     @abstractmethod
-    def replace_state(self):
-        """A swap put another state here: forget everything cached about the old one."""
+    def target_changed(self):
+        """The state at the rung, or the graph or density its potential is computed by, changed
+        (a swap, a compile switch, a reference refit): forget everything cached about them."""
 
     @abstractmethod
     def diagnostics(self):
@@ -93,7 +200,8 @@ class RungExplorer(ABC):
         """Progress-bar fields (a dict of short strings)."""
 
     def state_dict(self):
-        """The rung's adapted state and random streams, for a checkpoint."""
+        """The rung's adapted state and random streams, for a checkpoint: by default the
+        attributes its class declares in ``STATE`` (:mod:`pyro_pt.checkpoint_state`)."""
         return capture(self)
 
 

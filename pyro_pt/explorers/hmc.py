@@ -84,6 +84,16 @@ class BatchedHMC(HMCSlots):
         hmc.diagnostics()[0]["acceptance rate"], hmc.trajectory_lengths
     """
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    # SLOTS: one entry per slot, saved per rung. The potential cached at the states is saved
+    # too, so that a resumed step does not recompute it by another path.
+    STATE = ("num_potential_calls", "_warmup_steps", "_t", "_warmup", "_record")
+    SLOTS = ("_betas", "_generators", "_step_size", "_inv_mass", "_momentum_scale", "_z",
+             "_potential", "_grad", "_ll", "_stale", "_pending_restart", "_lengths")
+    REBUILT = ("potential_and_grad", "num_steps", "_init_step_size", "target_accept_prob",
+               "adapt_step_size", "adapt_mass_matrix", "max_num_steps", "_jitter",
+               "max_delta_energy", "_buffers", "fused_step", "lockstep", "_device", "_dtype")
+
     def __init__(self, potential_and_grad, num_steps=None, step_size=1.0, target_accept_prob=0.8,
                  adapt_step_size=True, adapt_mass_matrix=True, num_steps_jitter=0.0,
                  max_delta_energy=1000.0, init_buffer=75, term_buffer=50, base_window=25,

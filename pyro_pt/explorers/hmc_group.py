@@ -12,9 +12,8 @@ from pyro.infer import NUTS
 
 from ..checkpoint_state import capture, restore
 from ..random import engine_seed
-from .contract import ExplorerGroup, RungExplorer
+from .contract import ExplorerGroup, ExplorerKind, RungExplorer
 from .hmc import BatchedHMC
-from .registry import ExplorerKind, register
 
 BATCHED_HMC_OPTIONS = ("num_steps", "step_size", "target_accept_prob", "adapt_step_size",
                        "adapt_mass_matrix", "num_steps_jitter", "max_delta_energy",
@@ -45,6 +44,12 @@ class HMCGroup(ExplorerGroup):
     """The tempered rungs of one process as the slots of one batched HMC over ``fast`` (the
     model's fast split), ``options`` the :class:`~pyro_pt.explorers.hmc.BatchedHMC`
     keyword arguments."""
+
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    # SLOTS: one entry per slot, saved per rung.
+    STATE = ("engine", "_ready")
+    SLOTS = ("_betas", "_seeds")
+    REBUILT = ("fast",)
 
     def __init__(self, fast, options):
         check_hmc_options(options)
@@ -86,7 +91,7 @@ class HMCGroup(ExplorerGroup):
         if self._ready:
             self.engine.set_betas(self._betas)
 
-    def replace_state(self, slot):
+    def target_changed(self, slot):
         if self._ready:
             self.engine.replace_states([slot])
 
@@ -125,9 +130,9 @@ class HMCRung(RungExplorer):
         """Move the rung to a new inverse temperature (ladder adaptation, during warmup)."""
         self.group.set_beta(self.slot, beta)
 
-    def replace_state(self):
-        """A swap put another state here: recompute its potential at the next step."""
-        self.group.replace_state(self.slot)
+    def target_changed(self):
+        """A swap, compile switch or refit: recompute its potential at the next step."""
+        self.group.target_changed(self.slot)
 
     @property
     def step_size(self):
@@ -156,5 +161,12 @@ def _hmc_rung(rung):
     return rung.group(HMCGroup).add(rung.beta, rung.seed)
 
 
-register(ExplorerKind("hmc", _hmc_rung, steps="leapfrog steps", check=check_hmc_options,
-                      label="hmc (batched)"))
+def _raised_target(diagnostics):
+    return diagnostics.get("target accept prob")
+
+
+HMC = ExplorerKind("hmc", _hmc_rung, label="hmc (batched)", steps="leapfrog steps",
+                   check=check_hmc_options,
+                   reports=("warmup divergences", "step size", "mean inverse mass",
+                            "trajectory length", "num steps", "target accept prob"),
+                   raised_target=_raised_target)

@@ -31,6 +31,12 @@ class HMCRecord:
     sampling phase once it has begun).
     """
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    # SLOTS: one entry per slot, saved per rung.
+    STATE = ("warmup_steps", "max_delta_energy", "accept_prob_n")
+    SLOTS = ("accepted_count", "accept_prob_sum", "divergences", "warmup_divergences")
+    REBUILT = ()
+
     def __init__(self, num_slots, warmup_steps, max_delta_energy):
         self.warmup_steps = warmup_steps
         self.max_delta_energy = max_delta_energy

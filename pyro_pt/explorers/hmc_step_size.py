@@ -32,6 +32,12 @@ class DualAveraging:
         holds each slot's own (a slot that diverges may raise its own).
     """
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    # SLOTS: one entry per slot, saved per rung.
+    STATE = ("gamma", "t0", "kappa")
+    SLOTS = ("log_step_size", "targets", "t", "_schemes")
+    REBUILT = ()
+
     def __init__(self, log_step_size, target_accept_prob=0.8, gamma=0.05, t0=10.0, kappa=0.75):
         self.gamma, self.t0, self.kappa = gamma, t0, kappa
         self.log_step_size = [float(x) for x in log_step_size]

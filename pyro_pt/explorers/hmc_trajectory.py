@@ -69,6 +69,13 @@ class TrajectoryAdaptation:
     the slot's current step size, :math:`L_{max}` = ``max_num_steps``.
     """
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    # SLOTS: one entry per slot, saved per rung.
+    STATE = ("max_num_steps", "learning_rate", "beta1", "beta2", "kappa", "decay_flips")
+    SLOTS = ("log_length", "moment1", "moment2", "t", "flips", "direction", "average",
+             "centre", "num_states")
+    REBUILT = ()
+
     def __init__(self, trajectory_length, max_num_steps, learning_rate=0.025, beta1=0.0,
                  beta2=0.95, kappa=0.75, decay_flips=50.0):
         self.log_length = [math.log(x) for x in trajectory_length]

@@ -13,6 +13,7 @@ import torch
 
 from pyro.ops.welford import WelfordCovariance
 
+from .contract import HIGHEST_USEFUL_TARGET
 from .hmc_step_size import DualAveraging, find_reasonable_step_sizes
 from .hmc_trajectory import TrajectoryAdaptation
 
@@ -31,7 +32,7 @@ MIN_TERM_BUFFER = 10
 WARM_RESTART_GAMMA = 0.3
 # A slot that diverged raises its target acceptance, halving the distance to 1 (0.8 -> 0.9 ->
 # 0.95 ...) up to this, and restarts from a step this much smaller (HMCWarmup).
-MAX_TARGET_ACCEPT_PROB = 0.99
+MAX_TARGET_ACCEPT_PROB = HIGHEST_USEFUL_TARGET
 DIVERGENT_STEP_FACTOR = 1.0 / math.sqrt(2.0)
 # Iterations between two such checks inside a slow window (and at its end): a 500-iteration
 # warmup's last window gets six, so a rung that keeps diverging can climb 0.8 -> 0.99, where
@@ -106,6 +107,12 @@ class HMCWarmup:
 
     :param tuple buffers: Stan's ``(init_buffer, term_buffer, base_window)``.
     """
+
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    # SLOTS: one entry per slot, saved per rung.
+    STATE = ("windows", "welford", "dual", "trajectory")
+    SLOTS = ("divergent",)
+    REBUILT = ("engine",)
 
     def __init__(self, engine, buffers):
         self.engine = engine

@@ -7,6 +7,10 @@ class PriorExplorer(SingleRungExplorer):
     """Every step an exact, independent draw from the prior of ``split`` (proper priors only,
     or a reference's q), with the rung's random ``stream``."""
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    STATE = ("stream",)
+    REBUILT = ("split",)
+
     def __init__(self, stream, split):
         self.stream = stream
         self.split = split
@@ -20,7 +24,7 @@ class PriorExplorer(SingleRungExplorer):
             z, ll = self.split.sample_prior()
         return z, float(ll)
 
-    def replace_state(self):
+    def target_changed(self):
         pass
 
     @property

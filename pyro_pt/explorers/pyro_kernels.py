@@ -1,8 +1,9 @@
 """Pyro MCMC kernels as explorers: NUTS, random-walk Metropolis or a user's kernel per rung.
 
 A :class:`PyroKernelExplorer` pairs an MCMC kernel targeting one rung's tempered density with
-that rung's random stream, a group of one. After a swap it clears the kernel's cache (Pyro's
-HMC and NUTS ignore the ``params`` they are given while their cache is set).
+that rung's random stream, a group of one. At ``target_changed`` (a swap, a compile switch, a
+refit) it clears the kernel's cache (Pyro's HMC and NUTS ignore the ``params`` they are given
+while their cache is set).
 
 Pyro's HMC and NUTS take every leapfrog step's potential and gradient from
 :func:`pyro.ops.integrator.potential_grad`, an autograd round trip (measured at about 0.45 ms
@@ -12,16 +13,16 @@ untouched.
 """
 
 import contextlib
+import functools
 
 import pyro.infer.mcmc.hmc
 import pyro.infer.mcmc.nuts
 import pyro.ops.integrator as integrator
-from pyro.infer.mcmc import NUTS
+from pyro.infer.mcmc import NUTS as PyroNUTS
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from ..potential import TemperedPotential, torch_compat
-from .contract import SingleRungExplorer
-from .registry import ExplorerKind, names, register
+from .contract import ExplorerKind, SingleRungExplorer
 from .rwmh import RandomWalkMetropolis
 
 
@@ -70,28 +71,27 @@ def graph_gradients():
             module.potential_grad = pyro_potential_grad
 
 
-def make_kernel(explorer, potential_fn, explorer_kwargs):
+def make_kernel(explorer, potential_fn, explorer_kwargs, name=None):
     """
-    The Pyro MCMC kernel of one rung for ``explorer``: ``"nuts"``, ``"rwmh"``, a kernel class
-    taking ``potential_fn=`` (e.g. ``NUTS``) or a callable ``potential_fn, **kw -> kernel``
-    (``"hmc"`` rungs are batched, see :mod:`pyro_pt.explorers.hmc_group`).
+    The Pyro MCMC kernel of one rung for ``explorer``: a kernel class taking ``potential_fn=``
+    (e.g. ``NUTS``) or a callable ``potential_fn, **kw -> kernel`` (the kinds' names are looked
+    up by :func:`~pyro_pt.explorers.registry.kind_of`); ``name``: what the run's ``explorer``
+    argument called it, for the errors (by default ``explorer``).
     """
     kwargs = dict(explorer_kwargs or {})
-    kernel_class = ({"nuts": NUTS, "rwmh": RandomWalkMetropolis}.get(explorer, explorer)
-                    if isinstance(explorer, str) else explorer)
-    if isinstance(kernel_class, type) and issubclass(kernel_class, MCMCKernel):
+    if isinstance(explorer, type) and issubclass(explorer, MCMCKernel):
         # each rung's kernel built on the rung's potential
-        build = lambda fn, **kw: kernel_class(potential_fn=fn, **kw)  # noqa: E731
-    elif callable(kernel_class):
-        build = kernel_class
+        build = lambda fn, **kw: explorer(potential_fn=fn, **kw)  # noqa: E731
+    elif callable(explorer):
+        build = explorer
     else:
-        raise ValueError(f"explorer must be one of {names()} or a callable potential_fn -> "
-                         f"MCMCKernel, got {explorer!r}")
+        raise TypeError(f"make_kernel takes an MCMCKernel class or a callable potential_fn -> "
+                        f"MCMCKernel, got {explorer!r}")
     try:
         kernel = build(potential_fn, **kwargs)
     except TypeError as e:
-        raise TypeError(f"explorer_kwargs {kwargs} were not accepted by explorer {explorer!r}: "
-                        f"{e}") from e
+        raise TypeError(f"explorer_kwargs {kwargs} were not accepted by explorer "
+                        f"{name or explorer!r}: {e}") from e
     if not isinstance(kernel, MCMCKernel):
         raise TypeError("explorer callable must return a pyro.infer.mcmc.mcmc_kernel.MCMCKernel "
                         f"built from the potential_fn it is given, got {type(kernel).__name__}")
@@ -107,6 +107,11 @@ class PyroKernelExplorer(SingleRungExplorer):
     """One rung's ``kernel`` (an ``MCMCKernel`` built on the rung's
     :class:`~pyro_pt.potential.TemperedPotential` ``potential``) and random ``stream``."""
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    # (the kernel's potential_fn is the rung's potential, saved here).
+    STATE = ("kernel", "stream", "potential")
+    REBUILT = ()
+
     def __init__(self, kernel, stream, potential):
         self.kernel = kernel
         self.stream = stream
@@ -119,7 +124,7 @@ class PyroKernelExplorer(SingleRungExplorer):
     def set_beta(self, beta):
         """Move the rung to a new inverse temperature (ladder adaptation, during warmup)."""
         self.potential.beta = beta
-        self.replace_state()  # the cached potential and gradient were for the old beta
+        self.target_changed()  # the cached potential and gradient were for the old beta
 
     def start(self, z, warmup_steps):
         with self.stream, graph_gradients():
@@ -137,8 +142,9 @@ class PyroKernelExplorer(SingleRungExplorer):
             ll = self.potential.known_log_likelihood(z)
         return z, self.potential.split.log_likelihood(z) if ll is None else ll
 
-    def replace_state(self):
-        """Forget the cached state (and its potential and gradient) after a swap."""
+    def target_changed(self):
+        """Forget the cached state and its potential and gradient (a swap, a compile switch, a
+        refit)."""
         self.kernel.clear_cache()  # make_kernel checked that it exists
 
     def diagnostics(self):
@@ -148,14 +154,28 @@ class PyroKernelExplorer(SingleRungExplorer):
         return self.kernel.logging()
 
 
-def pyro_kernel_rung(rung):
-    """A rung's :class:`PyroKernelExplorer`: the run's ``explorer`` (a name here, a kernel class
-    or a factory) built on the rung's tempered potential."""
+def pyro_kernel_rung(kernel, rung):
+    """A rung's :class:`PyroKernelExplorer` running ``kernel`` (an ``MCMCKernel`` class, or a
+    callable ``potential_fn, **kw -> MCMCKernel``): the kernel built on the rung's tempered
+    potential with the run's ``explorer_kwargs``."""
     potential = TemperedPotential(rung.split, rung.beta)
-    return PyroKernelExplorer(make_kernel(rung.explorer, potential, rung.options), rung.stream,
-                              potential)
+    return PyroKernelExplorer(make_kernel(kernel, potential, rung.options, rung.explorer),
+                              rung.stream, potential)
 
 
-register(ExplorerKind("nuts", pyro_kernel_rung, on_divergence=None))
-register(ExplorerKind("rwmh", pyro_kernel_rung, gradients=False))
-register(ExplorerKind("callable", pyro_kernel_rung))
+def pyro_kernel(kernel):
+    """The factory ``build(rung)`` of a kind that runs ``kernel`` on every rung (a partial, so
+    that a kernel holding its kind pickles)."""
+    return functools.partial(pyro_kernel_rung, kernel)
+
+
+def _user_kernel_rung(rung):
+    return pyro_kernel_rung(rung.explorer, rung)
+
+
+NUTS = ExplorerKind("nuts", pyro_kernel(PyroNUTS), instead=None)
+# Random-walk Metropolis never diverges; its target acceptance sets its scale, not a step.
+RWMH = ExplorerKind("rwmh", pyro_kernel(RandomWalkMetropolis), gradients=False,
+                    target_option=None)
+# A callable or a kernel class given as explorer=; not a name explorer= takes.
+CALLABLE = ExplorerKind("callable", _user_kernel_rung)

@@ -20,6 +20,11 @@ class RandomWalkMetropolis(MCMCKernel):
     :param float scale: initial proposal standard deviation.
     """
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    STATE = ("_initial_params", "_warmup_steps", "_t", "_accept_cnt", "_log_scale",
+             "target_accept_prob", "_z", "_potential")
+    REBUILT = ("potential_fn", "_init_scale", "_target", "transforms")
+
     def __init__(self, potential_fn, scale=0.1, target_accept_prob=None):
         if not scale > 0:
             raise ValueError(f"rwmh scale must be positive, got {scale!r}")

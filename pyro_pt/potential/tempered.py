@@ -18,6 +18,10 @@ class TemperedPotential:
     A plain class rather than a closure so the kernel pickles for ``MCMC(num_chains>1)``.
     """
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    STATE = ("beta",)
+    REBUILT = ("split", "_seen")
+
     def __init__(self, split, beta):
         self.split = split
         self.beta = beta

@@ -18,6 +18,8 @@ import torch
 
 from pyro.ops.stats import effective_sample_size
 
+from ..checkpoint_state import check_declared
+
 MAX_FULL_DIM = 100  # a full-rank fit costs O(D^2) per evaluation and O(D^3) per fit
 FULL_DRAWS_PER_DIM = 5  # a covariance estimated from fewer draws is too noisy
 MIN_FIT_DRAWS = 20  # fewer draws keep the reference as it is
@@ -31,6 +33,10 @@ class GaussianReference:
     deviations, a diagonal :math:`L`) or ``scale_tril`` ``[D, D]`` (lower triangular, positive
     diagonal); ``origin`` says what it was built from (for ``explorer_info``).
     """
+
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    STATE = ("mean", "scale", "scale_tril", "origin", "fits")
+    REBUILT = ("_cast",)  # q's tensors in the graphs' dtypes and devices
 
     def __init__(self, mean, scale=None, scale_tril=None, origin="given"):
         if (scale is None) == (scale_tril is None):
@@ -166,7 +172,8 @@ class GaussianReference:
         return True
 
     def state(self):
-        """What a checkpoint stores."""
+        """What a checkpoint stores: :attr:`STATE`."""
+        check_declared(self)
         return {"mean": self.mean, "scale": self.scale, "scale_tril": self.scale_tril,
                 "origin": self.origin, "fits": self.fits}
 

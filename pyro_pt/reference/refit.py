@@ -13,16 +13,19 @@ rungs' ``ll`` is recomputed.
 
 import torch
 
+from ..checkpoint_state import check_declared
 from ..potential import FlatLayout
 from .gaussian import MIN_FIT_DRAWS
 from .stabilized import refresh
-
-KEPT = ("draws", "lineages", "skipped")  # what a checkpoint keeps of the Refitting
 
 
 class Refitting:
     """The cold draws since the last fit, and the fit of q (``reference``, in place) at each
     of the warmup's ``round_ends``; ``names``: the latent sites, sorted (the flat order)."""
+
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    STATE = ("draws", "lineages", "skipped")
+    REBUILT = ("reference", "round_ends", "names")
 
     def __init__(self, reference, round_ends, names):
         self.reference = reference
@@ -51,7 +54,7 @@ class Refitting:
             return False
         self.draws, self.lineages = [], []
         for explorer in run.rungs.explorers:
-            explorer.replace_state()  # its cached potential was against the old q
+            explorer.target_changed()  # its cached potential was against the old q
         refresh(run)
         run.explorer_info["reference"] = self.reference.describe()
         return True
@@ -74,12 +77,14 @@ class ReferenceState:
         self.reference, self.refitting = run.reference, run.refitting
 
     def state_dict(self):
-        kept = {name: getattr(self.refitting, name, []) for name in KEPT}
+        if self.refitting:
+            check_declared(self.refitting)
+        kept = {name: getattr(self.refitting, name, []) for name in Refitting.STATE}
         return {"q": self.reference.state(), **kept}
 
     def load_state_dict(self, state, run):
         self.reference.load(state["q"])
         run.explorer_info["reference"] = self.reference.describe()
         if self.refitting:
-            for name in KEPT:
+            for name in Refitting.STATE:
                 setattr(self.refitting, name, list(state[name]))

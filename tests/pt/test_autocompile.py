@@ -118,7 +118,7 @@ def test_a_switch_re_evaluates_every_state_and_rebuilds_every_graph(records, fai
         steps = dict(fast.fused._steps)
         cleared = []
         if explorer == "nuts":  # Pyro's kernels keep their own cache of the state's density
-            monkeypatch.setattr(type(explorers[0]), "replace_state",
+            monkeypatch.setattr(type(explorers[0]), "target_changed",
                                 lambda self: cleared.append(self))
         AutoCompile(fast, LocalComm(), 20, 0).switch(kernel.run, 20, "by hand (took {took})")
     finally:

@@ -16,10 +16,13 @@ import pytest
 import torch
 
 import pyro
-from pyro.infer import MCMC
+from pyro.infer import MCMC, NUTS
+from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from pyro_pt import ParallelTempering
 from pyro_pt.checkpoint import MAGIC, read_checkpoint
+from pyro_pt.explorers.hmc import BatchedHMC
+from pyro_pt.lineages import IndexProcess
 
 from .models import linear_data, linear_model
 
@@ -151,6 +154,114 @@ def test_checkpoint_of_two_ranks_resumes_on_one_and_four(two_rank_group, four_ra
         # each rank of both spawns gave its result of this kernel (the random walk on 4)
         assert all(name in result for result in written)
     assert len(four) == 4 and all("rwmh" in result for result in four)
+
+
+# ----- the state each part declares -----
+
+
+def _planted(run, where):
+    """The object of a finished ``run`` that ``where`` names."""
+    explorers = run.rungs.explorers
+    return {"ladder": lambda: run.ladder, "recorder's index": lambda: run.recorder.index,
+            "report": lambda: run.report, "random stream": lambda: explorers[0].stream,
+            "batched HMC's warmup": lambda: explorers[0].group.engine._warmup,
+            "batched HMC's step size": lambda: explorers[0].group.engine._warmup.dual,
+            "Pyro's NUTS": lambda: explorers[0].kernel,
+            "Pyro's adapter": lambda: explorers[0].kernel._adapter,
+            "the prior rung": lambda: explorers[-1]}[where]()
+
+
+@pytest.mark.parametrize("explorer, where", [
+    ("rwmh", "ladder"), ("rwmh", "recorder's index"), ("rwmh", "report"),
+    ("rwmh", "random stream"), ("hmc", "batched HMC's warmup"), ("hmc", "batched HMC's step size"),
+    ("nuts", "Pyro's NUTS"), ("nuts", "Pyro's adapter"), ("hmc", "the prior rung"),
+])
+def test_an_attribute_a_part_does_not_declare_is_refused_naming_it(explorer, where, tmp_path):
+    # A new attribute is neither saved silently (a cache) nor dropped silently (state): a
+    # checkpoint refuses it until its class lists it in STATE or REBUILT.
+    kernel = ParallelTempering(linear_model, num_replicas=3, max_temperature=float("inf"),
+                               explorer=explorer, explorer_kwargs={"max_tree_depth": 2}
+                               if explorer == "nuts" else None)
+    run(kernel, warmup=6, samples=2)
+    kernel.checkpoint(str(tmp_path / "before.pt"))  # every part declares all it holds
+    part = _planted(kernel.run, where)
+    part.new_cache = 0.5
+    name = type(part).__name__
+    with pytest.raises(TypeError, match=rf"cannot checkpoint a {name}: its attribute\(s\) "
+                                        rf"\['new_cache'\] are declared neither in "
+                                        rf"{name}.STATE \(saved\) nor in REBUILT"):
+        kernel.checkpoint(str(tmp_path / "after.pt"))
+
+
+class UndeclaredKernel(MCMCKernel):
+    """A user's kernel written without a declaration of its state: it never moves."""
+
+    def __init__(self, potential_fn):
+        self.potential_fn, self.moves, self.start = potential_fn, 0, None
+
+    @property
+    def initial_params(self):
+        return self.start
+
+    @initial_params.setter
+    def initial_params(self, params):
+        self.start = params
+
+    def setup(self, warmup_steps, *args, **kwargs):
+        pass
+
+    def sample(self, params):
+        self.moves += 1
+        return params
+
+    def clear_cache(self):
+        pass
+
+    def diagnostics(self):
+        return {"divergences": [], "acceptance rate": 0.0}
+
+
+class CountingNUTS(NUTS):
+    """A user's subclass of Pyro's NUTS with an attribute of its own, undeclared."""
+
+    def sample(self, params):
+        self.calls = getattr(self, "calls", 0) + 1
+        return super().sample(params)
+
+
+@pytest.mark.parametrize("explorer, match", [
+    (UndeclaredKernel, "cannot checkpoint PyroKernelExplorer.kernel: it holds a "
+                       "UndeclaredKernel, whose class declares no state; give that class STATE "
+                       "and REBUILT"),
+    (CountingNUTS, r"cannot checkpoint a CountingNUTS: its attribute\(s\) \['calls'\]"),
+])
+def test_a_users_kernel_without_a_declared_state_cannot_be_checkpointed(explorer, match,
+                                                                        tmp_path):
+    kwargs = {"max_tree_depth": 2} if explorer is CountingNUTS else None
+    kernel = ParallelTempering(linear_model, num_replicas=2, explorer=explorer,
+                               explorer_kwargs=kwargs)
+    run(kernel, warmup=3, samples=2)
+    with pytest.raises(TypeError, match=match):
+        kernel.checkpoint(str(tmp_path / "run.pt"))
+
+
+def test_a_checkpoint_saves_the_declared_state_and_nothing_else(tmp_path):
+    kernel = ParallelTempering(linear_model, num_replicas=3, max_temperature=float("inf"),
+                               explorer="hmc")
+    run(kernel, warmup=6, samples=2)
+    path = str(tmp_path / "run.pt")
+    kernel.checkpoint(path)
+    _, payload = read_checkpoint(path)
+    hmc = payload["rungs"][0]["explorer"]
+    assert set(hmc) == {"engine", "_ready", "_betas", "_seeds"}  # HMCGroup: STATE and SLOTS
+    engine = hmc["engine"][1]
+    assert set(engine) == set(BatchedHMC.STATE + BatchedHMC.SLOTS)
+    assert set(engine["_warmup"][1]) == {"windows", "welford", "dual", "trajectory", "divergent"}
+    assert set(payload["rungs"][2]["explorer"]) == {"stream"}  # the prior rung's
+    assert set(payload["ladder"]) == {"initial", "legs", "betas", "history"}
+    assert set(payload["recorder"]["index"][1]) == set(IndexProcess.STATE)
+    assert set(payload["report"]) == {"warmup_steps", "rows", "_finished", "max_replicas",
+                                      "_cold_moves", "_round_start"}
 
 
 # ----- a process killed while writing -----

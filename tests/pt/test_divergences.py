@@ -122,25 +122,37 @@ def _diagnostics(divergences, per_temperature, raised):
             "log_Z": 0.0, "log_Z_forward": 0.0, "log_Z_reverse": 0.0}
 
 
+HMC = kind_of("hmc").on_divergence  # the default explorer's advice
+
+
 def test_the_message_names_each_diverging_temperature_and_each_raised_target():
     d = _diagnostics([3, 17], [2, 0, 5], [0.9, None, 0.95])
-    problems, _, _ = review(d, [1.0, 1 / 3, 0.0], num_rounds=10, num_scans=200)
+    problems, _, _ = review(d, [1.0, 1 / 3, 0.0], num_rounds=10, num_scans=200,
+                            on_divergence=HMC)
     (message,) = problems
     assert "diverged 2 times (1.0% of its 200 transitions)" in message
     assert "T = 1: 2, T = inf: 5" in message and "T = 3: 0" not in message
     assert "(T = 1: 0.9, T = inf: 0.95)" in message
     assert "{'target_accept_prob': 0.975}" in message  # above the highest target reached
     d = _diagnostics([3], [1, 0, 0], [0.99, None, None])
-    (message,), _, _ = review(d, [1.0, 1 / 3, 0.0], num_rounds=10, num_scans=200)
+    (message,), _, _ = review(d, [1.0, 1 / 3, 0.0], num_rounds=10, num_scans=200,
+                              on_divergence=HMC)
     assert "target_accept_prob'" not in message and "LocScaleReparam" in message
     d = _diagnostics([3], [1, 0, 0], [None, None, None])
-    (message,), _, _ = review(d, [1.0, 1 / 3, 0.0], num_rounds=10, num_scans=200)
+    (message,), _, _ = review(d, [1.0, 1 / 3, 0.0], num_rounds=10, num_scans=200,
+                              on_divergence=HMC)
     assert "{'target_accept_prob': 0.95}" in message and "warmup raised" not in message
     assert message.endswith(", or try explorer='nuts'")
     (message,), _, _ = review(d, [1.0, 1 / 3, 0.0], num_rounds=10, num_scans=200,
                               on_divergence=kind_of("nuts").on_divergence)  # already NUTS
     assert "explorer='nuts'" not in message
     assert message.endswith("LocScaleReparam), or pass explorer_kwargs={'target_accept_prob': 0.95}")
+    (message,), _, _ = review(d, [1.0, 1 / 3, 0.0], num_rounds=10, num_scans=200,
+                              on_divergence=kind_of("rwmh").on_divergence)  # no target to raise
+    assert message.endswith("LocScaleReparam), or try explorer='nuts'")
+    (message,), _, _ = review(d, [1.0, 1 / 3, 0.0], num_rounds=10, num_scans=200)  # no kind's
+    assert message.endswith("biased there; reparametrize the model (e.g. a non-centered "
+                            "hierarchy, pyro.infer.reparam.LocScaleReparam)")
 
 
 def test_no_divergence_no_message():

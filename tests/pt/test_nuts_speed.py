@@ -163,12 +163,12 @@ def moves(explorer, z, num_moves=12):
         z, ll = explorer.move(z)
         out.append((z["w"].clone(), ll))
         if i == 7:
-            explorer.replace_state()
+            explorer.target_changed()
     return out, explorer.diagnostics()
 
 
 EXPLORERS = {
-    "nuts": ("nuts", {"max_tree_depth": 4}),
+    "nuts": (NUTS, {"max_tree_depth": 4}),  # what explorer="nuts" runs
     "NUTS class": (NUTS, {"max_tree_depth": 3, "full_mass": True}),
     "callable HMC": (lambda fn, **kw: HMC(potential_fn=fn, num_steps=3, **kw), None),
 }
@@ -206,7 +206,7 @@ def test_pickled_rung_moves_the_same(monkeypatch):
     z = fast.initial_point()
     copy = pickle.loads(pickle.dumps(potential))  # recaptures its graph on first use
     assert_bitwise(copy.potential_and_grad(dict(z)), potential.potential_and_grad(dict(z)))
-    explorer, z = rung("nuts", {"max_tree_depth": 3})
+    explorer, z = rung(NUTS, {"max_tree_depth": 3})  # what explorer="nuts" runs
     copied = pickle.loads(pickle.dumps(explorer))
     calls = counting(monkeypatch)
     first = moves(explorer, z)

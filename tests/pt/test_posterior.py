@@ -161,7 +161,7 @@ def first_cold_evaluations_after_swaps(monkeypatch, clear_cache=True):
     for method in ("__call__", "potential_and_grad"):
         monkeypatch.setattr(TemperedPotential, method, spying(getattr(TemperedPotential, method)))
     if not clear_cache:
-        monkeypatch.setattr(explorers.PyroKernelExplorer, "replace_state", lambda self: None)
+        monkeypatch.setattr(explorers.PyroKernelExplorer, "target_changed", lambda self: None)
     x, y = linear_data()
     pyro.set_rng_seed(0)
     kernel = ParallelTempering(linear_model, temperatures=[1.0, 1.5], explorer="nuts",

@@ -151,16 +151,20 @@ def test_the_ascent_rate_decays_only_where_the_updates_change_sign():
                                                           rel=1e-9)
 
 
-def test_a_checkpoint_from_before_kestens_rule_resumes():
-    # A checkpoint's state of the adaptation written when the rate counted updates
-    # (num_updates, no flips): restored into a fresh one, as checkpoint_state restores any
-    # explorer, it keeps the fresh count of sign changes and goes on adapting.
+def test_a_state_without_kestens_fields_resumes_and_one_with_unknown_fields_is_refused():
+    # A state of the adaptation without the count of sign changes (as written when the rate
+    # counted updates): restored into a fresh one, as checkpoint_state restores any explorer,
+    # it keeps the fresh count of sign changes and goes on adapting. A field the fresh object
+    # does not declare is refused (the format version refuses such old files first).
     saved = TrajectoryAdaptation([0.5, 0.5], max_num_steps=100)
     saved.update([1.0, -1.0], [0.01, 0.01])
     state = checkpoint_state.capture(saved)
     for name in ("flips", "direction", "decay_flips"):
         del state[name]
-    state.update(num_updates=("val", [40, 7]), decay_steps=("val", 100.0))
+    fresh = TrajectoryAdaptation([0.1, 0.1], max_num_steps=100)
+    with pytest.raises(RuntimeError, match="TrajectoryAdaptation.num_updates is not state"):
+        checkpoint_state.restore(fresh, dict(state, num_updates=("val", [40, 7])),
+                                 torch.device("cpu"))
     fresh = TrajectoryAdaptation([0.1, 0.1], max_num_steps=100)
     checkpoint_state.restore(fresh, state, torch.device("cpu"))
     assert fresh.log_length == saved.log_length and fresh.flips == [0, 0]
