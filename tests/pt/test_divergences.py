@@ -62,6 +62,7 @@ def funnel_run():
     return run(eight_schools_centered, (Y, SIGMA), warmup=300, samples=300)
 
 
+@pytest.mark.slow
 def test_warmup_raises_the_targets_of_the_rungs_that_diverge(funnel_run):
     kernel, _ = funnel_run
     targets = _targets(kernel)
@@ -100,6 +101,7 @@ def test_no_raise_without_step_size_adaptation():
     assert _targets(kernel) == [0.8] * 4
 
 
+@pytest.mark.slow
 def test_the_review_warns_once_with_counts_temperatures_and_what_to_do(funnel_run):
     kernel, caught = funnel_run
     d = kernel.diagnostics()

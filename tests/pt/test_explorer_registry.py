@@ -85,6 +85,7 @@ def test_registered_explorer_is_a_name_the_kernel_takes():
         ParallelTempering(linear_model, explorer="independence")
 
 
+@pytest.mark.slow
 def test_registered_explorer_samples_the_posterior_with_swaps_report_and_export():
     torch.set_num_threads(1)
     x, y = linear_data()
