@@ -18,10 +18,12 @@ peers' worker build the same one.
   ``u_j`` orthonormal (a fixed random rotation). Closed form: the posterior is the mixture of
   ``N(c_j, tau^2 I)``, ``c_j = m_j s^2 / (s^2 + sigma^2)``, ``tau^2 = s^2 sigma^2 / (s^2 +
   sigma^2)``, with weights ``pi_j ~ w_j N(m_j | 0, (s^2 + sigma^2) I)`` (= ``w_j``: every
-  ``|m_j| = r``), and ``Z = sum_j w_j N(m_j | 0, (s^2 + sigma^2) I)``. Labellings: the nearest
-  ``c_j``; a draw of component ``j`` is nearer another centre with probability
-  ``Phi(-|c_j - c_k| / (2 tau))``, under 1e-7 here (checked when built), so the exact share of
-  label ``j`` is ``pi_j`` to that accuracy.
+  ``|m_j| = r``), and ``Z = sum_j w_j N(m_j | 0, (s^2 + sigma^2) I)``. Labellings: in mode
+  ``j``, i.e. nearest ``c_j`` and within its ball ``|x - c_j|^2 <= tau^2 chi2_dim(1 - 1e-9)``
+  (a draw far from every mode, as a walker still near its prior start is, is in none). A draw
+  of component ``j`` is nearer another centre with probability ``Phi(-|c_j - c_k| / (2 tau))``,
+  under 1e-7 here (checked when built), so the exact share of label ``j`` is ``pi_j (1 -
+  1e-9)`` to that accuracy.
 - ``signs``: a product over coordinates of ``w_i N(x_i | a, sigma^2) + (1 - w_i) N(x_i | -a,
   sigma^2)``: ``2^dim`` modes. Closed form per coordinate: ``Z_i = N(a | 0, s^2 + sigma^2)``,
   and ``P(x_i > 0) = w_i Phi(c / tau) + (1 - w_i) Phi(-c / tau)`` (``c = a s^2 / (s^2 +
@@ -35,6 +37,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 LOG_2PI = math.log(2.0 * math.pi)
+BALL_MISS = 1e-9  # the mass of a Gaussian mode outside the ball its label counts
 
 
 def _normal_logpdf(x, loc, scale):
@@ -72,7 +75,8 @@ class Target:
             self.centres, self.tau = self.means * s2 / (s2 + v2), math.sqrt(s2 * v2 / (s2 + v2))
             log_w = np.log(self.weights) + _normal_logpdf(
                 self.means, 0.0, math.sqrt(s2 + v2)).sum(-1)
-            self.shares = np.exp(log_w - special.logsumexp(log_w))
+            self.ball = self.tau ** 2 * stats.chi2.ppf(1.0 - BALL_MISS, self.dim)
+            self.shares = np.exp(log_w - special.logsumexp(log_w)) * (1.0 - BALL_MISS)
             gaps = np.linalg.norm(self.centres[:, None] - self.centres[None], axis=-1)
             gaps = gaps[~np.eye(len(self.weights), dtype=bool)]
             if stats.norm.sf(gaps.min() / (2.0 * self.tau)) > 1e-7:
@@ -119,8 +123,10 @@ class Target:
             order = np.argsort(draws, -1)
             return np.stack([(order == np.array(p)).all(-1) for p in self.orderings], -1)
         if self.kind == "gaussians":
-            nearest = np.argmin(((draws[:, None] - self.centres) ** 2).sum(-1), -1)
-            return nearest[:, None] == np.arange(len(self.weights))
+            squares = ((draws[:, None] - self.centres) ** 2).sum(-1)
+            nearest = np.argmin(squares, -1)
+            inside = squares.min(-1) <= self.ball
+            return (nearest[:, None] == np.arange(len(self.weights))) & inside[:, None]
         return draws > 0.0
 
     def share_error(self, draws):

@@ -129,10 +129,11 @@ def run_ptemcee(t, seed, budget):
         for p, _, _ in sampler.sample(p, iterations=CHUNK, storechain=False, adapt=True):
             pass
         steps += CHUNK
-    while time.perf_counter() - begin < budget:
+    stored = 0
+    while not stored or time.perf_counter() - begin < budget:  # at least a chunk of draws
         for p, _, _ in sampler.sample(p, iterations=CHUNK, thin=every):
             pass
-        steps += CHUNK
+        steps, stored = steps + CHUNK, stored + CHUNK
     seconds = time.perf_counter() - begin
     log_z, _ = sampler.log_evidence_estimate()
     return sampler.chain[0].reshape(-1, t.dim), float(log_z), seconds, f"{steps} steps"
@@ -161,10 +162,11 @@ def run_eryn(t, seed, budget):
         steps += CHUNK
     control = sampler.temperature_control
     control.stop_adaptation = max(control.time, 1)  # as stop_adaptation=<burn-in steps> does
-    while time.perf_counter() - begin < budget:
+    stored = 0
+    while not stored or time.perf_counter() - begin < budget:  # at least a chunk of draws
         for state in sampler.sample(state, iterations=CHUNK // every, thin_by=every):
             pass
-        steps += CHUNK
+        steps, stored = steps + CHUNK, stored + CHUNK
     seconds = time.perf_counter() - begin
     log_z, _ = sampler.backend.get_evidence_estimate()
     draws = sampler.get_chain()["model_0"][:, 0, :, 0, :]
