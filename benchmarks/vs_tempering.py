@@ -32,16 +32,20 @@ Samplers, each as a new user runs it, one thread, started from the prior, for a 
   Tmax=inf)``), its default stretch move; adaptation stopped at half the budget (what
   ``stop_adaptation`` does at a known step); log Z: ``backend.get_evidence_estimate()`` (TI).
 - ``reddemcee`` 1.0: ``PTSampler(walkers, dim, loglike, logprior, ntemps=8)`` with its own
-  ladder and adaptation, ``run_mcmc`` in sweeps of one step; the sweeps of the first half are
-  discarded; log Z: ``get_evidence_ss(discard=...)`` (stepping stones).
+  ladder (no beta = 0 rung) and adaptation, ``run_mcmc`` in sweeps of one step (``thin`` steps
+  from 20 dimensions); the sweeps of the first half are discarded; log Z:
+  ``get_evidence_ss(discard=...)`` (stepping stones).
 - ``dynesty`` 3.1 (nested sampling): ``NestedSampler(loglike, prior_transform, dim)``, its
-  defaults (500 live points, bound and sampler chosen by dimension), run until its own stopping
-  rule or the budget, the live points added; draws: ``samples_equal()``; log Z: ``logz[-1]``.
-  It may stop early; its seconds are printed.
+  defaults (500 live points, ``bound="multi"``, the sampler chosen by dimension: uniform below
+  10, ``rwalk`` to 20, ``rslice`` above), run until its own stopping rule or the budget, the
+  live points added; draws: ``samples_equal()``; log Z: ``logz[-1]``. It may stop early; its
+  seconds are printed.
 
-The ensemble samplers store every ``max(1, dim // 10)``-th step (``thin``), so a 100-d run stays
-within memory. Their density is the target's numpy log-likelihood and log prior, evaluated per
-walker as their documentation shows (none is vectorized by default).
+The ensemble samplers store every ``thin = max(1, dim // 10)``-th step, so a 100-d run stays
+within memory. Their density is the target's numpy log-likelihood and log prior, called per
+walker as their documentation shows (none is vectorized by default). A peer's seconds count
+from its sampler's construction, pyro_pt's from ``MCMC.run`` (model capture and compilation
+included).
 
 The peers live in their own venv (``make bench-peers`` builds ``.venv-peers``; or
 ``--peers-python PATH``): this script, run by the project's interpreter, starts itself there as a
