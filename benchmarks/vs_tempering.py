@@ -187,17 +187,17 @@ def run_reddemcee(t, seed, budget):
     sampler._random = np.random.RandomState(seed)  # it seeds nothing itself
     state = t.prior_draws(np.random.default_rng(seed), TEMPERATURES * n).reshape(
         TEMPERATURES, n, t.dim)
-    sweeps, burn = 0, None
+    steps, burn = 0, None
     while time.perf_counter() - begin < budget:
         if burn is None and time.perf_counter() - begin >= budget / 2:
-            burn = sweeps // every  # stored sweeps to discard
+            burn = steps // every  # stored sweeps to discard
         state = sampler.run_mcmc(state, nsweeps=CHUNK // every, nsteps=1, thin_by=every)
-        sweeps += CHUNK
+        steps += CHUNK
     seconds = time.perf_counter() - begin
-    burn = sweeps // every // 2 if burn is None else burn
+    burn = steps // every // 2 if burn is None else burn
     log_z, _ = sampler.get_evidence_ss(discard=burn)
     draws = np.asarray(sampler.get_chain(discard=burn, flat=True))[0]
-    return draws.reshape(-1, t.dim), float(log_z), seconds, f"{sweeps} sweeps"
+    return draws.reshape(-1, t.dim), float(log_z), seconds, f"{steps} steps"
 
 
 def run_dynesty(t, seed, budget):
