@@ -26,7 +26,15 @@ VENV_WHEEL := .venv-wheel
 PY_WHEEL := $(VENV_WHEEL)/bin/python
 WHEEL_DIR := build/wheel
 
-.PHONY: test test-all test-wheel test-arviz1 demo venv clean
+# `make bench-peers` builds .venv-peers: the tempering samplers benchmarks/vs_tempering.py runs
+# beside pyro_pt (a benchmark-only install, no torch, never a dependency of the packages). The
+# versions are the ones the table in benchmarks/README.md was measured with; numpy stays below
+# 2.4, which removed the np.in1d and np.trapz that eryn 1.2.6 and ptemcee 1.0.0 call.
+VENV_PEERS := .venv-peers
+PEERS := numpy==2.3.5 scipy==1.17.1 ptemcee==1.0.0 eryn==1.2.6 reddemcee==1.0 dynesty==3.1.0
+STAMP_PEERS := $(VENV_PEERS)/.installed
+
+.PHONY: test test-all test-wheel test-arviz1 demo venv clean bench-peers
 
 venv: $(STAMP)
 
@@ -80,9 +88,18 @@ test-arviz1: $(STAMP_NEW)
 	$(PY_NEW) -c "import arviz, sys; print('ArviZ', arviz.__version__, 'on Python', sys.version.split()[0])"
 	$(PY_NEW) -m pytest -q $(ARVIZ1_TESTS)
 
+bench-peers: $(STAMP_PEERS)
+
+$(STAMP_PEERS): Makefile
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or make PYTHON=...)"; exit 1; }
+	@test -x $(VENV_PEERS)/bin/python || $(PYTHON) -m venv $(VENV_PEERS)
+	$(VENV_PEERS)/bin/python -m pip install --upgrade --quiet pip
+	$(VENV_PEERS)/bin/python -m pip install --quiet $(PEERS)
+	@touch $(STAMP_PEERS)
+
 demo: $(STAMP)
 	$(PY) examples/pt_bimodal.py --plot pt_bimodal.png
 	$(PY) examples/subnet_regression.py
 
 clean:
-	rm -rf $(VENV) $(VENV_NEW) $(VENV_WHEEL) $(WHEEL_DIR)
+	rm -rf $(VENV) $(VENV_NEW) $(VENV_WHEEL) $(WHEEL_DIR) $(VENV_PEERS)
