@@ -238,6 +238,10 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
             outcome = self._communicate(run)
         cold = run.rungs.cold_state()
         run.recorder.record_scan(run.ll, outcome)
+        if run.recorder.sampling:  # the draw MCMC records, for its Monte Carlo errors
+            transforms = run.split.transforms
+            run.recorder.record_cold({name: transforms[name].inv(v) if name in transforms else v
+                                      for name, v in cold.items()})
         run.report.count_cold(cold_moved)
         if run.refitting:  # q is refitted to the cold draws at warmup rounds' ends
             run.refitting.keep(run, cold)

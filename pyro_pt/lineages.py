@@ -28,7 +28,10 @@ class IndexProcess:
 
     A restart is a lineage that sat at one of the ``exact_hots`` (beta = 0: every scan gives
     the lineage there a fresh i.i.d. state; the one that starts there counts as fresh) and has
-    since reached a cold rung. Without exact hot ends :attr:`restarts` is None.
+    since reached a cold rung. Without exact hot ends :attr:`restarts` is None. After each
+    :meth:`observe`, :attr:`renewed` says whether rung 0 has just been taken by a lineage that
+    sat at an exact hot end since it last held rung 0: where the recorded cold chain's
+    regeneration segments begin (:mod:`pyro_pt.regeneration`).
     """
 
     def __init__(self, num_temperatures, legs=None, exact_hots=()):
@@ -42,7 +45,10 @@ class IndexProcess:
         self.round_trips = 0
         self.exact_hots = [h for h in exact_hots if h not in self.legs.colds]
         self._fresh = [rung in self.exact_hots for rung in range(num_temperatures)]
+        # The same, cleared only at rung 0 (of two cold rungs, the one MCMC records).
+        self._unseen = list(self._fresh)
         self._restarts = 0
+        self.renewed = False
 
     @property
     def restarts(self):
@@ -70,7 +76,9 @@ class IndexProcess:
                 self._phase[hot] = "down"
         # The lineage now at an exact hot end is drawn afresh before its next swap.
         for rung in self.exact_hots:
-            self._fresh[self.lineage[rung]] = True
+            self._fresh[self.lineage[rung]] = self._unseen[self.lineage[rung]] = True
+        zero = self.lineage[0]
+        self.renewed, self._unseen[zero] = self._unseen[zero], False
         for rung in self.legs.colds:
             cold = self.lineage[rung]
             if self._phase[cold] == "down":

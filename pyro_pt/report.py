@@ -17,6 +17,7 @@ from .explorers import kind_of
 from .health import UNRELIABLE, TemperingWarning, review, warning_text
 from .barrier import global_barrier
 from .recorders import stepping_stone
+from .regeneration import regenerative_error
 from .shortfall import too_few_rungs
 
 # The printed table: the DataFrame's columns and (decimals) formats; the warnings, text, are
@@ -202,12 +203,72 @@ class Reporting:
             out["compile"] = f"{switch.engine}, {switch.compile_seconds:.0f} s"
         return out
 
+    def mcse(self, fn, samples=None):
+        """
+        The Monte Carlo standard error of the mean over the cold chain's draws of ``fn``, from
+        the run's regeneration segments (:mod:`pyro_pt.regeneration`): valid where the cold
+        chain cannot cross between modes on its own, e.g. for a mode indicator's mean (the
+        mode's share) or a prediction. Needs an exact hot end (``max_temperature=inf``, the
+        default): without one no such error exists, and it warns and returns NaN. With fewer
+        than :data:`~pyro_pt.regeneration.MIN_SEGMENTS` segments it is ``inf``.
+
+        Of the kernel's last run (one chain); the means of the latent sites themselves are
+        ``diagnostics()["mcse"]``.
+
+        :param fn: a function of the draws ``{site: tensor[num_draws, ...]}`` (as
+            ``mcmc.get_samples()`` gives them) returning a tensor ``[num_draws, ...]``: one
+            value per draw, vectorized over the draws (a per-draw function ``f`` can be given
+            as ``lambda s: torch.stack([f({k: v[n] for k, v in s.items()}) for n in
+            range(len(next(iter(s.values()))))])``); or the values themselves, a tensor
+            ``[num_draws, ...]``, with ``samples`` left out.
+        :param dict samples: ``mcmc.get_samples()`` of the run (the kernel keeps no draws).
+        :returns: a float64 tensor of the shape of one draw's value.
+        """
+        if not self.run or not self.run.recorder.sampling:
+            raise RuntimeError("mcse is available after MCMC.run has drawn samples with this kernel")
+        if callable(fn):
+            if samples is None:
+                raise ValueError("mcse(fn) needs the draws: mcse(fn, samples=mcmc.get_samples())")
+            values = fn(samples)
+        elif samples is None:
+            values = fn
+        else:
+            raise TypeError("mcse takes a function of the draws with samples=, or the values "
+                            f"[num_draws, ...] alone; got {type(fn).__name__} with samples")
+        if not torch.is_tensor(values):
+            values = torch.as_tensor(values)
+        segments, recorded = self.run.recorder.segments, self.run.recorder.segments.num_draws
+        starts = segments.starts
+        resumed = recorded - self.run.draws_before  # the draws of this MCMC.run, if resumed
+        if values.dim() == 0 or values.shape[0] not in (recorded, resumed):
+            raise ValueError(
+                f"mcse: fn's values have shape {tuple(values.shape)}, expected one value per "
+                f"draw of the sampling phase, [num_draws={recorded}, ...]; pass "
+                "samples=mcmc.get_samples() of this kernel's last run (not grouped by chain)")
+        if values.shape[0] != recorded:  # a resumed run's MCMC holds only the draws since
+            starts = [s - self.run.draws_before for s in starts]
+        if self.run.recorder.index.restarts is None:
+            warnings.warn("mcse: this run has no exact hot end (max_temperature is finite), so "
+                          "its cold chain has no regenerations and no Monte Carlo error that "
+                          "holds across modes can be given; run with max_temperature=inf",
+                          TemperingWarning, stacklevel=2)
+            return torch.full(values.shape[1:], math.nan, dtype=torch.float64)
+        return regenerative_error(values.detach().cpu(), starts)
+
     def diagnostics(self):
         run = self.run
         interval, scans, betas = run.options.swap_interval, run.scans, run.betas
         num_rounds = max(0, scans // interval - run.warmup_steps // interval)
         rungs = run.rungs.summary(scans, run.ladder.temperatures)
         out = run.recorder.summary(betas, num_rounds, rungs)
+        # The cold chain's means and their regenerative Monte Carlo errors (None without an
+        # exact hot end: no regenerations, pyro_pt.regeneration).
+        segments = run.recorder.segments
+        _, out["posterior_sd"], errors = segments.summary()
+        regenerates = out["restarts"] is not None
+        out["mcse"] = errors if regenerates else None
+        out["mcse_segments"] = (len(segments.starts) + 1 if segments.num_draws else 0
+                                ) if regenerates else None
         # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
         out["adaptation_history"] = self.adaptation_history
         legs = run.recorder.legs
