@@ -122,7 +122,7 @@ def _coordinate(name, shape, flat_index):
     return f"{name}[{', '.join(str(i) for i in reversed(index))}]"
 
 
-def _worst_mean(diagnostics):
+def worst_mean(diagnostics):
     """``(ratio, coordinate, error, sd)`` of the latent coordinate whose mean's Monte Carlo
     error is largest against its posterior sd (None where no error is stated, or every
     coordinate is constant)."""
@@ -142,7 +142,7 @@ def _worst_mean(diagnostics):
 def _mcse_problem(diagnostics, num_draws):
     """The cold chain's mean of some coordinate known to worse than :data:`MCSE_TOLERANCE` of
     its posterior sd, by its regenerative Monte Carlo error (:mod:`pyro_pt.regeneration`)."""
-    worst = _worst_mean(diagnostics)
+    worst = worst_mean(diagnostics)
     if worst is None or not num_draws or not worst[0] > MCSE_TOLERANCE:
         return None
     ratio, where, error, sd = worst

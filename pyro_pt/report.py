@@ -3,7 +3,10 @@ progress bar, and the DataFrame; and :class:`Reporting`, what the kernel says ab
 
 A warmup row holds its round's swap statistics, hence the barrier and a stepping-stone log Z on
 the round's fixed ladder; sampling rows are cumulative, the closing row's ``warnings`` the
-review's (:mod:`pyro_pt.health`). Every number is the same on every rank but the seconds.
+review's (:mod:`pyro_pt.health`). A sampling row's ``mcse_sd`` is the largest regenerative Monte
+Carlo error of a cold-chain mean over its posterior sd (:mod:`pyro_pt.regeneration`), which the
+review warns above :data:`~pyro_pt.health.MCSE_TOLERANCE`. Every number is the same on every
+rank but the seconds.
 """
 
 import math
@@ -14,7 +17,7 @@ import warnings
 import torch
 
 from .explorers import kind_of
-from .health import UNRELIABLE, TemperingWarning, review, warning_text
+from .health import UNRELIABLE, TemperingWarning, review, warning_text, worst_mean
 from .barrier import global_barrier
 from .recorders import stepping_stone
 from .regeneration import regenerative_error
@@ -24,7 +27,7 @@ from .shortfall import too_few_rungs
 # printed as lines under the closing row.
 _PRINTED = (("round", None), ("phase", None), ("scans", None), ("barrier", 3), ("log_Z", 3),
             ("min_swap_acc", 3), ("mean_swap_acc", 3), ("cold_local_acc", 3),
-            ("round_trips", None), ("restarts", None), ("seconds", 2))
+            ("round_trips", None), ("restarts", None), ("mcse_sd", 3), ("seconds", 2))
 COLUMNS = tuple(name for name, _ in _PRINTED) + ("warnings",)
 _WIDTHS = {name: max(len(name), 10 if name == "log_Z" else 8) for name, _ in _PRINTED}
 _HEADER = " ".join(f"{name:>{_WIDTHS[name]}}" for name, _ in _PRINTED)
@@ -147,6 +150,7 @@ class Report:
             "cold_local_acc": self._cold_acceptance(num_scans),
             "round_trips": recorder.index.round_trips - start_trips,
             "restarts": None if restarts is None else restarts - (start_restarts or 0),
+            "mcse_sd": _worst_ratio(recorder) if phase == "sampling" else math.nan,
             "seconds": time.perf_counter() - start_time,
             "warnings": "",
         }
@@ -161,6 +165,16 @@ class Report:
         import pandas as pd
 
         return pd.DataFrame(self.rows, columns=list(COLUMNS))
+
+
+def _worst_ratio(recorder):
+    """The largest Monte Carlo error of a cold-chain mean over its posterior sd, so far in the
+    sampling phase (:mod:`pyro_pt.regeneration`; NaN without an exact hot end)."""
+    if recorder.index.restarts is None:
+        return math.nan
+    _, sd, errors = recorder.segments.summary()
+    worst = worst_mean({"mcse": errors, "posterior_sd": sd})
+    return math.nan if worst is None else worst[0]
 
 
 class Reporting:
