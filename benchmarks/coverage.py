@@ -126,7 +126,8 @@ def table(path):
         for line in f:
             record = json.loads(line)
             rows[(record["case"], record["warmup"], record["samples"])].append(record)
-    print("| case (warmup + samples) | runs | 2-error coverage | runs warned | mean restarts, rungs |")
+    print("| case (warmup + samples) | runs | 2-error coverage | runs warned | "
+          "mean restarts, rungs |")
     print("|---|---|---|---|---|")
     for (case, warmup, samples), records in sorted(rows.items()):
         n = len(records)

@@ -130,12 +130,14 @@ def worst_mean(diagnostics):
     worst = None
     for name, error in (errors or {}).items():
         error, sd = error.reshape(-1), sds[name].reshape(-1)
-        for i in range(error.numel()):
-            e, d = float(error[i]), float(sd[i])
-            if not d > 0.0:  # a constant coordinate (or none seen): no error to weigh
-                continue
-            if worst is None or e / d > worst[0]:
-                worst = (e / d, _coordinate(name, tuple(sds[name].shape), i), e, d)
+        # a constant coordinate (or one seen once) has no error to weigh
+        ratio = torch.where(sd > 0.0, error / sd, torch.full_like(error, -math.inf))
+        if not ratio.numel():
+            continue
+        i = int(ratio.argmax())
+        if ratio[i] > -math.inf and (worst is None or float(ratio[i]) > worst[0]):
+            worst = (float(ratio[i]), _coordinate(name, tuple(sds[name].shape), i),
+                     float(error[i]), float(sd[i]))
     return worst
 
 
@@ -160,12 +162,12 @@ def _mcse_problem(diagnostics, num_draws):
                 f"{MIN_SEGMENTS}{rungs}")
     needed = math.ceil(num_draws * (ratio / MCSE_TOLERANCE) ** 2)
     return (f"the cold chain's mean of {where} has a Monte Carlo error of {error:.3g}, "
-            f"{ratio:.2f} of its posterior sd {sd:.3g} (above {MCSE_TOLERANCE:g}), over the "
-            f"{segments} regeneration segments of its {num_draws} draws: the weights of modes "
-            "it cannot cross between on its own are in doubt by as much "
-            "(diagnostics()['mcse'], kernel.mcse(fn) for a function of the draws); errors "
-            f"shrink as 1/sqrt(length): about {needed} draws (num_samples) would bring it to "
-            f"{MCSE_TOLERANCE:g} sd{rungs}")
+            f"{ratio:.2f} of its posterior sd {sd:.3g} (above {MCSE_TOLERANCE:g}), from the "
+            f"{segments} regeneration segments of its {num_draws} draws "
+            "(diagnostics()['mcse']; kernel.mcse(fn) for a function of the draws, e.g. a "
+            "mode's indicator): it, and the weights of any modes the cold chain cannot cross "
+            "between on its own, are in doubt; errors shrink as 1/sqrt(length): about "
+            f"{needed} draws (num_samples) would bring it to {MCSE_TOLERANCE:g} sd{rungs}")
 
 
 def _divergence_problem(diagnostics, num_scans, on_divergence):

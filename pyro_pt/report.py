@@ -239,7 +239,8 @@ class Reporting:
         :returns: a float64 tensor of the shape of one draw's value.
         """
         if not self.run or not self.run.recorder.sampling:
-            raise RuntimeError("mcse is available after MCMC.run has drawn samples with this kernel")
+            raise RuntimeError("mcse is available after MCMC.run has drawn samples with this "
+                               "kernel")
         if callable(fn):
             if samples is None:
                 raise ValueError("mcse(fn) needs the draws: mcse(fn, samples=mcmc.get_samples())")
