@@ -12,7 +12,7 @@ import pyro
 import pyro.distributions as dist
 from pyro.infer import MCMC
 
-from pyro_pt import ParallelTempering, TemperingWarning
+from pyro_pt import ParallelTempering, TemperingWarning, to_inference_data
 from pyro_pt.lineages import IndexProcess
 from pyro_pt.regeneration import (MIN_SEGMENTS, ColdSegments, ratio_error, regenerative_error,
                                   segment_sums)
@@ -155,8 +155,15 @@ def test_the_kernels_mcse_is_the_diagnostics_and_refuses_what_it_cannot_use():
         kernel.mcse(theta[:10])
     with pytest.raises(ValueError, match="samples=mcmc.get_samples"):
         kernel.mcse(lambda s: s["theta"])
+    # the export carries them per chain, in the site's dims
+    stats = to_inference_data(mcmc, log_likelihood=False)["sample_stats"]
+    assert stats["mcse_theta"].dims == ("chain", "theta_dim_0")
+    assert torch.allclose(torch.as_tensor(stats["mcse_theta"].values[0]), diag["mcse"]["theta"])
+    assert stats.attrs["mcse_segments"].tolist() == [diag["mcse_segments"]]
     # a finite hot end has no regenerations: no error, said so
     finite, mcmc = _run(10.0, samples=50)
     assert finite.diagnostics()["mcse"] is None
+    stats = to_inference_data(mcmc, log_likelihood=False)["sample_stats"]
+    assert "mcse_theta" not in stats and math.isnan(stats.attrs["mcse_segments"][0])
     with pytest.warns(TemperingWarning, match="no exact hot end"):
         assert torch.isnan(finite.mcse(lambda s: s["theta"], mcmc.get_samples())).all()
