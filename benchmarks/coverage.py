@@ -4,8 +4,8 @@ Each case is run with ``ParallelTempering(model)`` and nothing else (the default
 prior rung, a growing ladder, ``explorer="hmc"``), one torch thread, over many seeds. Per run
 it records the stated errors and the exact answers, and prints per case:
 
-- ``regression``: a conjugate Bayesian linear regression (n = 50, 3 coefficients, known noise
-  1, prior N(0, 1) on each): exact log evidence (y is multivariate normal) and exact posterior
+- ``regression``, ``regression_wide``: a conjugate Bayesian linear regression (n = 50, 3
+  coefficients, known noise 1, prior N(0, 1), or N(0, 10^2), on each): exact log evidence (y is multivariate normal) and exact posterior
   means. How often ``|log Z - exact| <= 2 * log_Z_error`` (the stated error, forward/reverse
   gap included), and the same with the Monte Carlo part alone (what was stated before); how
   often each coefficient's mean is within 2 ``diagnostics()["mcse"]`` of the exact one.
@@ -13,6 +13,8 @@ it records the stated errors and the exact answers, and prints per case:
   tests/pt/multimodal.py, whose mode shares are exact (symmetry, quadrature): how often each
   labelling's share is within 2 errors of ``kernel.mcse(indicator)``; how many runs have a
   share more than 0.10 off, and how many of those warned.
+- ``logistic``, ``poisson``: GLMs (200 points, 4 coefficients and an intercept), unimodal:
+  the largest mean's error over its sd, and whether the default run warns.
 - Every case: how many runs the review warned, and why.
 
 Target (the issue this answers): 2-error coverage in 90-98 %; no warning on a unimodal model at
@@ -45,7 +47,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pyro_pt import ParallelTempering, TemperingWarning  # noqa: E402
 from tests.pt.multimodal import CASES  # noqa: E402
 
-NUM_POINTS, NUM_COEFFICIENTS, NOISE, PRIOR_SCALE = 50, 3, 1.0, 1.0
+NUM_POINTS, NUM_COEFFICIENTS, NOISE = 50, 3, 1.0
+# the regression's prior scale per case: a wider prior puts the posterior further from the
+# prior rung, and the stepping stones' bias grows with that distance
+PRIOR_SCALES = {"regression": 1.0, "regression_wide": 10.0}
+GLMS = ("logistic", "poisson")  # unimodal, no exact answer: does a default run warn?
 
 
 def regression_data(seed=0):
@@ -56,18 +62,47 @@ def regression_data(seed=0):
     return x, y
 
 
-def regression_model(x, y):
+def regression_model(x, y, prior_scale):
     zero = torch.zeros(NUM_COEFFICIENTS, dtype=x.dtype)
-    w = pyro.sample("w", dist.Normal(zero, PRIOR_SCALE).to_event(1))
+    w = pyro.sample("w", dist.Normal(zero, prior_scale).to_event(1))
     with pyro.plate("data", x.shape[0]):
         pyro.sample("y", dist.Normal(w @ x.T, NOISE), obs=y)
 
 
-def regression_exact(x, y):
+def glm_data(seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(200, 4, generator=generator, dtype=torch.float64)
+    eta = x @ torch.tensor([0.5, -1.0, 0.3, 0.0], dtype=torch.float64) + 0.2
+    return x, torch.bernoulli(torch.sigmoid(eta), generator=generator), torch.poisson(
+        torch.exp(eta), generator=generator)
+
+
+def glm_model(x, y, link):
+    """A logistic or Poisson regression: intercept and 4 coefficients, N(0, 1) priors."""
+    w = pyro.sample("w", dist.Normal(torch.zeros(x.shape[1], dtype=x.dtype), 1.0).to_event(1))
+    b = pyro.sample("b", dist.Normal(torch.tensor(0.0, dtype=x.dtype), 1.0))
+    eta = w @ x.T + b.unsqueeze(-1)
+    with pyro.plate("data", x.shape[0]):
+        likelihood = dist.Bernoulli(logits=eta) if link == "logistic" else dist.Poisson(eta.exp())
+        pyro.sample("y", likelihood, obs=y)
+
+
+def run_glm(case, seed, warmup, samples):
+    """No exact answer: whether a unimodal model's default run warns, and its worst mean."""
+    x, binary, counts = glm_data()
+    y = binary if case == "logistic" else counts
+    kernel, _, said = _run(glm_model, (x, y, case), seed, warmup, samples)
+    d = kernel.diagnostics()
+    ratio = max(float((d["mcse"][k] / d["posterior_sd"][k]).max()) for k in d["mcse"])
+    return {"worst_mcse_sd": ratio, "restarts": d["restarts"], "rungs": len(kernel.betas),
+            "warned": _why(said)}
+
+
+def regression_exact(x, y, prior_scale):
     """``(log evidence, posterior mean of w)``: y ~ N(0, noise^2 I + prior^2 X X^T)."""
-    covariance = NOISE**2 * torch.eye(len(y), dtype=x.dtype) + PRIOR_SCALE**2 * x @ x.T
+    covariance = NOISE**2 * torch.eye(len(y), dtype=x.dtype) + prior_scale**2 * x @ x.T
     evidence = dist.MultivariateNormal(torch.zeros_like(y), covariance).log_prob(y)
-    precision = torch.eye(x.shape[1], dtype=x.dtype) / PRIOR_SCALE**2 + x.T @ x / NOISE**2
+    precision = torch.eye(x.shape[1], dtype=x.dtype) / prior_scale**2 + x.T @ x / NOISE**2
     mean = torch.linalg.solve(precision, x.T @ y / NOISE**2)
     return float(evidence), mean
 
@@ -89,10 +124,11 @@ def _why(said):
     return [line.strip()[2:60] for text in said for line in text.splitlines()[1:]]
 
 
-def run_regression(seed, warmup, samples):
+def run_regression(case, seed, warmup, samples):
     x, y = regression_data()
-    exact, mean = regression_exact(x, y)
-    kernel, mcmc, said = _run(regression_model, (x, y), seed, warmup, samples)
+    exact, mean = regression_exact(x, y, PRIOR_SCALES[case])
+    kernel, mcmc, said = _run(regression_model, (x, y, PRIOR_SCALES[case]), seed, warmup,
+                              samples)
     d = kernel.diagnostics()
     ll = d["tempering_record"]["log_likelihood"]
     from pyro_pt.health import stepping_stone_errors
@@ -134,7 +170,10 @@ def table(path):
         warned = sum(bool(r["warned"]) for r in records)
         restarts = sum(r["restarts"] for r in records) / n
         rungs = sum(r["rungs"] for r in records) / n
-        if case == "regression":
+        if case in GLMS:
+            cover = (f"(no exact answer) largest mcse / sd "
+                     f"{max(r['worst_mcse_sd'] for r in records):.3f}")
+        elif case in PRIOR_SCALES:
             z = [abs(r["log_Z"] - r["exact"]) / r["error"] for r in records]
             z_old = [abs(r["log_Z"] - r["exact"]) / r["monte_carlo"] for r in records]
             means = [abs(o) / e for r in records for o, e in zip(r["mean_off"], r["mcse"])]
@@ -162,7 +201,8 @@ def table(path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", default="regression", choices=["regression", *CASES])
+    parser.add_argument("--case", default="regression",
+                        choices=[*PRIOR_SCALES, *GLMS, *CASES])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=1000)
@@ -175,8 +215,10 @@ def main():
     torch.set_num_threads(1)
     for seed in range(args.first_seed, args.first_seed + args.runs):
         start = time.perf_counter()
-        if args.case == "regression":
-            record = run_regression(seed, args.warmup, args.samples)
+        if args.case in PRIOR_SCALES:
+            record = run_regression(args.case, seed, args.warmup, args.samples)
+        elif args.case in GLMS:
+            record = run_glm(args.case, seed, args.warmup, args.samples)
         else:
             record = run_battery(args.case, seed, args.warmup, args.samples)
         record.update(case=args.case, seed=seed, warmup=args.warmup, samples=args.samples,
