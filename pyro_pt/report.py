@@ -226,8 +226,9 @@ class Reporting:
         default): without one no such error exists, and it warns and returns NaN. With fewer
         than :data:`~pyro_pt.regeneration.MIN_SEGMENTS` segments it is ``inf``.
 
-        Of the kernel's last run (one chain); the means of the latent sites themselves are
-        ``diagnostics()["mcse"]``.
+        Of the kernel's last run, one chain (of several, the last:
+        ``{k: v[-1] for k, v in mcmc.get_samples(group_by_chain=True).items()}``); the means of
+        the latent sites themselves are ``diagnostics()["mcse"]``, per chain.
 
         :param fn: a function of the draws ``{site: tensor[num_draws, ...]}`` (as
             ``mcmc.get_samples()`` gives them) returning a tensor ``[num_draws, ...]``: one
