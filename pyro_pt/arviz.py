@@ -34,9 +34,9 @@ def to_inference_data(mcmc, *, log_likelihood=True):
       :math:`\lambda(\beta) \approx \Lambda_i / (\beta_i - \beta_{i+1})` at the pair's
       mid-point ``local_barrier_beta``;
     - ``mcse_<site>`` (chain, the site's dims): the Monte Carlo error of each chain's mean of
-      the latent site from its regeneration segments (:mod:`pyro_pt.regeneration`; valid
-      where the cold chain cannot cross between modes on its own), with the segments counted
-      in the ``mcse_segments`` attribute; NaN for a chain without an exact hot end, absent
+      the latent site over its lineages' tours (:mod:`pyro_pt.regeneration`; valid where
+      the cold chain cannot cross between modes on its own), with the tours counted in the
+      ``mcse_tours`` attribute; NaN for a chain without an exact hot end, absent
       where no chain has one;
 
     with the temperatures of the chain with the most rungs as coordinates (chains whose
@@ -121,9 +121,9 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     # tempered restarts (pyro_pt.lineages); NaN where the hot end is not drawn exactly
     stats.attrs["restarts"] = np.asarray([math.nan if r is None else r for r in of("restarts")],
                                          dtype=np.float64)
-    # the regeneration segments the mcse_<site> errors rest on (NaN: none, a finite hot end)
-    stats.attrs["mcse_segments"] = np.asarray(
-        [math.nan if n is None else n for n in of("mcse_segments")], dtype=np.float64)
+    # the tours the mcse_<site> errors rest on (NaN: none, a finite hot end)
+    stats.attrs["mcse_tours"] = np.asarray(
+        [math.nan if n is None else n for n in of("mcse_tours")], dtype=np.float64)
     for key, dtype in (("round_trips", np.int64), ("barrier", np.float64),
                        ("log_Z", np.float64), ("recommended_replicas", np.int64),
                        ("round_trip_rate", np.float64),

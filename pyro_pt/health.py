@@ -36,7 +36,7 @@ import torch
 
 from .legs import Legs
 from .recorders import stepping_stone_terms
-from .regeneration import MIN_SEGMENTS
+from .regeneration import MIN_TOURS
 from .shortfall import too_few_rungs
 
 # A pair below it is a bottleneck: the replicas on either side of it barely exchange.
@@ -148,22 +148,21 @@ def _mcse_problem(diagnostics, num_draws):
     if worst is None or not num_draws or not worst[0] > MCSE_TOLERANCE:
         return None
     ratio, where, error, sd = worst
-    segments = diagnostics.get("mcse_segments") or 0
-    rungs = (f"; or {_ladder_advice(diagnostics)} (more rungs bring more restarts per draw)"
+    tours = diagnostics.get("mcse_tours") or 0
+    rungs = (f"; or {_ladder_advice(diagnostics)} (more rungs bring more tours per draw)"
              if diagnostics["recommended_replicas"] > len(diagnostics["temperatures"]) else "")
     if math.isinf(ratio):
-        longer = (f"about {math.ceil(num_draws * MIN_SEGMENTS / segments)} draws (num_samples)"
-                  if segments > 1 else "many more draws (num_samples)")
-        return (f"the cold chain's {num_draws} draws of the sampling phase make only "
-                f"{segments} regeneration segment{'s' if segments != 1 else ''} (a lineage "
-                f"fresh from the hot end taking the cold rung), fewer than {MIN_SEGMENTS}: no "
-                "Monte Carlo error can be stated for its means, and the weights of modes it "
-                f"cannot cross between on its own are in doubt; {longer} would give "
-                f"{MIN_SEGMENTS}{rungs}")
+        longer = (f"about {math.ceil(num_draws * MIN_TOURS / tours)} draws (num_samples)"
+                  if tours > 1 else "many more draws (num_samples)")
+        return (f"the cold chain's {num_draws} draws of the sampling phase come from only "
+                f"{tours} tour{'s' if tours != 1 else ''} of its lineages (from one visit to "
+                f"the hot end to the next), fewer than {MIN_TOURS}: no Monte Carlo error can be "
+                "stated for its means, and the weights of modes it cannot cross between on its "
+                f"own are in doubt; {longer} would give {MIN_TOURS}{rungs}")
     needed = math.ceil(num_draws * (ratio / MCSE_TOLERANCE) ** 2)
     return (f"the cold chain's mean of {where} has a Monte Carlo error of {error:.3g}, "
-            f"{ratio:.2f} of its posterior sd {sd:.3g} (above {MCSE_TOLERANCE:g}), from the "
-            f"{segments} regeneration segments of its {num_draws} draws "
+            f"{ratio:.2f} of its posterior sd {sd:.3g} (above {MCSE_TOLERANCE:g}), over the "
+            f"{tours} tours of its lineages its {num_draws} draws come from "
             "(diagnostics()['mcse']; kernel.mcse(fn) for a function of the draws, e.g. a "
             "mode's indicator): it, and the weights of any modes the cold chain cannot cross "
             "between on its own, are in doubt; errors shrink as 1/sqrt(length): about "

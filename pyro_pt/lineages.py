@@ -28,10 +28,10 @@ class IndexProcess:
 
     A restart is a lineage that sat at one of the ``exact_hots`` (beta = 0: every scan gives
     the lineage there a fresh i.i.d. state; the one that starts there counts as fresh) and has
-    since reached a cold rung. Without exact hot ends :attr:`restarts` is None. After each
-    :meth:`observe`, :attr:`renewed` says whether rung 0 has just been taken by a lineage that
-    sat at an exact hot end since it last held rung 0: where the recorded cold chain's
-    regeneration segments begin (:mod:`pyro_pt.regeneration`).
+    since reached a cold rung. Without exact hot ends :attr:`restarts` is None. A lineage's
+    *tour* is its stretch between two visits to an exact hot end: it starts from a fresh state
+    there, so its tours are the units of the recorded cold chain's Monte Carlo errors
+    (:mod:`pyro_pt.regeneration`); :attr:`cold_tour` names the one holding rung 0.
     """
 
     def __init__(self, num_temperatures, legs=None, exact_hots=()):
@@ -45,10 +45,8 @@ class IndexProcess:
         self.round_trips = 0
         self.exact_hots = [h for h in exact_hots if h not in self.legs.colds]
         self._fresh = [rung in self.exact_hots for rung in range(num_temperatures)]
-        # The same, cleared only at rung 0 (of two cold rungs, the one MCMC records).
-        self._unseen = list(self._fresh)
+        self._tours = [0] * num_temperatures  # per lineage: its visits to an exact hot end
         self._restarts = 0
-        self.renewed = False
 
     @property
     def restarts(self):
@@ -58,6 +56,12 @@ class IndexProcess:
     @restarts.setter
     def restarts(self, value):
         self._restarts = 0 if value is None else int(value)
+
+    @property
+    def cold_tour(self):
+        """``(lineage, tour)`` of the state at rung 0 (of two cold rungs, the one MCMC
+        records): the tour it is on, counted in visits to an exact hot end."""
+        return self.lineage[0], self._tours[self.lineage[0]]
 
     def swap(self, pair):
         """Exchange the lineages of pair ``pair``'s rungs (``pair`` and ``pair + 1``, or the
@@ -76,9 +80,8 @@ class IndexProcess:
                 self._phase[hot] = "down"
         # The lineage now at an exact hot end is drawn afresh before its next swap.
         for rung in self.exact_hots:
-            self._fresh[self.lineage[rung]] = self._unseen[self.lineage[rung]] = True
-        zero = self.lineage[0]
-        self.renewed, self._unseen[zero] = self._unseen[zero], False
+            self._fresh[self.lineage[rung]] = True
+            self._tours[self.lineage[rung]] += 1
         for rung in self.legs.colds:
             cold = self.lineage[rung]
             if self._phase[cold] == "down":

@@ -172,7 +172,7 @@ def _worst_ratio(recorder):
     sampling phase (:mod:`pyro_pt.regeneration`; NaN without an exact hot end)."""
     if recorder.index.restarts is None:
         return math.nan
-    _, sd, errors = recorder.segments.summary()
+    _, sd, errors = recorder.tours.summary()
     worst = worst_mean({"mcse": errors, "posterior_sd": sd})
     return math.nan if worst is None else worst[0]
 
@@ -220,11 +220,11 @@ class Reporting:
     def mcse(self, fn, samples=None):
         """
         The Monte Carlo standard error of the mean over the cold chain's draws of ``fn``, from
-        the run's regeneration segments (:mod:`pyro_pt.regeneration`): valid where the cold
+        the tours of the run's lineages (:mod:`pyro_pt.regeneration`): valid where the cold
         chain cannot cross between modes on its own, e.g. for a mode indicator's mean (the
         mode's share) or a prediction. Needs an exact hot end (``max_temperature=inf``, the
         default): without one no such error exists, and it warns and returns NaN. With fewer
-        than :data:`~pyro_pt.regeneration.MIN_SEGMENTS` segments it is ``inf``.
+        than :data:`~pyro_pt.regeneration.MIN_TOURS` tours it is ``inf``.
 
         Of the kernel's last run, one chain (of several, the last:
         ``{k: v[-1] for k, v in mcmc.get_samples(group_by_chain=True).items()}``); the means of
@@ -253,8 +253,8 @@ class Reporting:
                             f"[num_draws, ...] alone; got {type(fn).__name__} with samples")
         if not torch.is_tensor(values):
             values = torch.as_tensor(values)
-        segments, recorded = self.run.recorder.segments, self.run.recorder.segments.num_draws
-        starts = segments.starts
+        tours = self.run.recorder.tours.tours
+        recorded = len(tours)
         resumed = recorded - self.run.draws_before  # the draws of this MCMC.run, if resumed
         if values.dim() == 0 or values.shape[0] not in (recorded, resumed):
             raise ValueError(
@@ -262,14 +262,14 @@ class Reporting:
                 f"draw of the sampling phase, [num_draws={recorded}, ...]; pass "
                 "samples=mcmc.get_samples() of this kernel's last run (not grouped by chain)")
         if values.shape[0] != recorded:  # a resumed run's MCMC holds only the draws since
-            starts = [s - self.run.draws_before for s in starts]
+            tours = tours[self.run.draws_before:]
         if self.run.recorder.index.restarts is None:
             warnings.warn("mcse: this run has no exact hot end (max_temperature is finite), so "
                           "its cold chain has no regenerations and no Monte Carlo error that "
                           "holds across modes can be given; run with max_temperature=inf",
                           TemperingWarning, stacklevel=2)
             return torch.full(values.shape[1:], math.nan, dtype=torch.float64)
-        return regenerative_error(values.detach().cpu(), starts)
+        return regenerative_error(values.detach().cpu(), tours)
 
     def diagnostics(self):
         run = self.run
@@ -277,14 +277,13 @@ class Reporting:
         num_rounds = max(0, scans // interval - run.warmup_steps // interval)
         rungs = run.rungs.summary(scans, run.ladder.temperatures)
         out = run.recorder.summary(betas, num_rounds, rungs)
-        # The cold chain's means and their regenerative Monte Carlo errors (None without an
-        # exact hot end: no regenerations, pyro_pt.regeneration).
-        segments = run.recorder.segments
-        _, out["posterior_sd"], errors = segments.summary()
+        # The cold chain's means and their Monte Carlo errors over the lineages' tours (None
+        # without an exact hot end: no tours, pyro_pt.regeneration).
+        tours = run.recorder.tours
+        _, out["posterior_sd"], errors = tours.summary()
         regenerates = out["restarts"] is not None
         out["mcse"] = errors if regenerates else None
-        out["mcse_segments"] = (len(segments.starts) + 1 if segments.num_draws else 0
-                                ) if regenerates else None
+        out["mcse_tours"] = len(tours.sums) if regenerates else None
         # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
         out["adaptation_history"] = self.adaptation_history
         legs = run.recorder.legs
