@@ -107,10 +107,10 @@ def run_config(name):
     assert restarts == kernel.run.recorder.index.restarts
     # Added after the record: the cold chain's means' sd and Monte Carlo errors (None without
     # an exact hot end), which the draws compared here give.
-    sd, errors, segments = (diagnostics.pop(k) for k in ("posterior_sd", "mcse", "mcse_segments"))
+    sd, errors, tours = (diagnostics.pop(k) for k in ("posterior_sd", "mcse", "mcse_tours"))
     draws = mcmc.get_samples()
     assert all(torch.allclose(sd[k], v.double().std(0)) for k, v in draws.items())
-    assert (errors is None) == (segments is None) == (restarts is None)
+    assert (errors is None) == (tours is None) == (restarts is None)
     # Wall-clock seconds, added after the record (and shown on the progress bar when long).
     explorer_info = dict(kernel.explorer_info)
     assert explorer_info.pop("setup_seconds") > 0.0

@@ -148,14 +148,14 @@ def test_log_zs_error_spans_a_gap_it_can_still_use():
     assert why is None and problems == [] and 0.5 * gap <= error < 0.11
 
 
-def _means(error, sd, segments=40):
+def _means(error, sd, tours=40):
     """Hand-made diagnostics of a healthy run whose cold-chain means have these errors."""
     ll = -1.0 + 0.01 * torch.randn(400, 2, generator=torch.Generator().manual_seed(0),
                                    dtype=torch.float64)
     diagnostics = _diagnostics([1.0, 0.0], ll, [0.5])
     diagnostics.update(mcse={"mu": torch.tensor(error, dtype=torch.float64)},
                        posterior_sd={"mu": torch.tensor(sd, dtype=torch.float64)},
-                       mcse_segments=segments)
+                       mcse_tours=tours)
     return diagnostics
 
 
@@ -166,26 +166,26 @@ def test_means_known_well_against_their_spread_do_not_warn():
     assert problems == []
     # a finite hot end states no error: nothing to review
     diagnostics = _means([0.5], [1.0])
-    diagnostics["mcse"] = diagnostics["mcse_segments"] = None
+    diagnostics["mcse"] = diagnostics["mcse_tours"] = None
     assert review(diagnostics, [1.0, 0.0], 1000, 1000)[0] == []
 
 
 def test_a_mean_in_doubt_warns_with_its_error_and_the_length_that_would_shrink_it():
-    """A bimodal coordinate (sd 2: modes near +-2) whose mode shares rest on few segments: its
+    """A bimodal coordinate (sd 2: modes near +-2) whose mode shares rest on few tours: its
     mean's error 0.5 is 0.25 sd; 1000 draws * (0.25 / 0.1)^2 = 6250 would bring it to 0.1."""
-    diagnostics = _means([[0.01, 0.5]], [[1.0, 2.0]], segments=12)
+    diagnostics = _means([[0.01, 0.5]], [[1.0, 2.0]], tours=12)
     problems, _, _ = review(diagnostics, [1.0, 0.0], 1000, 1000)
     assert len(problems) == 1
     assert ("the cold chain's mean of mu[0, 1] has a Monte Carlo error of 0.5, 0.25 of its "
-            "posterior sd 2 (above 0.1), from the 12 regeneration segments") in problems[0]
+            "posterior sd 2 (above 0.1), over the 12 tours of its lineages") in problems[0]
     assert "about 6250 draws (num_samples)" in problems[0]
     # a ladder short of the rungs its barrier calls for is told to add them too
     diagnostics = _means([0.5], [2.0])
     diagnostics["recommended_replicas"] = 5
     assert "num_replicas=2 now" in review(diagnostics, [1.0, 0.0], 1000, 1000)[0][0]
-    # too few segments for any error: said, with the draws that would give enough
-    problems, _, _ = review(_means([math.inf], [1.0], segments=4), [1.0, 0.0], 1000, 1000)
-    assert len(problems) == 1 and "only 4 regeneration segments" in problems[0]
+    # too few tours for any error: said, with the draws that would give enough
+    problems, _, _ = review(_means([math.inf], [1.0], tours=4), [1.0, 0.0], 1000, 1000)
+    assert len(problems) == 1 and "from only 4 tours of its lineages" in problems[0]
     assert "fewer than 10" in problems[0] and "about 2500 draws" in problems[0]
 
 
@@ -219,7 +219,7 @@ def test_a_bottleneck_at_the_hot_end_names_q_or_the_prior():
 
 def test_a_short_run_warns_by_its_means_error_and_a_long_one_does_not():
     """The prior rung: a healthy conjugate run of 120 draws states its mean to 0.13 of the
-    posterior sd (26 regeneration segments), and warns with the draws that would bring it to
+    posterior sd (over the tours of its lineages), and warns with the draws that would bring it to
     0.1; with 1000 draws it says nothing; a finite hot end states no such error."""
     short, _, caught = run(num_data=10, noise=1.0, samples=120, num_replicas=3,
                            max_temperature=math.inf)
@@ -229,7 +229,7 @@ def test_a_short_run_warns_by_its_means_error_and_a_long_one_does_not():
     assert ratio > 0.1 and len(caught) == 1
     message = str(caught[0].message)
     assert f"the cold chain's mean of theta has a Monte Carlo error of {error:.3g}" in message
-    assert "regeneration segments of its 120 draws" in message
+    assert "tours of its lineages its 120 draws come from" in message
     assert f"about {math.ceil(120 * (ratio / 0.1) ** 2)} draws (num_samples)" in message
     assert "max_temperature" not in message
     assert short.report.iloc[-1]["mcse_sd"] == pytest.approx(ratio)

@@ -83,24 +83,27 @@ def test_restarts_per_round_follow_the_lineages():
                     list(k.run.recorder.index.lineage)))
     mcmc.run(*linear_data())
     fresh, restarts = {2}, []  # lineage 2 starts at the hot end, drawn from the prior
+    visits, tours = [0, 0, 0], []  # each lineage's visits to the hot end; rung 0's tour
     for lineage in positions:
         fresh.add(lineage[2])
         restarts.append(int(lineage[0] in fresh))
         fresh.discard(lineage[0])
+        visits[lineage[2]] += 1
+        tours.append((lineage[0], visits[lineage[0]]))
     report = kernel.report
     # rounds end after 4, 12, 28 scans, the warmup at 40; sampling rows are cumulative
     expected = [sum(restarts[a:b]) for a, b in ((0, 4), (4, 12), (12, 28), (28, 40))]
     expected += [sum(restarts[40:40 + n]) for n in (16, 32, 60)]
     assert list(report.restarts) == expected
     assert mcmc.diagnostics()["restarts"]["chain 0"] == expected[-1] > 0
-    # The restarts of the sampling phase cut its draws into the segments of the cold chain's
-    # Monte Carlo errors (a restart at its first draw begins the first segment).
-    starts = [n for n, r in enumerate(restarts[40:]) if r and n > 0]
+    # The sampling phase's draws, each credited to the tour rung 0's lineage is on (counted
+    # here again from the positions), give the cold chain's Monte Carlo errors.
+    tours = tours[40:]
     w = mcmc.get_samples()["w"]
     diagnostics = kernel.diagnostics()
-    assert diagnostics["mcse_segments"] == len(starts) + 1
-    assert torch.allclose(diagnostics["mcse"]["w"], regenerative_error(w, starts))
-    ratio = regenerative_error(w, starts) / w.double().std(0)
+    assert diagnostics["mcse_tours"] == len(set(tours))
+    assert torch.allclose(diagnostics["mcse"]["w"], regenerative_error(w, tours))
+    ratio = regenerative_error(w, tours) / w.double().std(0)
     assert report.mcse_sd.iloc[-1] == pytest.approx(float(ratio.max()), rel=1e-9)
     assert report.mcse_sd.iloc[:4].isna().all()  # warmup rows state none
 
