@@ -189,7 +189,7 @@ def table(path):
             off = [r for r in records if any(abs(f - w) > 0.1 for f, w, _ in r["shares"].values())]
             cover = (f"shares {inside / len(shares):.0%} of {len(shares)}; runs with a share "
                      f"> 0.10 off: {len(off)}, warned {sum(bool(r['warned']) for r in off)}; "
-                     f"mean |share - exact| "
+                     f"mean distance to the exact share "
                      f"{sum(abs(f - w) for f, w, _ in shares) / len(shares):.3f}, mean error "
                      f"{sum(e for _, _, e in shares) / len(shares):.3f}")
         print(f"| {case} ({warmup} + {samples}) | {n} | {cover} | {warned} | "
