@@ -5,8 +5,8 @@ prior rung, a growing ladder, ``explorer="hmc"``), one torch thread, over many s
 it records the stated errors and the exact answers, and prints per case:
 
 - ``regression``, ``regression_wide``: a conjugate Bayesian linear regression (n = 50, 3
-  coefficients, known noise 1, prior N(0, 1), or N(0, 10^2), on each): exact log evidence (y is multivariate normal) and exact posterior
-  means. How often ``|log Z - exact| <= 2 * log_Z_error`` (the stated error, forward/reverse
+  coefficients, known noise 1, prior N(0, 1), or N(0, 10^2), on each): exact log evidence
+  (y is multivariate normal) and exact posterior means. How often ``|log Z - exact| <= 2 * log_Z_error`` (the stated error, forward/reverse
   gap included), and the same with the Monte Carlo part alone (what was stated before); how
   often each coefficient's mean is within 2 ``diagnostics()["mcse"]`` of the exact one.
 - ``square``, ``lopsided``, ``two_components``, ``three_components``: the multimodal battery of
