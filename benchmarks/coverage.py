@@ -6,9 +6,10 @@ it records the stated errors and the exact answers, and prints per case:
 
 - ``regression``, ``regression_wide``: a conjugate Bayesian linear regression (n = 50, 3
   coefficients, known noise 1, prior N(0, 1), or N(0, 10^2), on each): exact log evidence
-  (y is multivariate normal) and exact posterior means. How often ``|log Z - exact| <= 2 * log_Z_error`` (the stated error, forward/reverse
-  gap included), and the same with the Monte Carlo part alone (what was stated before); how
-  often each coefficient's mean is within 2 ``diagnostics()["mcse"]`` of the exact one.
+  (y is multivariate normal) and exact posterior means. How often ``|log Z - exact| <= 2 *
+  log_Z_error`` (the stated error, forward/reverse gap included), and the same with the Monte
+  Carlo part alone (what was stated before); how often each coefficient's mean is within 2
+  ``diagnostics()["mcse"]`` of the exact one.
 - ``square``, ``lopsided``, ``two_components``, ``three_components``: the multimodal battery of
   tests/pt/multimodal.py, whose mode shares are exact (symmetry, quadrature): how often each
   labelling's share is within 2 errors of ``kernel.mcse(indicator)``; how many runs have a
