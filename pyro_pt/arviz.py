@@ -33,6 +33,11 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     - ``local_barrier`` (chain, swap_pair): the local communication barrier
       :math:`\lambda(\beta) \approx \Lambda_i / (\beta_i - \beta_{i+1})` at the pair's
       mid-point ``local_barrier_beta``;
+    - ``mcse_<site>`` (chain, the site's dims): the Monte Carlo error of each chain's mean of
+      the latent site over its lineages' tours (:mod:`pyro_pt.regeneration`; valid where
+      the cold chain cannot cross between modes on its own), with the tours counted in the
+      ``mcse_tours`` attribute; NaN for a chain without an exact hot end, absent
+      where no chain has one;
 
     with the temperatures of the chain with the most rungs as coordinates (chains whose
     ladders grew to different sizes are padded with NaN; with ``beta``, and for the two legs of
@@ -108,6 +113,7 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     if legs.stabilized:
         coords["leg"] = ("temperature",
                          [legs.names[legs.leg_of(k)] for k in range(legs.num_rungs)])
+    _add_mcse(per_chain, dims, of("mcse"), groups["posterior"])
     stats = groups["sample_stats"]
     stats = stats.merge(pyro_arviz.dataset(record, dims=dims, coords=coords))
     stats = stats.merge(pyro_arviz.dataset(per_chain, sample_dims=("chain",), dims=dims, coords=coords))
@@ -115,6 +121,9 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     # tempered restarts (pyro_pt.lineages); NaN where the hot end is not drawn exactly
     stats.attrs["restarts"] = np.asarray([math.nan if r is None else r for r in of("restarts")],
                                          dtype=np.float64)
+    # the tours the mcse_<site> errors rest on (NaN: none, a finite hot end)
+    stats.attrs["mcse_tours"] = np.asarray(
+        [math.nan if n is None else n for n in of("mcse_tours")], dtype=np.float64)
     for key, dtype in (("round_trips", np.int64), ("barrier", np.float64),
                        ("log_Z", np.float64), ("recommended_replicas", np.int64),
                        ("round_trip_rate", np.float64),
@@ -128,6 +137,23 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     stats.attrs["tempering"] = "likelihood-only (pyro_pt.ParallelTempering)"
     groups["sample_stats"] = stats
     return pyro_arviz.build(groups)
+
+
+def _add_mcse(per_chain, dims, errors, posterior):
+    """``mcse_<site>`` (chain, the site's own dims, as in ``posterior``): each chain's
+    regenerative Monte Carlo error of the site's mean (:mod:`pyro_pt.regeneration`), NaN for a
+    chain without an exact hot end; nothing where no chain has one."""
+    known = [e for e in errors if e is not None]
+    if not known:
+        return
+    for site, like in known[0].items():
+        like = like.numpy()
+        name = f"mcse_{site}"
+        per_chain[name] = np.stack([np.full(like.shape, np.nan) if e is None
+                                    else e[site].numpy() for e in errors])
+        # the posterior's dims for the site (a draw's axes after chain and draw)
+        dims[name] = (list(posterior[site].dims[2:]) if site in posterior.data_vars
+                      else [f"{name}_dim_{i}" for i in range(like.ndim)])
 
 
 def _padded(rows, size, axis=-1):

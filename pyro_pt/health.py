@@ -4,12 +4,17 @@ said with the numbers and what to do (each message says why; docs/layout.md, "Di
 A ladder with fewer rungs than its barrier calls for is told by :mod:`pyro_pt.shortfall`, the
 rule the end of warmup warns by.
 
-log Z is unreliable where a pair is a bottleneck (its log-mean-exp's weights are then dominated
-by a few draws) or where the forward and reverse estimates differ by more than
-:data:`LOG_Z_TOLERANCE` times their Monte Carlo error: each pair's term's error is the delta
-method's :math:`\mathrm{sd}(w) / (\overline{w} \sqrt{n_{eff}})`, :math:`w_n = e^{\Delta \ell_n}`,
-and the pairs' add in variance. Both estimators are consistent with biases of the order of the
-squared error, so outside three errors they do not estimate one number.
+log Z's stated error is its Monte Carlo error and the gap between the forward and reverse
+stepping-stone estimates together. Each pair's term's Monte Carlo error is the delta method's
+:math:`\mathrm{sd}(w) / (\overline{w} \sqrt{n_{eff}})`, :math:`w_n = e^{\Delta \ell_n}`, and
+the pairs' add in variance. The forward estimate is biased low and the reverse high (Jensen's
+inequality on a log-mean-exp), by terms of the order of the pairs' squared errors, which a
+pair of distant rungs makes large; the reported log Z is their mean, with error
+:math:`\sqrt{\sigma_{MC}^2 + (|\mathrm{forward} - \mathrm{reverse}| / 2)^2}`, which spans
+both. log Z is unreliable where that error is above :data:`LOG_Z_USABLE` nats, or where a pair
+is a bottleneck (its log-mean-exp's weights are then dominated by a few draws). The cold
+chain's means are reviewed by their regenerative Monte Carlo error
+(:mod:`pyro_pt.regeneration`) against their posterior sd (:data:`MCSE_TOLERANCE`).
 
 Pure: torch, and :mod:`pyro.ops.stats` for the effective sample size (imported when first
 needed, as :mod:`pyro_pt.barrier` does).
@@ -21,6 +26,8 @@ a scalable highly parallel MCMC scheme", JRSS B.
 
 [2] Xie, Lewis, Fan, Kuo, Chen (2011), "Improving marginal likelihood estimation for Bayesian
 phylogenetic model selection", Systematic Biology (stepping-stone sampling).
+
+[3] Kass, Raftery (1995), "Bayes factors", JASA 90.
 """
 
 import math
@@ -29,17 +36,20 @@ import torch
 
 from .legs import Legs
 from .recorders import stepping_stone_terms
+from .regeneration import MIN_TOURS
 from .shortfall import too_few_rungs
 
 # A pair below it is a bottleneck: the replicas on either side of it barely exchange.
 LOW_SWAP_ACCEPTANCE = 0.1
 # A cold explorer below it changes only through swaps: its draws are nearly all repeats.
 LOW_COLD_ACCEPTANCE = 0.01
-LOG_Z_TOLERANCE = 3.0
-# Fewer tempered restarts than this in the sampling phase warn: a mode's share is then known
-# to worse than +-0.07 (share_error: at most 0.1 off at 1.4 standard errors); the mixtures of
-# benchmarks/explorers.py and tests/pt/test_multimodal.py measure the shares against it.
-MIN_RESTARTS = 100
+# log Z's stated error above it (nats) is too large to use: two errors then span more than
+# the ln B = 1 below which a Bayes factor is "not worth more than a bare mention" [3].
+LOG_Z_USABLE = 0.5
+# A cold-chain mean whose Monte Carlo error is above this share of its posterior sd warns:
+# the same error on a mixture's mean is a mode share in doubt by about half of it
+# (benchmarks/coverage.py measures it); a unimodal run's 1 / sqrt(ESS) is far below.
+MCSE_TOLERANCE = 0.1
 # What log_Z_meaning gains when the estimate is not to be trusted.
 UNRELIABLE = " -- UNRELIABLE: "
 # Keys the review adds to the kernel's diagnostics.
@@ -48,7 +58,8 @@ REVIEW_KEYS = ("warnings", "log_Z_error")
 
 class TemperingWarning(UserWarning):
     """A tempered run whose sampling phase is untrustworthy (bottleneck, no round trip, a cold
-    rung that does not move or diverges, an unreliable log Z); one per run, with what to do."""
+    rung that does not move or diverges, a mean or log Z whose error is too large to use); one
+    per run, with what to do."""
 
 
 def log_mean_exp_error(values):
@@ -100,30 +111,62 @@ def _ladder_advice(diagnostics):
     return f"{rungs}{hotter}warm up longer (warmup_steps) with adapt_temperatures=True"
 
 
-def share_error(restarts):
-    r"""The standard error a mode's share of the cold draws has at most when ``restarts``
-    independent labels made it: :math:`\sqrt{2 w (1 - w) / R}` at :math:`w = 1/2`, the factor
-    2 for sojourns of random (exponential) length; inf for none."""
-    return math.sqrt(0.5 / restarts) if restarts else math.inf
+def _coordinate(name, shape, flat_index):
+    """``name`` or ``name[i, j]``: the coordinate ``flat_index`` of a site of ``shape``."""
+    if not shape:
+        return name
+    index = []
+    for size in reversed(shape):
+        index.append(flat_index % size)
+        flat_index //= size
+    return f"{name}[{', '.join(str(i) for i in reversed(index))}]"
 
 
-def _restart_problem(diagnostics, num_rounds):
-    """Too few tempered restarts in the sampling phase for the weights of separated modes."""
-    restarts = diagnostics.get("restarts")
-    if restarts is None or num_rounds == 0 or restarts >= MIN_RESTARTS:
+def worst_mean(diagnostics):
+    """``(ratio, coordinate, error, sd)`` of the latent coordinate whose mean's Monte Carlo
+    error is largest against its posterior sd (None where no error is stated, or every
+    coordinate is constant)."""
+    errors, sds = diagnostics.get("mcse"), diagnostics.get("posterior_sd")
+    worst = None
+    for name, error in (errors or {}).items():
+        error, sd = error.reshape(-1), sds[name].reshape(-1)
+        # a constant coordinate (or one seen once) has no error to weigh
+        ratio = torch.where(sd > 0.0, error / sd, torch.full_like(error, -math.inf))
+        if not ratio.numel():
+            continue
+        i = int(ratio.argmax())
+        if ratio[i] > -math.inf and (worst is None or float(ratio[i]) > worst[0]):
+            worst = (float(ratio[i]), _coordinate(name, tuple(sds[name].shape), i),
+                     float(error[i]), float(sd[i]))
+    return worst
+
+
+def _mcse_problem(diagnostics, num_draws):
+    """The cold chain's mean of some coordinate known to worse than :data:`MCSE_TOLERANCE` of
+    its posterior sd, by its regenerative Monte Carlo error (:mod:`pyro_pt.regeneration`)."""
+    worst = worst_mean(diagnostics)
+    if worst is None or not num_draws or not worst[0] > MCSE_TOLERANCE:
         return None
-    rate = restarts / num_rounds
-    longer = (f"about {math.ceil(MIN_RESTARTS / rate)} swap rounds at this run's rate of "
-              f"{rate:.3g}" if rate > 0 else "much longer")
-    known = (f"a mode's share of the cold draws is known to about +-{share_error(restarts):.2f}"
-             if restarts else "no draw from the hot end has reached the cold chain")
-    rungs = (f"{_ladder_advice(diagnostics)}, or sample longer"
-             if diagnostics["recommended_replicas"] > len(diagnostics["temperatures"]) else
-             "the ladder has the rungs its barrier calls for: sample longer")
-    return (f"only {restarts} tempered restarts (states drawn exactly at the hot end that "
-            f"reached the cold rung) in the {num_rounds} swap rounds of the sampling phase, "
-            f"fewer than {MIN_RESTARTS}: the cold chain's weights of modes it cannot cross "
-            f"between on its own rest on them, and {known}; {rungs} ({longer})")
+    ratio, where, error, sd = worst
+    tours = diagnostics.get("mcse_tours") or 0
+    rungs = (f"; or {_ladder_advice(diagnostics)} (more rungs bring more tours per draw)"
+             if diagnostics["recommended_replicas"] > len(diagnostics["temperatures"]) else "")
+    if math.isinf(ratio):
+        longer = (f"about {math.ceil(num_draws * MIN_TOURS / tours)} draws (num_samples)"
+                  if tours > 1 else "many more draws (num_samples)")
+        return (f"the cold chain's {num_draws} draws of the sampling phase come from only "
+                f"{tours} tour{'s' if tours != 1 else ''} of its lineages (from one visit to "
+                f"the hot end to the next), fewer than {MIN_TOURS}: no Monte Carlo error can be "
+                "stated for its means, and the weights of modes it cannot cross between on its "
+                f"own are in doubt; {longer} would give {MIN_TOURS}{rungs}")
+    needed = math.ceil(num_draws * (ratio / MCSE_TOLERANCE) ** 2)
+    return (f"the cold chain's mean of {where} has a Monte Carlo error of {error:.3g}, "
+            f"{ratio:.2f} of its posterior sd {sd:.3g} (above {MCSE_TOLERANCE:g}), over the "
+            f"{tours} tours of its lineages its {num_draws} draws come from "
+            "(diagnostics()['mcse']; kernel.mcse(fn) for a function of the draws, e.g. a "
+            "mode's indicator): it, and the weights of any modes the cold chain cannot cross "
+            "between on its own, are in doubt; errors shrink as 1/sqrt(length): about "
+            f"{needed} draws (num_samples) would bring it to {MCSE_TOLERANCE:g} sd{rungs}")
 
 
 def _divergence_problem(diagnostics, num_scans, on_divergence):
@@ -213,7 +256,7 @@ def review(diagnostics, betas, num_rounds, num_scans=None, on_divergence=None,
         f"no round trip (cold -> hottest -> cold) in the {num_rounds} swap rounds of the "
         "sampling phase: the cold chain has not seen what the hot rungs explore; "
         f"{_ladder_advice(diagnostics)}, or sample longer" if no_round_trip else None,
-        _restart_problem(diagnostics, num_rounds),
+        _mcse_problem(diagnostics, num_scans),
         further,
         f"the cold rung's explorer accepted {cold:.3g} of its moves (below "
         f"{LOW_COLD_ACCEPTANCE}): its draws are nearly all repeats; warm up longer or tune the "
@@ -228,26 +271,28 @@ def review(diagnostics, betas, num_rounds, num_scans=None, on_divergence=None,
 
 
 def _log_z_review(diagnostics, betas, legs, first_blocked):
-    """``(log_z_error, log_z_problem)``: the Monte Carlo error of the first leg's log Z and why
-    it is unreliable (None if it is not)."""
+    """``(log_z_error, log_z_problem)``: the stated error of the first leg's log Z (the
+    module's: Monte Carlo and the forward/reverse gap) and why it is unreliable (None if it is
+    not)."""
     ll = diagnostics["tempering_record"]["log_likelihood"]
     if legs is not None:
         betas, ll = legs.pick(0, betas, columns=ll)
     if not (len(betas) > 1 and ll.shape[0] > 0):
         return math.nan, None
-    error = math.hypot(*stepping_stone_errors(betas, ll))
+    monte_carlo = 0.5 * math.hypot(*stepping_stone_errors(betas, ll))
     forward, reverse = diagnostics["log_Z_forward"], diagnostics["log_Z_reverse"]
     gap = abs(forward - reverse)
+    error = math.hypot(monte_carlo, 0.5 * gap)
     problem = None
     if not math.isfinite(diagnostics["log_Z"]):
         problem = f"it is not finite (forward {forward:.4g}, reverse {reverse:.4g})"
-    elif not gap <= LOG_Z_TOLERANCE * error:
-        problem = (f"forward {forward:.4g} and reverse {reverse:.4g} estimates differ by "
-                   f"{gap:.3g}, more than {LOG_Z_TOLERANCE:g} times their Monte Carlo error "
-                   f"{error:.3g}")
+    elif not error <= LOG_Z_USABLE:
+        problem = (f"its error {error:.3g} is above {LOG_Z_USABLE:g} nat, too large to weigh "
+                   f"models by (forward {forward:.4g} and reverse {reverse:.4g} estimates "
+                   f"differ by {gap:.3g}; Monte Carlo error {monte_carlo:.3g})")
     elif first_blocked:
         problem = "a pair is a bottleneck (see the swap acceptance)"
-    return 0.5 * error, problem
+    return error, problem
 
 
 def warning_text(problems):

@@ -48,9 +48,11 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
     derived from Pyro's seed (:mod:`pyro_pt.random`), so a seeded run is reproducible.
 
     At the end of a run its sampling phase is reviewed (:mod:`pyro_pt.health`: too few rungs,
-    a bottleneck pair, no round trip, too few tempered restarts, a cold rung that does not move,
-    an unreliable log Z): one :class:`~pyro_pt.TemperingWarning` (rank 0), also the
-    ``warnings`` of the report's closing row and of :meth:`diagnostics`, each with what to do.
+    a bottleneck pair, no round trip, a cold-chain mean whose Monte Carlo error is large
+    against its posterior sd, a cold rung that does not move, an unreliable log Z): one
+    :class:`~pyro_pt.TemperingWarning` (rank 0), also the ``warnings`` of the report's closing
+    row and of :meth:`diagnostics`, each with what to do. :meth:`mcse` gives the Monte Carlo
+    error of any function of the cold draws, valid across modes (:mod:`pyro_pt.regeneration`).
     A model Pyro's NUTS refuses (a plate drawing a random subsample, a discrete latent) is
     refused at set-up, naming the site.
 
@@ -239,6 +241,10 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
             outcome = self._communicate(run)
         cold = run.rungs.cold_state()
         run.recorder.record_scan(run.ll, outcome)
+        if run.recorder.sampling:  # the draw MCMC records, for its Monte Carlo errors
+            transforms = run.split.transforms
+            run.recorder.record_cold({name: transforms[name].inv(v) if name in transforms else v
+                                      for name, v in cold.items()})
         run.report.count_cold(cold_moved)
         if run.refitting:  # q is refitted to the cold draws at warmup rounds' ends
             run.refitting.keep(run, cold)

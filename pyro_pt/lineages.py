@@ -28,7 +28,10 @@ class IndexProcess:
 
     A restart is a lineage that sat at one of the ``exact_hots`` (beta = 0: every scan gives
     the lineage there a fresh i.i.d. state; the one that starts there counts as fresh) and has
-    since reached a cold rung. Without exact hot ends :attr:`restarts` is None.
+    since reached a cold rung. Without exact hot ends :attr:`restarts` is None. A lineage's
+    *tour* is its stretch between two visits to an exact hot end: it starts from a fresh state
+    there, so its tours are the units of the recorded cold chain's Monte Carlo errors
+    (:mod:`pyro_pt.regeneration`); :attr:`cold_tour` names the one holding rung 0.
     """
 
     # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
@@ -47,6 +50,7 @@ class IndexProcess:
         self.round_trips = 0
         self.exact_hots = [h for h in exact_hots if h not in self.legs.colds]
         self._fresh = [rung in self.exact_hots for rung in range(num_temperatures)]
+        self._tours = [0] * num_temperatures  # per lineage: its visits to an exact hot end
         self._restarts = 0
 
     @property
@@ -57,6 +61,12 @@ class IndexProcess:
     @restarts.setter
     def restarts(self, value):
         self._restarts = 0 if value is None else int(value)
+
+    @property
+    def cold_tour(self):
+        """``(lineage, tour)`` of the state at rung 0 (of two cold rungs, the one MCMC
+        records): the tour it is on, counted in visits to an exact hot end."""
+        return self.lineage[0], self._tours[self.lineage[0]]
 
     def swap(self, pair):
         """Exchange the lineages of pair ``pair``'s rungs (``pair`` and ``pair + 1``, or the
@@ -76,6 +86,7 @@ class IndexProcess:
         # The lineage now at an exact hot end is drawn afresh before its next swap.
         for rung in self.exact_hots:
             self._fresh[self.lineage[rung]] = True
+            self._tours[self.lineage[rung]] += 1
         for rung in self.legs.colds:
             cold = self.lineage[rung]
             if self._phase[cold] == "down":

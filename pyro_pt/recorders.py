@@ -13,6 +13,7 @@ from .barrier import (global_barrier, leg_pair_barriers, pair_barriers, recommen
 from .ladder import temperatures_of
 from .legs import Legs
 from .lineages import IndexProcess, theoretical_round_trip_rate  # noqa: F401 (public here too)
+from .regeneration import ColdTours
 
 LOG_Z_KEYS = ("log_Z", "log_Z_forward", "log_Z_reverse")
 
@@ -151,7 +152,8 @@ class TemperingRecorder:
       process with its round trips (the progress bar and the diagnostics).
 
     ``legs`` default to one; restarts are counted from the ``exact_hots``
-    (:class:`~pyro_pt.lineages.IndexProcess`).
+    (:class:`~pyro_pt.lineages.IndexProcess`), and the sampling phase's cold draws are kept by
+    the lineages' tours they come from (:attr:`tours`, :mod:`pyro_pt.regeneration`).
     """
 
     # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
@@ -168,6 +170,7 @@ class TemperingRecorder:
         self.round = SwapStatistics(num_rungs - 1)
         self.round_ll = []
         self.swap_record = []  # sampling phase: 1/0 per pair per scan, NaN when not attempted
+        self.tours = ColdTours()
 
     @property
     def sampling(self):
@@ -194,6 +197,12 @@ class TemperingRecorder:
         if self.sampling:
             self.swap_record.append(outcome)
 
+    def record_cold(self, values):
+        """The sampling phase's cold draw of the scan just recorded, ``{site: tensor}``
+        constrained (:class:`~pyro_pt.regeneration.ColdTours`), by the tour of rung 0's
+        lineage."""
+        self.tours.add(values, self.index.cold_tour)
+
     def round_pair_barriers(self, betas):
         """The barrier of each pair over the current round (:func:`~pyro_pt.barrier.pair_barriers`
         of its rejection rates and its rungs' ll rows)."""
@@ -210,6 +219,7 @@ class TemperingRecorder:
         self.phase.reset()
         self.index.round_trips = 0
         self.index.restarts = 0
+        self.tours = ColdTours()
 
     def summary(self, betas, num_rounds, rungs):
         """The sampling phase's statistics (:func:`ladder_statistics`), the rungs' own

@@ -3,7 +3,10 @@ progress bar, and the DataFrame; and :class:`Reporting`, what the kernel says ab
 
 A warmup row holds its round's swap statistics, hence the barrier and a stepping-stone log Z on
 the round's fixed ladder; sampling rows are cumulative, the closing row's ``warnings`` the
-review's (:mod:`pyro_pt.health`). Every number is the same on every rank but the seconds.
+review's (:mod:`pyro_pt.health`). A sampling row's ``mcse_sd`` is the largest regenerative Monte
+Carlo error of a cold-chain mean over its posterior sd (:mod:`pyro_pt.regeneration`), which the
+review warns above :data:`~pyro_pt.health.MCSE_TOLERANCE`. Every number is the same on every
+rank but the seconds.
 """
 
 import math
@@ -14,16 +17,17 @@ import warnings
 import torch
 
 from .explorers import kind_of
-from .health import UNRELIABLE, TemperingWarning, review, warning_text
+from .health import UNRELIABLE, TemperingWarning, review, warning_text, worst_mean
 from .barrier import global_barrier
 from .recorders import stepping_stone
+from .regeneration import regenerative_error
 from .shortfall import too_few_rungs
 
 # The printed table: the DataFrame's columns and (decimals) formats; the warnings, text, are
 # printed as lines under the closing row.
 _PRINTED = (("round", None), ("phase", None), ("scans", None), ("barrier", 3), ("log_Z", 3),
             ("min_swap_acc", 3), ("mean_swap_acc", 3), ("cold_local_acc", 3),
-            ("round_trips", None), ("restarts", None), ("seconds", 2))
+            ("round_trips", None), ("restarts", None), ("mcse_sd", 3), ("seconds", 2))
 COLUMNS = tuple(name for name, _ in _PRINTED) + ("warnings",)
 _WIDTHS = {name: max(len(name), 10 if name == "log_Z" else 8) for name, _ in _PRINTED}
 _HEADER = " ".join(f"{name:>{_WIDTHS[name]}}" for name, _ in _PRINTED)
@@ -146,6 +150,7 @@ class Report:
             "cold_local_acc": self._cold_acceptance(num_scans),
             "round_trips": recorder.index.round_trips - start_trips,
             "restarts": None if restarts is None else restarts - (start_restarts or 0),
+            "mcse_sd": _worst_ratio(recorder) if phase == "sampling" else math.nan,
             "seconds": time.perf_counter() - start_time,
             "warnings": "",
         }
@@ -160,6 +165,16 @@ class Report:
         import pandas as pd
 
         return pd.DataFrame(self.rows, columns=list(COLUMNS))
+
+
+def _worst_ratio(recorder):
+    """The largest Monte Carlo error of a cold-chain mean over its posterior sd, so far in the
+    sampling phase (:mod:`pyro_pt.regeneration`; NaN without an exact hot end)."""
+    if recorder.index.restarts is None:
+        return math.nan
+    _, sd, errors = recorder.tours.summary()
+    worst = worst_mean({"mcse": errors, "posterior_sd": sd})
+    return math.nan if worst is None else worst[0]
 
 
 class Reporting:
@@ -202,12 +217,73 @@ class Reporting:
             out["compile"] = f"{switch.engine}, {switch.compile_seconds:.0f} s"
         return out
 
+    def mcse(self, fn, samples=None):
+        """
+        The Monte Carlo standard error of the mean over the cold chain's draws of ``fn``, from
+        the tours of the run's lineages (:mod:`pyro_pt.regeneration`): valid where the cold
+        chain cannot cross between modes on its own, e.g. for a mode indicator's mean (the
+        mode's share) or a prediction. Needs an exact hot end (``max_temperature=inf``, the
+        default): without one no such error exists, and it warns and returns NaN. With fewer
+        than :data:`~pyro_pt.regeneration.MIN_TOURS` tours it is ``inf``.
+
+        Of the kernel's last run, one chain (of several, the last:
+        ``{k: v[-1] for k, v in mcmc.get_samples(group_by_chain=True).items()}``); the means of
+        the latent sites themselves are ``diagnostics()["mcse"]``, per chain.
+
+        :param fn: a function of the draws ``{site: tensor[num_draws, ...]}`` (as
+            ``mcmc.get_samples()`` gives them) returning a tensor ``[num_draws, ...]``: one
+            value per draw, vectorized over the draws (a per-draw function ``f`` can be given
+            as ``lambda s: torch.stack([f({k: v[n] for k, v in s.items()}) for n in
+            range(len(next(iter(s.values()))))])``); or the values themselves, a tensor
+            ``[num_draws, ...]``, with ``samples`` left out.
+        :param dict samples: ``mcmc.get_samples()`` of the run (the kernel keeps no draws).
+        :returns: a float64 tensor of the shape of one draw's value.
+        """
+        if not self.run or not self.run.recorder.sampling:
+            raise RuntimeError("mcse is available after MCMC.run has drawn samples with this "
+                               "kernel")
+        if callable(fn):
+            if samples is None:
+                raise ValueError("mcse(fn) needs the draws: mcse(fn, samples=mcmc.get_samples())")
+            values = fn(samples)
+        elif samples is None:
+            values = fn
+        else:
+            raise TypeError("mcse takes a function of the draws with samples=, or the values "
+                            f"[num_draws, ...] alone; got {type(fn).__name__} with samples")
+        if not torch.is_tensor(values):
+            values = torch.as_tensor(values)
+        tours = self.run.recorder.tours.tours
+        recorded = len(tours)
+        resumed = recorded - self.run.draws_before  # the draws of this MCMC.run, if resumed
+        if values.dim() == 0 or values.shape[0] not in (recorded, resumed):
+            raise ValueError(
+                f"mcse: fn's values have shape {tuple(values.shape)}, expected one value per "
+                f"draw of the sampling phase, [num_draws={recorded}, ...]; pass "
+                "samples=mcmc.get_samples() of this kernel's last run (not grouped by chain)")
+        if values.shape[0] != recorded:  # a resumed run's MCMC holds only the draws since
+            tours = tours[self.run.draws_before:]
+        if self.run.recorder.index.restarts is None:
+            warnings.warn("mcse: this run has no exact hot end (max_temperature is finite), so "
+                          "its cold chain has no regenerations and no Monte Carlo error that "
+                          "holds across modes can be given; run with max_temperature=inf",
+                          TemperingWarning, stacklevel=2)
+            return torch.full(values.shape[1:], math.nan, dtype=torch.float64)
+        return regenerative_error(values.detach().cpu(), tours)
+
     def diagnostics(self):
         run = self.run
         interval, scans, betas = run.options.swap_interval, run.scans, run.betas
         num_rounds = max(0, scans // interval - run.warmup_steps // interval)
         rungs = run.rungs.summary(scans, run.ladder.temperatures)
         out = run.recorder.summary(betas, num_rounds, rungs)
+        # The cold chain's means and their Monte Carlo errors over the lineages' tours (None
+        # without an exact hot end: no tours, pyro_pt.regeneration).
+        tours = run.recorder.tours
+        _, out["posterior_sd"], errors = tours.summary()
+        regenerates = out["restarts"] is not None
+        out["mcse"] = errors if regenerates else None
+        out["mcse_tours"] = len(tours.sums) if regenerates else None
         # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
         out["adaptation_history"] = self.adaptation_history
         legs = run.recorder.legs

@@ -124,8 +124,8 @@ def shares(labels, exact):
 
 def share_bound(weight, restarts, sds=3.5):
     """How far a mode's share may be from its ``weight`` after ``restarts`` tempered restarts:
-    ``sds`` standard errors of :func:`pyro_pt.health.share_error`'s model, each restart an
-    independent label and sojourns of exponential length: sqrt(2 w (1 - w) / R)."""
+    ``sds`` standard errors of a model in which each restart is an independent label and the
+    sojourns are of exponential length: sqrt(2 w (1 - w) / R)."""
     return sds * math.sqrt(2.0 * weight * (1.0 - weight) / restarts)
 
 

@@ -103,7 +103,14 @@ def run_config(name):
         e.diagnostics().get("target accept prob") for e in kernel.run.rungs.explorers]
     diagnostics["log_Z_meaning"] = diagnostics["log_Z_meaning"].split(UNRELIABLE)[0]
     # Tempered restarts, counted after the record: the index process's own count.
-    assert diagnostics.pop("restarts") == kernel.run.recorder.index.restarts
+    restarts = diagnostics.pop("restarts")
+    assert restarts == kernel.run.recorder.index.restarts
+    # Added after the record: the cold chain's means' sd and Monte Carlo errors (None without
+    # an exact hot end), which the draws compared here give.
+    sd, errors, tours = (diagnostics.pop(k) for k in ("posterior_sd", "mcse", "mcse_tours"))
+    draws = mcmc.get_samples()
+    assert all(torch.allclose(sd[k], v.double().std(0)) for k, v in draws.items())
+    assert (errors is None) == (tours is None) == (restarts is None)
     # Wall-clock seconds, added after the record (and shown on the progress bar when long).
     explorer_info = dict(kernel.explorer_info)
     assert explorer_info.pop("setup_seconds") > 0.0
@@ -113,7 +120,7 @@ def run_config(name):
     logging = kernel.logging()
     logging.pop("set-up", None)
     logging.pop("restarts", None)  # added after the record
-    report = kernel.report.drop(columns=["seconds", "warnings", "restarts"]).to_dict(
+    report = kernel.report.drop(columns=["seconds", "warnings", "restarts", "mcse_sd"]).to_dict(
         orient="list")
     return _plain({
         "samples": mcmc.get_samples(),

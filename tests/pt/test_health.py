@@ -11,7 +11,7 @@ import pyro.distributions as dist
 from pyro.infer import MCMC
 
 from pyro_pt import ParallelTempering, TemperingWarning, to_inference_data
-from pyro_pt.health import log_mean_exp_error, review
+from pyro_pt.health import log_mean_exp_error, review, stepping_stone_errors
 from pyro_pt.recorders import stepping_stone
 
 
@@ -116,15 +116,77 @@ def test_log_z_whose_forward_and_reverse_disagree_is_unreliable():
     generator = torch.Generator().manual_seed(0)
     noise = 0.01 * torch.randn(400, 2, generator=generator, dtype=torch.float64)
     # Rungs whose ll draws sit 4 apart with almost no spread: forward and reverse differ by
-    # 4 * (1 - 0.5) = 2, many times their tiny error.
+    # 4 * (1 - 0.5) = 2, many times their tiny Monte Carlo error; the stated error spans the
+    # gap (half of it, with the Monte Carlo part) and is too large to use.
     apart = torch.tensor([-1.0, -5.0], dtype=torch.float64) + noise
-    problems, error, why = review(_diagnostics(betas, apart, [0.5]), betas, 400)
-    assert why is not None and "differ by 2" in why and error < 0.01
+    monte_carlo = 0.5 * math.hypot(*stepping_stone_errors(betas, apart))
+    diagnostics = _diagnostics(betas, apart, [0.5])
+    gap = diagnostics["log_Z_reverse"] - diagnostics["log_Z_forward"]
+    problems, error, why = review(diagnostics, betas, 400)
+    assert monte_carlo < 0.01 and gap == pytest.approx(2.0, abs=0.01)
+    assert error == pytest.approx(math.hypot(monte_carlo, 0.5 * gap), rel=1e-9)
+    assert why is not None and "differ by 2" in why and "above 0.5 nat" in why
     assert len(problems) == 1 and "log Z" in problems[0]
-    # The same spread around one value: they agree.
+    # The same spread around one value: they agree, and the error is as small.
     together = torch.tensor([-1.0, -1.0], dtype=torch.float64) + noise
-    problems, _, why = review(_diagnostics(betas, together, [0.5]), betas, 400)
-    assert why is None and problems == []
+    problems, error, why = review(_diagnostics(betas, together, [0.5]), betas, 400)
+    assert why is None and problems == [] and error < 0.01
+
+
+def test_log_zs_error_spans_a_gap_it_can_still_use():
+    """Rungs 0.4 apart: forward and reverse differ by 0.2, far beyond their Monte Carlo error
+    (the old review called that unreliable); the stated error, half the gap, reaches both from
+    their mean and is small enough to use."""
+    betas = [1.0, 0.5]
+    noise = 0.01 * torch.randn(400, 2, generator=torch.Generator().manual_seed(0),
+                               dtype=torch.float64)
+    near = torch.tensor([-1.0, -1.4], dtype=torch.float64) + noise
+    diagnostics = _diagnostics(betas, near, [0.5])
+    problems, error, why = review(diagnostics, betas, 400)
+    gap = diagnostics["log_Z_reverse"] - diagnostics["log_Z_forward"]
+    assert gap == pytest.approx(0.2, abs=0.01)
+    assert why is None and problems == [] and 0.5 * gap <= error < 0.11
+
+
+def _means(error, sd, tours=40):
+    """Hand-made diagnostics of a healthy run whose cold-chain means have these errors."""
+    ll = -1.0 + 0.01 * torch.randn(400, 2, generator=torch.Generator().manual_seed(0),
+                                   dtype=torch.float64)
+    diagnostics = _diagnostics([1.0, 0.0], ll, [0.5])
+    diagnostics.update(mcse={"mu": torch.tensor(error, dtype=torch.float64)},
+                       posterior_sd={"mu": torch.tensor(sd, dtype=torch.float64)},
+                       mcse_tours=tours)
+    return diagnostics
+
+
+def test_means_known_well_against_their_spread_do_not_warn():
+    # a unimodal run's errors, ~1 / sqrt(ESS) of the sd; a constant coordinate is not weighed
+    diagnostics = _means([0.04, 0.09, 0.0], [1.0, 1.0, 0.0])
+    problems, _, _ = review(diagnostics, [1.0, 0.0], 1000, 1000)
+    assert problems == []
+    # a finite hot end states no error: nothing to review
+    diagnostics = _means([0.5], [1.0])
+    diagnostics["mcse"] = diagnostics["mcse_tours"] = None
+    assert review(diagnostics, [1.0, 0.0], 1000, 1000)[0] == []
+
+
+def test_a_mean_in_doubt_warns_with_its_error_and_the_length_that_would_shrink_it():
+    """A bimodal coordinate (sd 2: modes near +-2) whose mode shares rest on few tours: its
+    mean's error 0.5 is 0.25 sd; 1000 draws * (0.25 / 0.1)^2 = 6250 would bring it to 0.1."""
+    diagnostics = _means([[0.01, 0.5]], [[1.0, 2.0]], tours=12)
+    problems, _, _ = review(diagnostics, [1.0, 0.0], 1000, 1000)
+    assert len(problems) == 1
+    assert ("the cold chain's mean of mu[0, 1] has a Monte Carlo error of 0.5, 0.25 of its "
+            "posterior sd 2 (above 0.1), over the 12 tours of its lineages") in problems[0]
+    assert "about 6250 draws (num_samples)" in problems[0]
+    # a ladder short of the rungs its barrier calls for is told to add them too
+    diagnostics = _means([0.5], [2.0])
+    diagnostics["recommended_replicas"] = 5
+    assert "num_replicas=2 now" in review(diagnostics, [1.0, 0.0], 1000, 1000)[0][0]
+    # too few tours for any error: said, with the draws that would give enough
+    problems, _, _ = review(_means([math.inf], [1.0], tours=4), [1.0, 0.0], 1000, 1000)
+    assert len(problems) == 1 and "from only 4 tours of its lineages" in problems[0]
+    assert "fewer than 10" in problems[0] and "about 2500 draws" in problems[0]
 
 
 @pytest.mark.parametrize("to_q, warned", [(5.0, True), (1.0, False)])
@@ -155,24 +217,57 @@ def test_a_bottleneck_at_the_hot_end_names_q_or_the_prior():
         assert f"pair 1 (T = 10 and {hot}) accepted 0.01" in problems[0], problems
 
 
-def test_too_few_restarts_warn_with_their_count_and_what_to_do():
-    """The prior rung: a healthy conjugate run with few draws has fewer restarts than the
-    review asks for, and says so; with more draws it has enough and says nothing; a finite
-    hot end counts none and is not told about restarts."""
+def test_a_short_run_warns_by_its_means_error_and_a_long_one_does_not():
+    """The prior rung: a healthy conjugate run of 120 draws states its mean to 0.13 of the
+    posterior sd (over the tours of its lineages), and warns with the draws that would bring it to
+    0.1; with 1000 draws it says nothing; a finite hot end states no such error."""
     short, _, caught = run(num_data=10, noise=1.0, samples=120, num_replicas=3,
                            max_temperature=math.inf)
-    restarts = short.diagnostics()["restarts"]
-    assert 0 < restarts < 100 and len(caught) == 1
+    diag = short.diagnostics()
+    error = float(diag["mcse"]["theta"])
+    ratio = error / float(diag["posterior_sd"]["theta"])
+    assert ratio > 0.1 and len(caught) == 1
     message = str(caught[0].message)
-    assert f"only {restarts} tempered restarts" in message and "in the 120 swap rounds" in message
-    assert "sample longer" in message and "max_temperature" not in message
-    rate = restarts / 120
-    assert f"about {math.ceil(100 / rate)} swap rounds" in message
-    assert f"+-{math.sqrt(0.5 / restarts):.2f}" in message
+    assert f"the cold chain's mean of theta has a Monte Carlo error of {error:.3g}" in message
+    assert "tours of its lineages its 120 draws come from" in message
+    assert f"about {math.ceil(120 * (ratio / 0.1) ** 2)} draws (num_samples)" in message
+    assert "max_temperature" not in message
+    assert short.report.iloc[-1]["mcse_sd"] == pytest.approx(ratio)
     long, _, caught = run(num_data=10, noise=1.0, samples=1000, num_replicas=3,
                           max_temperature=math.inf)
-    assert long.diagnostics()["restarts"] >= 100 and caught == []
+    diag = long.diagnostics()
+    assert float(diag["mcse"]["theta"] / diag["posterior_sd"]["theta"]) < 0.1 and caught == []
     finite, _, caught = run(num_data=10, noise=1.0, samples=120, num_replicas=3,
                             max_temperature=10.0)
-    assert finite.diagnostics()["restarts"] is None
-    assert not any("restarts" in str(w.message) for w in caught)
+    assert finite.diagnostics()["mcse"] is None
+    assert math.isnan(finite.report.iloc[-1]["mcse_sd"])
+    assert not any("Monte Carlo error" in str(w.message) for w in caught)
+
+
+def logistic_model(x, y):
+    w = pyro.sample("w", dist.Normal(torch.zeros(x.shape[1], dtype=x.dtype), 1.0).to_event(1))
+    b = pyro.sample("b", dist.Normal(torch.tensor(0.0, dtype=x.dtype), 1.0))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("y", dist.Bernoulli(logits=w @ x.T + b.unsqueeze(-1)), obs=y)
+
+
+@pytest.mark.slow
+def test_a_unimodal_model_at_the_default_length_does_not_warn():
+    """A logistic regression (200 points, 4 coefficients), ParallelTempering(model) at 1000 +
+    1000: every mean known to a few hundredths of its sd, and no warning (the fixed count of
+    restarts this rule replaced warned on every such run)."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 4, generator=generator, dtype=torch.float64)
+    eta = x @ torch.tensor([0.5, -1.0, 0.3, 0.0], dtype=torch.float64) + 0.2
+    y = torch.bernoulli(torch.sigmoid(eta), generator=generator)
+    pyro.set_rng_seed(1)
+    kernel = ParallelTempering(logistic_model)
+    mcmc = MCMC(kernel, num_samples=1000, warmup_steps=1000, disable_progbar=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(x, y)
+    said = [str(w.message) for w in caught if issubclass(w.category, TemperingWarning)]
+    diag = kernel.diagnostics()
+    assert said == [] and diag["warnings"] == []
+    for name, error in diag["mcse"].items():
+        assert torch.all(error < 0.1 * diag["posterior_sd"][name]), name

@@ -14,6 +14,7 @@ its first draw put 0.74 of the two-component mixture's draws in one labelling (e
 import warnings
 
 import pytest
+import torch
 
 import pyro
 from pyro.infer import MCMC
@@ -70,3 +71,25 @@ def test_a_hot_end_not_drawn_afresh_fails_the_battery(monkeypatch):
     found, exact, restarts = run("two_components", samples=4000)
     assert restarts > 100
     assert misweighed(found, exact, restarts)
+
+
+@pytest.mark.slow
+def test_a_run_whose_shares_are_in_doubt_warns_with_their_error():
+    """The two-component mixture, 300 + 300: few restarts weigh its labellings. The share's
+    stated error covers its distance from 1/2 at 3 errors, and the review warns, naming a
+    mean's error and the draws that would shrink it."""
+    model, args, label, exact = CASES["two_components"]()
+    pyro.set_rng_seed(1)
+    kernel = ParallelTempering(model)
+    mcmc = MCMC(kernel, num_samples=300, warmup_steps=300, disable_progbar=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(*args)
+    said = [str(w.message) for w in caught if issubclass(w.category, TemperingWarning)
+            and "at the end of warmup" not in str(w.message)]
+    draws = mcmc.get_samples()
+    first = torch.tensor([float(lab == (0, 1)) for lab in label(draws)], dtype=torch.float64)
+    error = float(kernel.mcse(first))
+    assert 0.0 < error < 0.5 and abs(float(first.mean()) - 0.5) <= 3 * error
+    assert len(said) == 1 and "the cold chain's mean of mu[" in said[0]
+    assert "draws (num_samples) would bring it to 0.1 sd" in said[0]

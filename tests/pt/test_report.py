@@ -11,6 +11,7 @@ from pyro.infer import MCMC
 
 from pyro_pt import ParallelTempering
 from pyro_pt.recorders import stepping_stone
+from pyro_pt.regeneration import regenerative_error
 
 from .models import linear_data, linear_model
 
@@ -31,7 +32,8 @@ def test_report_rows_follow_the_rounds_and_match_the_diagnostics():
     report = kernel.report
     assert list(report.columns) == ["round", "phase", "scans", "barrier", "log_Z",
                                     "min_swap_acc", "mean_swap_acc", "cold_local_acc",
-                                    "round_trips", "restarts", "seconds", "warnings"]
+                                    "round_trips", "restarts", "mcse_sd", "seconds",
+                                    "warnings"]
     # Warmup rounds end after 4, 12, 28 scans, the last warmup row closes the warmup at 40;
     # sampling rows are cumulative at 16, 32, 64 sampling scans and at the end.
     assert list(report.phase) == ["warmup"] * 4 + ["sampling"] * 4
@@ -49,6 +51,7 @@ def test_report_rows_follow_the_rounds_and_match_the_diagnostics():
     assert final.round_trips == diag["round_trips"]["chain 0"]
     # a finite hot end: restarts are not counted
     assert diag["restarts"]["chain 0"] is None and report.restarts.isna().all()
+    assert diag["mcse"]["chain 0"] is None and report.mcse_sd.isna().all()
     # "Moved" counted by the kernel equals the random walk's own acceptance count.
     assert final.cold_local_acc == pytest.approx(diag["acceptance rate"]["chain 0"], rel=1e-12)
 
@@ -80,16 +83,29 @@ def test_restarts_per_round_follow_the_lineages():
                     list(k.run.recorder.index.lineage)))
     mcmc.run(*linear_data())
     fresh, restarts = {2}, []  # lineage 2 starts at the hot end, drawn from the prior
+    visits, tours = [0, 0, 0], []  # each lineage's visits to the hot end; rung 0's tour
     for lineage in positions:
         fresh.add(lineage[2])
         restarts.append(int(lineage[0] in fresh))
         fresh.discard(lineage[0])
+        visits[lineage[2]] += 1
+        tours.append((lineage[0], visits[lineage[0]]))
     report = kernel.report
     # rounds end after 4, 12, 28 scans, the warmup at 40; sampling rows are cumulative
     expected = [sum(restarts[a:b]) for a, b in ((0, 4), (4, 12), (12, 28), (28, 40))]
     expected += [sum(restarts[40:40 + n]) for n in (16, 32, 60)]
     assert list(report.restarts) == expected
     assert mcmc.diagnostics()["restarts"]["chain 0"] == expected[-1] > 0
+    # The sampling phase's draws, each credited to the tour rung 0's lineage is on (counted
+    # here again from the positions), give the cold chain's Monte Carlo errors.
+    tours = tours[40:]
+    w = mcmc.get_samples()["w"]
+    diagnostics = kernel.diagnostics()
+    assert diagnostics["mcse_tours"] == len(set(tours))
+    assert torch.allclose(diagnostics["mcse"]["w"], regenerative_error(w, tours))
+    ratio = regenerative_error(w, tours) / w.double().std(0)
+    assert report.mcse_sd.iloc[-1] == pytest.approx(float(ratio.max()), rel=1e-9)
+    assert report.mcse_sd.iloc[:4].isna().all()  # warmup rows state none
 
 
 def test_fixed_ladder_still_reports_its_rounds():
@@ -119,6 +135,7 @@ def test_report_prints_whole_lines_above_the_progress_bar(monkeypatch, capsys):
         assert int(fields[0]) == row.round and fields[1] == row.phase
         assert int(fields[2]) == row.scans and int(fields[8]) == row.round_trips
         assert fields[9] == "-"  # restarts: not counted on a finite hot end
+        assert fields[10] == "-"  # nor regenerations, nor the errors they give
 
 
 def test_no_report_lines_without_a_progress_bar(capsys):
