@@ -36,7 +36,7 @@ class IndexProcess:
 
     # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
     STATE = ("num_temperatures", "legs", "lineage", "_phase", "round_trips", "exact_hots",
-             "_fresh", "_restarts")
+             "_fresh", "_restarts", "_tours")
     REBUILT = ()
 
     def __init__(self, num_temperatures, legs=None, exact_hots=()):

@@ -158,7 +158,7 @@ class TemperingRecorder:
 
     # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
     STATE = ("warmup_steps", "scans", "legs", "index", "phase", "round", "round_ll",
-             "swap_record")
+             "swap_record", "tours")
     REBUILT = ()
 
     def __init__(self, num_rungs, warmup_steps, legs=None, exact_hots=()):

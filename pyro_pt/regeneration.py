@@ -100,13 +100,20 @@ class ColdTours:
     takes each draw, constrained as :meth:`~pyro.infer.MCMC.get_samples` gives it.
     """
 
+    # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    STATE = ("tours", "sums", "lengths", "shapes", "_numbers", "_moments")
+    REBUILT = ()
+
     def __init__(self):
+        from pyro.ops.welford import WelfordCovariance
+
         self.tours = []  # per draw, its tour's number
         self.sums = []
         self.lengths = []
         self.shapes = None
         self._numbers = {}
-        self._moments = None
+        # made here, not at the first draw: a resumed run restores its state into this one
+        self._moments = WelfordCovariance(diagonal=True)
 
     @property
     def num_draws(self):
@@ -115,11 +122,8 @@ class ColdTours:
     def add(self, values, tour):
         """One draw ``values`` ``{site: tensor}`` made on ``tour`` (a hashable label,
         :attr:`~pyro_pt.lineages.IndexProcess.cold_tour`)."""
-        from pyro.ops.welford import WelfordCovariance
-
         if self.shapes is None:
             self.shapes = {name: tuple(v.shape) for name, v in values.items()}
-            self._moments = WelfordCovariance(diagonal=True)
         flat = torch.cat([values[name].detach().reshape(-1).to(torch.float64).cpu()
                           for name in self.shapes]) if self.shapes else torch.zeros(0)
         number = self._numbers.setdefault(tour, len(self._numbers))
