@@ -52,7 +52,8 @@ $(STAMP): pyproject.toml
 # Two tiers. `make test`, the command every change waits on: every module's exactness on small
 # cases, contracts, errors, resume and export, skipping the tests marked `slow` (long statistical
 # and multi-process runs); two pytest-xdist workers, a test file each at a time (its module
-# fixtures computed once). Measured from a clean clone on 2 idle cores: MAKE_TEST_TIME.
+# fixtures computed once). Measured from a clean clone on an otherwise idle 2-core AMD EPYC:
+# 641 tests in 4.0 minutes, 5.5 with building .venv from nothing.
 # `make test-all` runs every test, the second tier too; CI runs it. TEST_WORKERS=0 runs a tier
 # in one process.
 TEST_WORKERS ?= 2
