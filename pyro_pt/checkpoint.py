@@ -19,7 +19,6 @@ import io
 import json
 import os
 import tempfile
-import time
 
 import torch
 
@@ -31,8 +30,9 @@ from .ladder import temperatures_of
 from .reference.refit import ReferenceState
 
 MAGIC = b"PYRO_PT_CHECKPOINT\n"
-# 4: every part's state as it declares it (pyro_pt.checkpoint_state), the run's parts too
-FORMAT_VERSION = 4
+# 4: every part's state as it declares it (pyro_pt.checkpoint_state), the run's parts too;
+# 5: the report's state is its rows and what each of its columns keeps over the round
+FORMAT_VERSION = 5
 # What the header of every checkpoint of this format holds (``kernel``: :data:`KERNEL_FIELDS`).
 HEADER_FIELDS = ("format_version", "latent_sites", "observed_sites", "num_rungs", "scans",
                  "warmup_steps", "world_size", "num_samples", "temperatures", "initial_ladder",
@@ -147,43 +147,17 @@ def _header(run):
 
 
 class Declared:
-    """The checkpoint part of a run's object whose class declares its state (the ladder, the
-    recorder: :mod:`pyro_pt.checkpoint_state`), or ``declared = (state, slots, rebuilt)`` for
-    it."""
+    """The checkpoint part of a run's object whose class declares its state and has no
+    checkpoint code of its own (the ladder, the recorder: :mod:`pyro_pt.checkpoint_state`)."""
 
-    def __init__(self, part, declared=None):
-        self.part, self.declared = part, declared
-
-    def state_dict(self):
-        return checkpoint_state.capture(self.part, declared=self.declared)
-
-    def load_state_dict(self, state, run=None):
-        checkpoint_state.restore(self.part, state, torch.device("cpu"),
-                                 declared=self.declared)
-
-
-# The report's state, declared here (the report keeps no checkpoint code): its rows and the
-# current round's counts; not its communicator or whether it prints (the resuming process's).
-REPORT = (("warmup_steps", "rows", "_finished", "max_replicas", "_cold_moves", "_round_start"),
-          (), ("comm", "_printing"))
-
-
-class ReportState(Declared):
-    """The report's: its round's start as seconds elapsed (a clock's reading means nothing to
-    another process), and not finished once resumed."""
-
-    def __init__(self, report):
-        super().__init__(report, REPORT)
+    def __init__(self, part):
+        self.part = part
 
     def state_dict(self):
-        state = super().state_dict()
-        *counts, started = state["_round_start"][1]  # the round's first scan, trips, restarts
-        return dict(state, _round_start=("val", (*counts, time.perf_counter() - started)))
+        return checkpoint_state.capture(self.part)
 
     def load_state_dict(self, state, run=None):
-        *counts, elapsed = state["_round_start"][1]
-        super().load_state_dict(dict(state, _round_start=(
-            "val", (*counts, time.perf_counter() - elapsed)), _finished=("val", False)))
+        checkpoint_state.restore(self.part, state, torch.device("cpu"))
 
 
 def parts(run):
@@ -194,7 +168,7 @@ def parts(run):
     ladder's next birth (:mod:`pyro_pt.growth`) and whether ``compile="auto"`` switched (last:
     the switch compiles against the restored q).
     """
-    return {"recorder": Declared(run.recorder), "report": ReportState(run.report),
+    return {"recorder": Declared(run.recorder), "report": run.report,
             "reference": run.reference is not None and ReferenceState(run) or None,
             "growth": run.growth, "compile": run.autocompile}
 

@@ -22,7 +22,7 @@ from .options import check_checkpointing, check_options, ladder_temperatures
 from .potential.inductor import check_compiler
 from .reference import check_reference, is_prior
 from .reference.stabilized import crossed_bridge, refresh
-from .report import Reporting
+from .report import Reporting, Scan
 from .run import Options, Run
 from .setup import set_up_run
 from .swap import swap_round
@@ -245,7 +245,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
             transforms = run.split.transforms
             run.recorder.record_cold({name: transforms[name].inv(v) if name in transforms else v
                                       for name, v in cold.items()})
-        run.report.count_cold(cold_moved)
+        run.report.observe(run, Scan(cold_moved, outcome, cold))  # the report's columns
         if run.refitting:  # q is refitted to the cold draws at warmup rounds' ends
             run.refitting.keep(run, cold)
         run.schedule.after_scan(run)  # where this scan ends a round: adapt, grow, refit, ...

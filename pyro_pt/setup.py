@@ -155,6 +155,7 @@ def set_up_run(run, args, kwargs):
     run.recorder = TemperingRecorder(num, run.warmup_steps, run.ladder.legs,
                                      run.ladder.exact_hots)
     run.report = Report(run.warmup_steps, comm, run.growth and run.growth.max_replicas or None)
+    run.report.begin_round(run)
     run.explorer_info["reference"] = ("prior" if run.reference is None
                                       else run.reference.describe())
     schedule = RoundSchedule(run.warmup_steps, options.swap_interval)
