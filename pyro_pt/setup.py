@@ -13,7 +13,7 @@ import warnings
 import torch
 
 from .autocompile import AutoCompile
-from .checkpoint_header import check_same_model
+from .checkpoint import check_same_model
 from .comm import agree_on_setup
 from .explain import model_errors, refuse_random_subsampling
 from .explorers import build_rungs, kind_of

@@ -13,8 +13,7 @@ from pyro.infer.autoguide.initialization import init_to_median
 from torch.distributions.transforms import AffineTransform
 
 from pyro_pt import ParallelTempering
-from pyro_pt.checkpoint import MAGIC, read_checkpoint
-from pyro_pt.checkpoint_header import decode, encode
+from pyro_pt.checkpoint import MAGIC, decode, encode, read_checkpoint
 from pyro_pt.explorers import RandomWalkMetropolis
 
 from .models import linear_data, linear_model
