@@ -52,10 +52,10 @@ def declaration(obj):
     return None
 
 
-def check_declared(obj, declared=None):
-    """``obj``'s declaration (``declared``, else its class's); a TypeError naming the attributes
-    of ``obj`` declared neither as state nor as rebuilt (a new one must be one or the other)."""
-    declared = declared or declaration(obj)
+def check_declared(obj):
+    """``obj``'s declaration; a TypeError naming the attributes of ``obj`` declared neither as
+    state nor as rebuilt (a new one must be one or the other)."""
+    declared = declaration(obj)
     if declared is None:
         raise TypeError(
             f"cannot checkpoint a {type(obj).__name__}: its class does not declare its state; "
@@ -79,13 +79,12 @@ def _encode(value, where):
         raise TypeError(f"cannot checkpoint {where}: {error}") from error
 
 
-def capture(obj, slot=None, declared=None):
+def capture(obj, slot=None):
     """
     The declared state of ``obj`` as ``{attribute: (kind, value)}``; with ``slot = (r, R)``
     only slot ``r`` of an engine of ``R`` slots (its ``SLOTS`` attributes' entry ``r``).
-    ``declared``: ``(state, slots, rebuilt)`` for an object whose class declares nothing.
     """
-    state, slots, _ = check_declared(obj, declared)
+    state, slots, _ = check_declared(obj)
     out = {}
     for name in state + slots:
         value = getattr(obj, name, _ABSENT)
@@ -139,14 +138,13 @@ def _set_generators(fresh, states, where):
         generator.set_state(state)
 
 
-def restore(obj, pieces, device, declared=None):
+def restore(obj, pieces, device):
     """
     Restore ``obj`` from the states :func:`capture` returned: one state for a whole object, or
-    the states of the slots ``obj`` holds now, in slot order (``declared`` as for
-    :func:`capture`).
+    the states of the slots ``obj`` holds now, in slot order.
     """
     pieces = pieces if isinstance(pieces, list) else [pieces]
-    state, slots, _ = check_declared(obj, declared)
+    state, slots, _ = check_declared(obj)
     for name, (kind, value) in pieces[0].items():
         where = f"{type(obj).__name__}.{name}"
         if name not in state + slots:

@@ -2,7 +2,7 @@
 
 Glue only (the shape of a scan and a round: docs/layout.md, "One run state"): ``setup`` builds
 the :class:`~pyro_pt.run.Run` (:mod:`pyro_pt.setup`); ``sample`` is one scan. What the kernel
-says about its run is :class:`~pyro_pt.report.Reporting`, its checkpoints
+says about its run is :class:`~pyro_pt.diagnostics.Diagnostics`, its checkpoints
 :class:`~pyro_pt.checkpoint.Checkpointing`, Pyro's ``initial_params`` / ``save_params``
 :class:`~pyro_pt.compat.KernelParams`; all three read the run."""
 
@@ -15,6 +15,7 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from .checkpoint import Checkpointing, restore, resume_warmup, save
 from .comm import make_comm
 from .compat import KernelParams, refuse_multichain_mcmc, refuse_no_draws
+from .diagnostics import Diagnostics
 from .explain import missing_sites
 from .growth import AUTO, growth_options
 from .ladder import Ladder
@@ -22,13 +23,13 @@ from .options import check_checkpointing, check_options, ladder_temperatures
 from .potential.inductor import check_compiler
 from .reference import check_reference, is_prior
 from .reference.stabilized import crossed_bridge, refresh
-from .report import Reporting
+from .report import Scan
 from .run import Options, Run
 from .setup import set_up_run
 from .swap import swap_round
 
 
-class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
+class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
     r"""
     Parallel tempering (replica exchange) with likelihood-only tempering.
 
@@ -245,7 +246,7 @@ class ParallelTempering(Checkpointing, Reporting, KernelParams, MCMCKernel):
             transforms = run.split.transforms
             run.recorder.record_cold({name: transforms[name].inv(v) if name in transforms else v
                                       for name, v in cold.items()})
-        run.report.count_cold(cold_moved)
+        run.report.observe(run, Scan(cold_moved, outcome, cold))  # the report's columns
         if run.refitting:  # q is refitted to the cold draws at warmup rounds' ends
             run.refitting.keep(run, cold)
         run.schedule.after_scan(run)  # where this scan ends a round: adapt, grow, refit, ...

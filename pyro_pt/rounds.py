@@ -8,8 +8,9 @@ of the sampling phase's report). At each, the :class:`RoundSchedule` runs its st
 each an object with ``end_round(run, end)``: the report's row (:class:`ReportRow`), the
 ladder's adaptation and growth (:class:`LadderAdaptation`), the reference's fit
 (:class:`~pyro_pt.reference.refit.Refitting`), the compile switch
-(:class:`~pyro_pt.autocompile.AutoCompile`); then the next round's swap statistics, ll record
-and report counts start afresh. Pigeons.jl's ``pigeons()`` loop has the same shape.
+(:class:`~pyro_pt.autocompile.AutoCompile`); then the next round's swap statistics and ll
+record start afresh, and the report's columns begin their next round (a cumulative one goes on
+through the sampling rows). Pigeons.jl's ``pigeons()`` loop has the same shape.
 """
 
 from collections import namedtuple
@@ -52,8 +53,7 @@ class RoundSchedule:
             run.recorder.begin_round()
         elif end.kind == "warmup":
             run.recorder.begin_sampling()
-        if end.kind != "sampling":
-            run.report.begin_round(end.scan, run.recorder.index)
+        run.report.begin_round(run, end)
 
 
 class ReportRow:
@@ -61,14 +61,9 @@ class ReportRow:
     warning when the barrier calls for more rungs than the ladder has."""
 
     def end_round(self, run, end):
-        if end.kind == "warmup round":
-            pairs = run.recorder.round_pair_barriers(run.ladder.betas)
-            run.report.add_row("warmup", end.scan, run.ladder.betas, run.recorder, pairs)
-        elif end.kind == "warmup":
-            run.report.add_row("warmup", end.scan, run.ladder.betas, run.recorder)
+        run.report.add_row(run, end)
+        if end.kind == "warmup":
             run.report.check_rungs(run.recorder.legs)
-        else:
-            run.report.add_row("sampling", end.scan, run.ladder.betas, run.recorder)
 
 
 class LadderAdaptation:

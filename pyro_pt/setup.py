@@ -13,7 +13,7 @@ import warnings
 import torch
 
 from .autocompile import AutoCompile
-from .checkpoint_header import check_same_model
+from .checkpoint import check_same_model
 from .comm import agree_on_setup
 from .explain import model_errors, refuse_random_subsampling
 from .explorers import build_rungs, kind_of
@@ -155,6 +155,7 @@ def set_up_run(run, args, kwargs):
     run.recorder = TemperingRecorder(num, run.warmup_steps, run.ladder.legs,
                                      run.ladder.exact_hots)
     run.report = Report(run.warmup_steps, comm, run.growth and run.growth.max_replicas or None)
+    run.report.begin_round(run)
     run.explorer_info["reference"] = ("prior" if run.reference is None
                                       else run.reference.describe())
     schedule = RoundSchedule(run.warmup_steps, options.swap_interval)

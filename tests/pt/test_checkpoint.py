@@ -23,6 +23,7 @@ from pyro_pt import ParallelTempering
 from pyro_pt.checkpoint import MAGIC, read_checkpoint
 from pyro_pt.explorers.hmc import BatchedHMC
 from pyro_pt.lineages import IndexProcess
+from pyro_pt.report import COLUMNS, Report
 
 from .models import linear_data, linear_model
 
@@ -260,8 +261,8 @@ def test_a_checkpoint_saves_the_declared_state_and_nothing_else(tmp_path):
     assert set(payload["rungs"][2]["explorer"]) == {"stream"}  # the prior rung's
     assert set(payload["ladder"]) == {"initial", "legs", "betas", "history"}
     assert set(payload["recorder"]["index"][1]) == set(IndexProcess.STATE)
-    assert set(payload["report"]) == {"warmup_steps", "rows", "_finished", "max_replicas",
-                                      "_cold_moves", "_round_start"}
+    assert set(payload["report"]) == set(Report.STATE)  # what each column keeps, by heading
+    assert set(payload["report"]["kept"][1]) == {c.heading for c in COLUMNS}
 
 
 # ----- a process killed while writing -----

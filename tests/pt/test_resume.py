@@ -13,8 +13,7 @@ from pyro.infer.autoguide.initialization import init_to_median
 from torch.distributions.transforms import AffineTransform
 
 from pyro_pt import ParallelTempering
-from pyro_pt.checkpoint import MAGIC, read_checkpoint
-from pyro_pt.checkpoint_header import decode, encode
+from pyro_pt.checkpoint import MAGIC, decode, encode, read_checkpoint
 from pyro_pt.explorers import RandomWalkMetropolis
 
 from .models import linear_data, linear_model
@@ -208,7 +207,10 @@ def without(*keys):
                                           "'kernel'; resume from an earlier checkpoint"),
     (without("kernel.explorer"), "its header has no field 'kernel.explorer'"),
     (lambda header: dict(header, format_version=1), "has format version 1; this pyro_pt reads "
-                                                    "version 4"),
+                                                    "version 5"),
+    # the previous format: its report's state was not yet its columns'
+    (lambda header: dict(header, format_version=4), "has format version 4; this pyro_pt reads "
+                                                    "version 5"),
 ])
 def test_a_header_that_is_not_a_checkpoints_is_refused_naming_the_field(written, edit, match,
                                                                         tmp_path):
