@@ -111,8 +111,9 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         contiguous blocks; by default the world group when ``torch.distributed`` is
         initialized, else all rungs run in this process.
     :param str compile: what runs the model's captured graph: ``"auto"`` (default: TorchScript,
-        then Inductor from the warmup round's end at which its compilation costs under 5 % of
-        the run's projected explorer time, :mod:`pyro_pt.autocompile`; ``explorer_info
+        then Inductor from the warmup round's end at which its compilation costs less than it
+        is expected to save, 30 % of the run's projected explorer time,
+        :mod:`pyro_pt.autocompile`; ``explorer_info
         ["compile"]`` says when and why), ``"torchscript"`` or
         ``"inductor"`` (Inductor on the captured graph, TorchScript as the fallback); see
         :attr:`explorer_info` ``["potential_engine"]``. Under Inductor, ``explorer="hmc"`` on
