@@ -150,7 +150,15 @@ class ModelSplit:
             trace = poutine.trace(self.model).get_trace(*self.model_args, **self.model_kwargs)
             constrained = {name: trace.nodes[name]["value"] for name in self.latent_names}
             z = {name: self.transforms[name](value) for name, value in constrained.items()}
-            _, ll = self._split_trace(trace, z, constrained)
+            # Only ll is wanted: the latent sites' scores and Jacobians (lp) are not computed,
+            # a fifth of a draw's time on the battery's mixtures; ll's terms are summed as
+            # sum_terms sums them, so it is bitwise the same.
+            observed = set(self.observed_names)
+            trace.compute_log_prob(site_filter=lambda name, site: name in observed
+                                   and is_counted(site))
+            ll = 0.0
+            for name in self.observed_names:
+                ll = ll + trace.nodes[name]["log_prob_sum"]
         return z, ll
 
     def _checked_init(self, site):
