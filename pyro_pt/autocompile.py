@@ -5,7 +5,7 @@ graph faster than TorchScript (the seed BNN's potential and gradient, and a fuse
 step: about a third of TorchScript's time on an Intel Xeon, ``benchmarks/vs_numpyro.py``; on a
 small model all of a process's rungs step in one compiled call, :mod:`pyro_pt.potential.lockstep`)
 but costs a compilation first. So every ``"auto"`` run starts on TorchScript, and at each warmup
-round's end rank 0 projects the explorers' time left (the round's seconds per scan times the
+round's end from the second (the first round's scans pay one-off costs) rank 0 projects the explorers' time left (the round's seconds per scan times the
 warmup scans left and ``num_samples``) and switches when the compilation's expected cost
 (:func:`expected_seconds`) is at most what Inductor is expected to save of it,
 :data:`SAVED` of the projection: the smallest share of a whole run's explorer time Inductor has
@@ -133,7 +133,13 @@ class AutoCompile:
         if self.switched_at is not None or end.kind != "warmup round" or t >= self.warmup_steps:
             return
         scans, seconds = t - self._since[0], run.timings["explorers"] - self._since[1]
+        first = self._since[0] == 0
         self._since = (t, run.timings["explorers"])
+        if first:
+            # The first round's few scans pay one-off costs (the batched graphs' first use and
+            # checks): a generalized linear model's 4 took 1.2 s a scan against 0.02 s later,
+            # which projected a 40 s run as 2400 s. Every rank skips it alike.
+            return
         pays = self.comm.rank == 0 and self._pays(run, t, scans, seconds)
         pays = bool(self.comm.broadcast(torch.tensor([int(pays)]), src=0,
                                         what="broadcast of compile='auto''s choice").item())

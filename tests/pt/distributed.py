@@ -148,9 +148,10 @@ SETUP_REFUSALS = {
 
 
 def run_linear_switching(kernel_kwargs):
-    """:func:`run_linear` with compile="auto" switching at the first warmup round's end to an
-    Inductor that fails (TorchScript recompiles the graph): the switch's collective and its
-    re-evaluation of the states on every rank, without a real compilation."""
+    """:func:`run_linear` with compile="auto" switching at the second warmup round's end (scan
+    12; give ``warmup_steps`` over 12) to an Inductor that fails (TorchScript recompiles the
+    graph): the switch's collective and its re-evaluation of the states on every rank, without a
+    real compilation."""
     from pyro_pt import autocompile
     from pyro_pt.potential import compiled
 
