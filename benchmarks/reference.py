@@ -30,7 +30,8 @@ given); MCMC ``--warmup`` + ``--samples`` (1000 + 1000), seeds from 1. Printed p
 seconds, K per leg, Lambda (each leg's), the sampling phase's tempered restarts (from either
 leg's hot end) and those per second, the worst labelling's share error (mixtures; exact shares
 1/k!), log Z - exact (quadrature, benchmarks/_tempering_targets.py), whether a TemperingWarning
-was raised, and on the logistic regression the min ESS over coordinates per second. Models:
+was raised, and on the logistic regression the min ESS over coordinates per second.
+``--replicas K`` sets K of every run (the prior's ladder then does not grow). Models:
 
 - ``mix2``, ``mix3``: the battery's two- and three-component mixtures (benchmarks/vs_tempering.py);
 - ``logistic``: the logistic regression of benchmarks/explorers.py (500 points, 10 features).
@@ -192,9 +193,10 @@ def default_case(name):
     return model, args, site, t
 
 
-def run_default(name, reference, seed, warmup, samples, cache):
+def run_default(name, reference, seed, warmup, samples, cache, replicas=None):
     """One run as a user writes it (see the module); ``cache`` keeps each model's case and its
-    exact log Z (quadrature) across runs."""
+    exact log Z (quadrature) across runs; ``replicas``: K of every run (default: the prior's
+    ladder grows as it does by default, the fitted references' have 8 rungs)."""
     if name not in cache:
         model, args, site, t = default_case(name)
         cache[name] = (model, args, site, t, None if t is None else t.log_z())
@@ -202,8 +204,12 @@ def run_default(name, reference, seed, warmup, samples, cache):
     pyro.set_rng_seed(seed)
     pyro.clear_param_store()
     options = ({} if reference == "prior" else {"reference": "variational"})
-    if reference == "variational":
-        options["temperatures"] = geometric_ladder(8, math.inf)
+    if reference == "prior" and replicas:
+        options["num_replicas"] = replicas
+    elif reference == "variational":
+        options["temperatures"] = geometric_ladder(replicas or 8, math.inf)
+    elif reference == "stabilized" and replicas:
+        options["num_replicas"] = replicas
     kernel = ParallelTempering(model, **options)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -246,7 +252,8 @@ def main_defaults(args):
     for seed in range(1, args.seeds + 1):  # seed outermost: a cut-short run has whole seeds
         for name in args.models:
             for reference in args.references:
-                rows.append(run_default(name, reference, seed, args.warmup, args.samples, cache))
+                rows.append(run_default(name, reference, seed, args.warmup, args.samples, cache,
+                                        args.replicas))
     print("\n| model | reference | seeds | s | K | Lambda (prior leg) | restarts | restarts/s | share error | "
           "log Z error | min ESS/s | warned |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
