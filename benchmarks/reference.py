@@ -22,14 +22,31 @@ one. Models:
 - ``seed_bnn``: the seed BNN of benchmarks/_bnn.py (10-64-64-1 ReLU, 4929 weights, 500 points),
   K = 8, for a GPU (``--device cuda``; not in the default list).
 
+With ``--defaults`` each run is instead as a user would write it, on the battery's mixtures and
+a logistic regression: ``"prior"`` is ``ParallelTempering(model)`` (its growing ladder),
+``"stabilized"`` ``ParallelTempering(model, reference="variational")`` (its default ladder: two
+legs of 4 rungs), ``"variational"`` the same with one leg of 8 rungs to q (``temperatures``
+given); MCMC ``--warmup`` + ``--samples`` (1000 + 1000), seeds from 1. Printed per run: wall
+seconds, K per leg, Lambda (each leg's), the sampling phase's tempered restarts (from either
+leg's hot end) and those per second, the worst labelling's share error (mixtures; exact shares
+1/k!), log Z - exact (quadrature, benchmarks/_tempering_targets.py), whether a TemperingWarning
+was raised, and on the logistic regression the min ESS over coordinates per second.
+``--replicas K`` sets K of every run (the prior's ladder then does not grow). Models:
+
+- ``mix2``, ``mix3``: the battery's two- and three-component mixtures (benchmarks/vs_tempering.py);
+- ``logistic``: the logistic regression of benchmarks/explorers.py (500 points, 10 features).
+
 Prints; asserts nothing.
 
     PYTHONPATH=$PWD python benchmarks/reference.py [--models conjugate bnn] [--seeds 2]
         [--references prior stabilized] [--replicas 12] [--device cuda]
+    PYTHONPATH=$PWD python benchmarks/reference.py --defaults [--models mix2 mix3 logistic]
+        [--seeds 4] [--references prior stabilized variational]
 """
 
 import argparse
 import math
+import os
 import pathlib
 import sys
 import time
@@ -44,7 +61,7 @@ from pyro.infer.autoguide import AutoMultivariateNormal, init_to_value
 from pyro.nn import PyroParam
 from pyro.ops.stats import effective_sample_size
 
-from pyro_pt import ParallelTempering
+from pyro_pt import ParallelTempering, TemperingWarning
 from pyro_pt.ladder import geometric_ladder
 from pyro_pt.reference import ReferencedSplit
 
@@ -57,6 +74,7 @@ from tests.pt.models import SUM_PRIOR_SCALE as PRIOR_SCALE, sum_model as conjuga
 
 
 REFERENCES = ("prior", "variational", "stabilized", "matched")
+DEFAULT_MODELS = ("mix2", "mix3", "logistic")
 
 
 def conjugate_exact(y):
@@ -159,21 +177,138 @@ def run(name, reference, seed, warmup, samples, device="cpu", draws=None, replic
     return d["barrier"], d["round_trips"], mcmc.get_samples()
 
 
+def default_case(name):
+    """``(model, args, site, target)`` of a ``--defaults`` model; ``target`` (exact shares and
+    log Z) is None for the logistic regression."""
+    if name == "logistic":
+        from _explorers_models import logistic, logistic_data
+
+        return logistic, logistic_data(), None, None
+    from _tempering_targets import target
+    from vs_tempering import pyro_model, specs
+
+    spec = specs()[name]
+    t = target(spec)
+    model, args, site = pyro_model(t, spec)
+    return model, args, site, t
+
+
+def run_default(name, reference, seed, warmup, samples, cache, replicas=None):
+    """One run as a user writes it (see the module); ``cache`` keeps each model's case and its
+    exact log Z (quadrature) across runs; ``replicas``: K of every run (default: the prior's
+    ladder grows as it does by default, the fitted references' have 8 rungs)."""
+    if name not in cache:
+        model, args, site, t = default_case(name)
+        cache[name] = (model, args, site, t, None if t is None else t.log_z())
+    model, args, site, t, exact = cache[name]
+    pyro.set_rng_seed(seed)
+    pyro.clear_param_store()
+    options = ({} if reference == "prior" else {"reference": "variational"})
+    if reference == "prior" and replicas:
+        options["num_replicas"] = replicas
+    elif reference == "variational":
+        options["temperatures"] = geometric_ladder(replicas or 8, math.inf)
+    elif reference == "stabilized" and replicas:
+        options["num_replicas"] = replicas
+    kernel = ParallelTempering(model, **options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        began = time.perf_counter()
+        mcmc = MCMC(kernel, samples, warmup, disable_progbar=True)
+        mcmc.run(*args)
+        seconds = time.perf_counter() - began
+        d = kernel.diagnostics()
+    warned = sorted({str(w.message)[:60] for w in caught
+                     if issubclass(w.category, TemperingWarning)})
+    legs = d.get("legs") or {}
+    sizes = "+".join(str(len(leg["temperatures"])) for leg in legs.values()) or str(
+        kernel.num_replicas)
+    barrier = f"{d['barrier']:.2f}" + (
+        f" ({legs['prior']['barrier']:.2f})" if "prior" in legs else "")
+    restarts = d.get("restarts") or 0
+    draws = mcmc.get_samples()
+    row = dict(model=name, reference=reference, seed=seed, seconds=seconds, K=sizes,
+               barrier=barrier, restarts=restarts, rate=restarts / seconds, warned=bool(warned))
+    line = (f"{name:8s} {reference:11s} seed={seed} {seconds:6.1f} s K={sizes:5s} "
+            f"Lambda={barrier} restarts={restarts} ({restarts / seconds:.2f}/s) "
+            f"log Z={d['log_Z']:.3f}")
+    if t is not None:
+        row["share_error"] = t.share_error(draws[site].double().numpy())
+        row["log_z_error"] = float(d["log_Z"]) - exact
+        line += f" (err {row['log_z_error']:+.3f}) share err={row['share_error']:.3f}"
+    else:
+        flat = torch.cat([draws["w"], draws["b"].unsqueeze(-1)], -1)
+        ess = effective_sample_size(flat.unsqueeze(0).double())
+        row["ess_rate"] = float(ess.min()) / seconds
+        line += f" min ESS={float(ess.min()):.0f} ({row['ess_rate']:.2f}/s)"
+    print(f"{line} warned={warned or 'no'}", flush=True)
+    return row
+
+
+def main_defaults(args):
+    cache, rows = {}, []
+    print(f"torch {torch.__version__}, pyro {pyro.__version__}, one thread; load average "
+          f"{tuple(round(v, 2) for v in os.getloadavg())}", flush=True)
+    for seed in range(1, args.seeds + 1):  # seed outermost: a cut-short run has whole seeds
+        for name in args.models:
+            for reference in args.references:
+                rows.append(run_default(name, reference, seed, args.warmup, args.samples, cache,
+                                        args.replicas))
+    print("\n| model | reference | seeds | s | K | Lambda (prior leg) | restarts | restarts/s | share error | "
+          "log Z error | min ESS/s | warned |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def span(values, fmt):
+        values = [v for v in values if v is not None]
+        if not values:
+            return ""
+        return (fmt.format(min(values)) if min(values) == max(values)
+                else f"{fmt.format(min(values))} to {fmt.format(max(values))}")
+
+    for name in args.models:
+        for reference in args.references:
+            mine = [r for r in rows if r["model"] == name and r["reference"] == reference]
+            print(f"| {name} | {reference} | {len(mine)} | {span([r['seconds'] for r in mine], '{:.0f}')} "
+                  f"| {', '.join(sorted({r['K'] for r in mine}))} "
+                  f"| {'; '.join(r['barrier'] for r in mine)} "
+                  f"| {span([r['restarts'] for r in mine], '{}')} "
+                  f"| {span([r['rate'] for r in mine], '{:.2f}')} "
+                  f"| {span([r.get('share_error') for r in mine], '{:.3f}')} "
+                  f"| {span([r.get('log_z_error') for r in mine], '{:+.2f}')} "
+                  f"| {span([r.get('ess_rate') for r in mine], '{:.1f}')} "
+                  f"| {sum(r['warned'] for r in mine)}/{len(mine)} |")
+    print(f"load average {tuple(round(v, 2) for v in os.getloadavg())}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", default=["conjugate", "eight_schools", "bnn"])
-    parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--references", nargs="+", default=list(REFERENCES), choices=REFERENCES)
-    parser.add_argument("--warmup", type=int, default=500)
+    parser.add_argument("--defaults", action="store_true",
+                        help="each reference as a user writes it, on mix2, mix3, logistic")
+    parser.add_argument("--models", nargs="+")
+    parser.add_argument("--seeds", type=int)
+    parser.add_argument("--references", nargs="+", choices=REFERENCES)
+    parser.add_argument("--warmup", type=int)
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--device", default="cpu", help="the seed BNN's device, e.g. cuda")
     parser.add_argument("--replicas", type=int, help="K for every model (default: its own)")
     args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.defaults:
+        args.models = args.models or list(DEFAULT_MODELS)
+        args.seeds = args.seeds or 4
+        args.references = args.references or ["prior", "stabilized", "variational"]
+        args.warmup = args.warmup or 1000
+        if "matched" in args.references:
+            parser.error("--references: 'matched' is not among the --defaults runs")
+        return main_defaults(args)
+    args.models = args.models or ["conjugate", "eight_schools", "bnn"]
+    args.seeds = args.seeds or 2
+    args.references = args.references or list(REFERENCES)
+    args.warmup = args.warmup or 500
     if "matched" in args.references and "prior" not in args.references[
             :args.references.index("matched")]:
         parser.error("--references: 'matched' is fitted to the 'prior' run's draws; list "
                      "'prior' before it")
-    torch.set_num_threads(1)
     for name in args.models:
         results = {}
         for seed in range(args.seeds):

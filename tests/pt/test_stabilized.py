@@ -71,6 +71,25 @@ def test_a_round_trip_runs_between_either_cold_rung_and_either_hottest():
     assert trips == [0, 0, 1, 1, 1, 2]
 
 
+def test_restarts_and_tours_come_from_both_legs_hot_ends():
+    """Both hot ends (q at rung 1, the prior at rung 3) start tours and restarts; a fresh state
+    counts once though it passes both cold rungs (hand-traced)."""
+    index = IndexProcess(4, Legs([2, 2]), exact_hots=[1, 3])
+    cold_tours, restarts = [], []
+    # lineage 1 (fresh from q) down to rung 0; lineage 3 (fresh from the prior) down to rung
+    # 2, then across the bridge to rung 0 while lineage 1 goes to rung 2
+    for pair in (0, 2, 1):
+        index.swap(pair)
+        index.observe()
+        cold_tours.append(index.cold_tour)
+        restarts.append(index.restarts)
+    assert index.lineage == [3, 0, 1, 2]
+    assert restarts == [1, 2, 2]
+    # tours are counted in visits to either hot end: lineage 3 sat at the prior's end once
+    assert cold_tours == [(1, 0), (1, 0), (3, 1)]
+    assert index._tours == [3, 0, 2, 1]  # lineage 0 at q's end three times, 2 at the prior's twice
+
+
 def test_the_statistics_of_two_legs_are_each_legs_own():
     betas = [1.0, 0.5, 0.0, 1.0, 0.0]
     legs = Legs([3, 2])
