@@ -55,6 +55,26 @@ def finite_hot_end(run, split):
             TemperingWarning, stacklevel=4)
 
 
+def _one_leg_to_a_fitted_q(run, legs):
+    """Warn where ``reference="variational"`` runs one leg (``legs``: why, from
+    :func:`~pyro_pt.reference.stabilized.stabilize`): its only hot end is q, fitted to the cold
+    chain's warmup draws, and a mode those draws missed is cut off without a sign (on the
+    two-component mixture, a one-leg q fitted one mode: share error 0.5, log Z off by log 2, no
+    other warning; ``benchmarks/reference.py --defaults``). A guide the user fitted is their
+    choice of q, and is not warned of."""
+    if run.options.reference != "variational" or run.resume_from or run.comm.rank != 0:
+        return
+    if legs is None or not str(legs).startswith("one leg"):
+        return
+    warnings.warn(
+        f"ParallelTempering(reference='variational') runs {legs}: the only hot end is q, a "
+        "Gaussian fitted to the cold chain's warmup draws, so a mode those draws missed is never "
+        "proposed and the cold chain's mode weights can be wrong without any other warning. "
+        "For mode weights leave the ladder to its default (two legs, to q and to the prior, with "
+        "num_replicas of 4 or more and no temperatures or max_temperature), or use the default "
+        "reference='prior'", TemperingWarning, stacklevel=5)
+
+
 def _split(run, args, kwargs):
     """The model's split and the checks that need it, which may give ``run`` another ladder
     (a stabilized one's legs, a finite hot end); returns it and what the legs' info says."""
@@ -65,6 +85,7 @@ def _split(run, args, kwargs):
     refuse_random_subsampling(split)  # before anything runs on a changing log density
     if not is_prior(options.reference):  # two legs, to q and to the prior, where allowed
         legs = stabilize(run, split)
+        _one_leg_to_a_fitted_q(run, legs)
     finite_hot_end(run, split)
     check_split(split, run.betas, options.save_params, options.reference)
     if run.resume_from:  # before any rung is built: the checkpoint's model and data
