@@ -12,11 +12,11 @@ mean of one per-draw series, :math:`u_n = \tfrac12 \sum_i (w^f_{n,i} / \overline
 w^r_{n,i} / \overline{w^r_i})`, whose error is :math:`\mathrm{sd}(u) / \sqrt{n_{eff}(u)}`.
 The terms are not independent: a rung's draws enter a forward term and a reverse one, both
 rising with its ll, and the swaps carry a state's ll from rung to rung; adding the terms'
-errors in variance, as if they were, stated about 0.6-0.9 of the spread over seeds
-(benchmarks/coverage.py: a 12-coefficient regression's log Z within 2 such errors in 75 % of
-runs). The forward estimate is biased low and the reverse high (Jensen's
-inequality on a log-mean-exp), by terms of the order of the pairs' squared errors, which a
-pair of distant rungs makes large; the reported log Z is their mean, with error
+errors in variance, as if they were, stated about two thirds of log Z's spread over seeds on a
+12-coefficient regression (benchmarks/coverage.py). The forward estimate is biased low and
+the reverse high (Jensen's inequality on a log-mean-exp), by terms of the order of the pairs'
+squared errors, which a pair of distant rungs makes large; the reported log Z is their mean,
+with error
 :math:`\sqrt{\sigma_{MC}^2 + (|\mathrm{forward} - \mathrm{reverse}| / 2)^2}`, which spans
 both. log Z is unreliable where that error is above :data:`LOG_Z_USABLE` nats, or where a pair
 is a bottleneck (its log-mean-exp's weights are then dominated by a few draws). The cold
