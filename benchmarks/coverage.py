@@ -32,6 +32,8 @@ Run (results are appended as JSON lines to ``--out``; ``--table`` prints the tab
 
     python benchmarks/coverage.py --case regression --runs 30 --warmup 300 --samples 1000
     python benchmarks/coverage.py --case square --runs 30
+    python benchmarks/coverage.py --case gauss10 --runs 12
+    python benchmarks/coverage.py --case regression12 --runs 20
     python benchmarks/coverage.py --table --out coverage.jsonl
 """
 
