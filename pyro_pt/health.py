@@ -5,11 +5,18 @@ A ladder with fewer rungs than its barrier calls for is told by :mod:`pyro_pt.sh
 rule the end of warmup warns by.
 
 log Z's stated error is its Monte Carlo error and the gap between the forward and reverse
-stepping-stone estimates together. Each pair's term's Monte Carlo error is the delta method's
-:math:`\mathrm{sd}(w) / (\overline{w} \sqrt{n_{eff}})`, :math:`w_n = e^{\Delta \ell_n}`, and
-the pairs' add in variance. The forward estimate is biased low and the reverse high (Jensen's
-inequality on a log-mean-exp), by terms of the order of the pairs' squared errors, which a
-pair of distant rungs makes large; the reported log Z is their mean, with error
+stepping-stone estimates together. The Monte Carlo error is the delta method's on the whole
+estimate at once (:func:`stepping_stone_error`): each term :math:`\log \overline{w}` moves by
+about :math:`(\overline{w} - \mathbb E w) / \mathbb E w`, so the reported log Z moves as the
+mean of one per-draw series, :math:`u_n = \tfrac12 \sum_i (w^f_{n,i} / \overline{w^f_i} -
+w^r_{n,i} / \overline{w^r_i})`, whose error is :math:`\mathrm{sd}(u) / \sqrt{n_{eff}(u)}`.
+The terms are not independent: a rung's draws enter a forward term and a reverse one, both
+rising with its ll, and the swaps carry a state's ll from rung to rung; adding the terms'
+errors in variance, as if they were, stated about two thirds of log Z's spread over seeds on a
+12-coefficient regression (benchmarks/coverage.py). The forward estimate is biased low and
+the reverse high (Jensen's inequality on a log-mean-exp), by terms of the order of the pairs'
+squared errors, which a pair of distant rungs makes large; the reported log Z is their mean,
+with error
 :math:`\sqrt{\sigma_{MC}^2 + (|\mathrm{forward} - \mathrm{reverse}| / 2)^2}`, which spans
 both. log Z is unreliable where that error is above :data:`LOG_Z_USABLE` nats, or where a pair
 is a bottleneck (its log-mean-exp's weights are then dominated by a few draws). The cold
@@ -88,6 +95,31 @@ def stepping_stone_errors(betas, log_likelihoods):
         forward += log_mean_exp_error(hot) ** 2
         reverse += log_mean_exp_error(cold) ** 2
     return math.sqrt(forward), math.sqrt(reverse)
+
+
+def stepping_stone_error(betas, log_likelihoods):
+    r"""Monte Carlo error of the stepping-stone estimate :math:`(\mathrm{forward} +
+    \mathrm{reverse}) / 2` (:func:`~pyro_pt.recorders.stepping_stone`) from its ll record
+    ``(num_draws, K)``: the delta method on the per-draw series :math:`u_n` of the module, which
+    keeps the covariances between the terms (shared rungs, swaps) and over time (its effective
+    sample size). ``inf`` with fewer than two draws."""
+    ll = torch.as_tensor(log_likelihoods, dtype=torch.float64)
+    if ll.shape[0] < 2:
+        return math.inf
+    u = torch.zeros(ll.shape[0], dtype=torch.float64)
+    for hot, cold in stepping_stone_terms(betas, ll):
+        for a, sign in ((hot, 0.5), (cold, -0.5)):
+            w = torch.exp(a - a.max())
+            u += sign * w / w.mean()
+    var = float(u.var())
+    if not var > 0.0:
+        return 0.0 if var == 0.0 else math.inf
+    from pyro.ops.stats import effective_sample_size
+
+    ess = float(effective_sample_size(u[None, :, None], chain_dim=0, sample_dim=1))
+    # as log_mean_exp_error: never claimed smaller than i.i.d. draws' error
+    ess = min(max(ess, 1.0), float(u.numel())) if math.isfinite(ess) else 1.0
+    return math.sqrt(var / ess)
 
 
 def _temperature(t):
@@ -279,7 +311,7 @@ def _log_z_review(diagnostics, betas, legs, first_blocked):
         betas, ll = legs.pick(0, betas, columns=ll)
     if not (len(betas) > 1 and ll.shape[0] > 0):
         return math.nan, None
-    monte_carlo = 0.5 * math.hypot(*stepping_stone_errors(betas, ll))
+    monte_carlo = stepping_stone_error(betas, ll)
     forward, reverse = diagnostics["log_Z_forward"], diagnostics["log_Z_reverse"]
     gap = abs(forward - reverse)
     error = math.hypot(monte_carlo, 0.5 * gap)
