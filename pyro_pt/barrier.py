@@ -113,6 +113,18 @@ def recommended_replicas(barrier, stabilized=False):
     return max(4, 2 * rungs - 1) if stabilized else rungs
 
 
+def round_trip_rate(barrier, rungs):
+    r"""Round trips per swap round of ``rungs`` rungs spread evenly over a global ``barrier``:
+    Syed et al. (2021)'s finite-ladder rate :math:`1 / (2 + 2 \sum_i r_i / (1 - r_i))` with each
+    of the ``rungs - 1`` pairs rejecting :math:`r = \Lambda / (K - 1)` of its swaps; 0 where a
+    pair would reject them all (:math:`K - 1 \le \Lambda`)."""
+    gaps = rungs - 1
+    if gaps < 1 or gaps <= barrier:
+        return 0.0
+    r = barrier / gaps
+    return 1.0 / (2.0 + 2.0 * gaps * r / (1.0 - r))
+
+
 def cumulative_barrier(pair_barriers):
     r"""The cumulative barrier :math:`\Lambda(\beta_k) = \sum_{i<k} \Lambda_i` at each of the K
     rungs, cold first (so it starts at 0 and ends at :math:`\Lambda`); the pairs' barriers
