@@ -89,16 +89,10 @@ class AutoCompile:
         return switch
 
     def _graph(self):
-        point = self.fast.compiled.check_points()[0]
-        return self.fast.compiled.fx_graph(point.dtype, point.device), point
+        return _graph(self.fast)
 
     def _what(self, run):
-        """What a switch compiles with the graph (the record's key): the batched HMC's fused or
-        lockstep steps, against q too (:mod:`pyro_pt.reference.graph`: another step)."""
-        steps = kind_of(run.options.explorer).steps
-        if not steps:
-            return "graph"
-        return f"graph + {steps}" + ("" if run.reference is None else " against q")
+        return _what(run)
 
     def _pays(self, run, t, scans, seconds):
         """Rank 0's decision at scan ``t``, with its reason in :attr:`decision`."""
@@ -191,6 +185,34 @@ class AutoCompile:
         self._since = tuple(state["since"])
         if state["switched_at"] is not None:
             self.switch(run, state["switched_at"], "restored from the checkpoint")
+
+
+def _graph(fast):
+    point = fast.compiled.check_points()[0]
+    return fast.compiled.fx_graph(point.dtype, point.device), point
+
+
+def _what(run):
+    """What a switch compiles with the graph (the record's key): the batched HMC's fused or
+    lockstep steps, against q too (:mod:`pyro_pt.reference.graph`: another step)."""
+    steps = kind_of(run.options.explorer).steps
+    if not steps:
+        return "graph"
+    return f"graph + {steps}" + ("" if run.reference is None else " against q")
+
+
+def record_setup(run):
+    """After a ``compile="inductor"`` set-up on rank 0: record its seconds as this graph's
+    compilation (:func:`record`), so that a later ``"auto"`` run of the model expects the warm
+    cache it left rather than a cold compilation. The set-up's seconds hold the capture and the
+    checks too: the record errs long, on the side of not switching."""
+    fast = run.fast
+    if (run.options.compile != "inductor" or run.comm.rank != 0 or fast is None
+            or fast.path != "functional" or fast.compiled.engine != "inductor"
+            or not kind_of(run.options.explorer).gradients):
+        return
+    gm, point = _graph(fast)
+    record(gm, point.dtype, point.device, _what(run), run.explorer_info["setup_seconds"])
 
 
 # ----- what a compilation costs here: recorded, else estimated -----

@@ -12,7 +12,7 @@ import warnings
 
 import torch
 
-from .autocompile import AutoCompile
+from .autocompile import AutoCompile, record_setup
 from .checkpoint import check_same_model
 from .comm import agree_on_setup
 from .explain import model_errors, refuse_random_subsampling
@@ -184,6 +184,7 @@ def set_up_run(run, args, kwargs):
         run.refitting = Refitting(run.reference, schedule.warmup_ends, run.split.latent_names)
     # compile="auto": TorchScript, then Inductor from the warmup round's end where it pays
     run.autocompile = AutoCompile.for_run(run)
+    record_setup(run)  # compile="inductor": what a later "auto" run's switch will cost
     schedule.steps = [ReportRow()] + ([LadderAdaptation()] if options.adapt_temperatures else [])
     schedule.steps += [step for step in (run.refitting, run.autocompile) if step]
     run.schedule = schedule

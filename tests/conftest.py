@@ -6,11 +6,12 @@ import pytest
 import torch
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(autouse=True)
 def own_compile_records(tmp_path_factory):
-    """compile="auto" reads and writes its records of compile costs in a file of the suite's own
-    (spawned ranks inherit it), never the machine's: a cheap record left there by a benchmark
-    would make a test's run switch to Inductor, and its draws differ."""
+    """compile="auto" reads and writes its records of compile costs in a file of each test's own
+    (spawned ranks inherit it), never the machine's nor another test's: a cheap record left by a
+    benchmark, or by a test's compile="inductor" set-up, would make a later test's run switch to
+    Inductor, and its draws differ with the order the tests ran in."""
     before = os.environ.get("PYRO_PT_COMPILE_RECORDS")
     os.environ["PYRO_PT_COMPILE_RECORDS"] = str(tmp_path_factory.mktemp("compile") / "records.json")
     yield

@@ -284,3 +284,16 @@ def test_every_rank_switches_at_rank_0s_scan(tmp_path, records, failing_inductor
     for result in (rank0, rank1):
         assert torch.equal(result["w"], alone["w"])
         assert str(result["swap_acceptance"]) == str(alone["swap_acceptance"])
+
+
+@pytest.mark.slow
+def test_an_inductor_set_up_is_recorded_for_a_later_auto_run(records):
+    # compile="inductor" fills Inductor's cache: its set-up's seconds are recorded, so a later
+    # "auto" run of the model expects the warm fraction of them, not a cold compilation
+    kernel, _ = run("inductor", "hmc")
+    assert kernel.explorer_info["potential_engine"] == "inductor", kernel.explorer_info
+    seconds = kernel.explorer_info["setup_seconds"] * autocompile.WARM_FRACTION
+    took = f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+    later, _ = run("auto", "hmc")
+    assert later.explorer_info["compile"].startswith(
+        f"TorchScript: Inductor's measured {took} compilation"), (took, later.explorer_info)
