@@ -19,7 +19,8 @@ for draws that must repeat bitwise. ``explorer_info["compile"]`` says what was d
 and why.
 
 The expected cost is **measured** where this graph (its code, dtype, device, the steps compiled
-with it, torch's version) was switched here before (:func:`record`, a JSON file beside
+with it, torch's version) was switched here before, or set up under ``compile="inductor"``
+(:func:`record_setup`) (:func:`record`, a JSON file beside
 Inductor's on-disk cache, or ``$PYRO_PT_COMPILE_RECORDS``; empty: no records): after the first
 switch :data:`WARM_FRACTION` of it, as the cache then holds the graph (the seed BNN's switch
 took 10.7 s cold and 1.9 s warm on an Intel Xeon, the tests' linear model's 16.5 s and 2.1 s),
