@@ -5,18 +5,19 @@ graph faster than TorchScript (the seed BNN's potential and gradient, and a fuse
 step: about a third of TorchScript's time on an Intel Xeon, ``benchmarks/vs_numpyro.py``; on a
 small model all of a process's rungs step in one compiled call, :mod:`pyro_pt.potential.lockstep`)
 but costs a compilation first. So every ``"auto"`` run starts on TorchScript, and at each warmup
-round's end from the second (the first round's scans pay one-off costs) rank 0 projects the explorers' time left (the round's seconds per scan times the
-warmup scans left and ``num_samples``) and switches when the compilation's expected cost
-(:func:`expected_seconds`) is at most what Inductor is expected to save of it,
-:data:`SAVED` of the projection: the smallest share of a whole run's explorer time Inductor has
-saved in our measurements (``benchmarks/auto_compile.py``: 0.32 on eight schools, 0.6 on the
-logistic regression, 0.84 on the two-component mixture, about 0.5 on the seed BNN). So a switch
-is not expected to lengthen a run, and where it saves what it did on the mixture a 60 s run
-draws about 3 times the scans. The decision is broadcast, so every rank switches at the same
-scan; the sampling phase keeps one engine. The engine, and with it the last bits of the draws,
-can then depend on the machine and its load: pass ``compile="torchscript"`` or ``"inductor"``
-for draws that must repeat bitwise. ``explorer_info["compile"]`` says what was decided, when
-and why.
+round's end from the second (the first round's scans pay one-off costs) rank 0 projects the
+explorers' time left (the round's seconds per scan times the warmup scans left and
+``num_samples``) and switches when the compilation's expected cost (:func:`expected_seconds`)
+is at most what Inductor is expected to save of it, :data:`SAVED` of the projection: about half
+the smallest share of a whole run's explorer time Inductor saved in our measurements
+(``benchmarks/auto_compile.py``, default runs of 1000 + 1000 scans: 0.63 on the logistic
+regression, 0.68 on the seed BNN, 0.86-0.92 on eight schools and the battery's mixtures). So a
+switch is not expected to lengthen a run even where Inductor saves half that, and where it
+saves what it did on the mixtures a run draws 7-9 times the scans in the same explorer time.
+The decision is broadcast, so every rank switches at the same scan; the sampling phase keeps
+one engine. The engine, and with it the last bits of the draws, can then depend on the machine
+and its load: pass ``compile="torchscript"`` or ``"inductor"`` for draws that must repeat
+bitwise. ``explorer_info["compile"]`` says what was decided, when and why.
 
 The expected cost is **measured** where this graph (its code, dtype, device, the steps compiled
 with it, torch's version) was switched here before, or set up under ``compile="inductor"``
@@ -46,7 +47,7 @@ from .potential import torch_compat
 from .potential.inductor import missing_apis
 
 # The share of the explorers' projected time a switch to Inductor is expected to save at least
-# (the smallest measured; see the module's docstring): the most a compilation may cost.
+# (half the smallest measured; see the module's docstring): the most a compilation may cost.
 SAVED = 0.3
 
 
@@ -89,12 +90,6 @@ class AutoCompile:
         run.explorer_info["compile"] = switch.decision
         return switch
 
-    def _graph(self):
-        return _graph(self.fast)
-
-    def _what(self, run):
-        return _what(run)
-
     def _pays(self, run, t, scans, seconds):
         """Rank 0's decision at scan ``t``, with its reason in :attr:`decision`."""
         if self.fast is None or self.fast.path != "functional":
@@ -109,8 +104,8 @@ class AutoCompile:
         if missing:
             self.decision = f"TorchScript: {missing}"
             return False
-        gm, point = self._graph()
-        expected, how = expected_seconds(gm, point.dtype, point.device, self._what(run))
+        gm, point = _graph(self.fast)
+        expected, how = expected_seconds(gm, point.dtype, point.device, _what(run))
         projected = ((self.warmup_steps - t) + self.num_samples) * seconds / max(scans, 1)
         pays = expected <= SAVED * projected
         self.decision = (f"TorchScript: Inductor's {how} {_seconds(expected)} compilation is "
@@ -168,8 +163,8 @@ class AutoCompile:
         engine = self.fast.compiled.engine if self.fast is not None else "inductor"
         self.engine = "Inductor" if engine == "inductor" else "TorchScript (Inductor failed)"
         if engine == "inductor" and self.comm.rank == 0:
-            gm, point = self._graph()
-            record(gm, point.dtype, point.device, self._what(run), self.compile_seconds)
+            gm, point = _graph(self.fast)
+            record(gm, point.dtype, point.device, _what(run), self.compile_seconds)
         why = why.format(took=_seconds(self.compile_seconds))
         self.decision = (f"Inductor from scan {t}: {why}" if engine == "inductor"
                          else f"TorchScript: the switch to Inductor at scan {t} failed "
@@ -189,6 +184,7 @@ class AutoCompile:
 
 
 def _graph(fast):
+    """The graph a switch compiles (the record's key) and its first check point."""
     point = fast.compiled.check_points()[0]
     return fast.compiled.fx_graph(point.dtype, point.device), point
 

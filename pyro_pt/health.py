@@ -41,6 +41,7 @@ import math
 
 import torch
 
+from .barrier import autocorrelation_time
 from .legs import Legs
 from .recorders import stepping_stone_terms
 from .regeneration import MIN_TOURS
@@ -69,6 +70,15 @@ class TemperingWarning(UserWarning):
     per run, with what to do."""
 
 
+def mean_error(series):
+    r"""Monte Carlo standard error of the mean of one autocorrelated chain ``series``:
+    :math:`\mathrm{sd} \sqrt{\tau / n}`, :math:`\tau` its integrated autocorrelation time
+    (:func:`~pyro_pt.barrier.autocorrelation_time`, at least 1: anti-correlated draws are not
+    claimed better than independent ones)."""
+    x = torch.as_tensor(series, dtype=torch.float64).reshape(-1)
+    return math.sqrt(float(x.var()) * autocorrelation_time(x) / x.numel())
+
+
 def log_mean_exp_error(values):
     r"""Monte Carlo standard error of :math:`\log \frac1n \sum_n e^{a_n}` for autocorrelated
     draws ``values`` :math:`a_n` (delta method, effective sample size of :math:`e^{a_n}`)."""
@@ -76,15 +86,9 @@ def log_mean_exp_error(values):
     if a.numel() < 2:
         return math.inf
     w = torch.exp(a - a.max())
-    mean, var = float(w.mean()), float(w.var())
-    if var == 0.0:
+    if float(w.var()) == 0.0:
         return 0.0
-    from pyro.ops.stats import effective_sample_size
-
-    ess = float(effective_sample_size(w.unsqueeze(0), chain_dim=0, sample_dim=1))
-    # Anti-correlated draws can give ess > n; the error is not claimed smaller than i.i.d.'s.
-    ess = min(max(ess, 1.0), float(a.numel())) if math.isfinite(ess) else 1.0
-    return math.sqrt(var / ess) / mean
+    return mean_error(w) / float(w.mean())
 
 
 def stepping_stone_errors(betas, log_likelihoods):
@@ -114,12 +118,7 @@ def stepping_stone_error(betas, log_likelihoods):
     var = float(u.var())
     if not var > 0.0:
         return 0.0 if var == 0.0 else math.inf
-    from pyro.ops.stats import effective_sample_size
-
-    ess = float(effective_sample_size(u[None, :, None], chain_dim=0, sample_dim=1))
-    # as log_mean_exp_error: never claimed smaller than i.i.d. draws' error
-    ess = min(max(ess, 1.0), float(u.numel())) if math.isfinite(ess) else 1.0
-    return math.sqrt(var / ess)
+    return mean_error(u)
 
 
 def _temperature(t):

@@ -56,15 +56,15 @@ def finite_hot_end(run, split):
 
 
 def _one_leg_to_a_fitted_q(run, legs):
-    """Warn where ``reference="variational"`` runs one leg (``legs``: why, from
-    :func:`~pyro_pt.reference.stabilized.stabilize`): its only hot end is q, fitted to the cold
-    chain's warmup draws, and a mode those draws missed is cut off without a sign (on the
+    """Warn where ``reference="variational"`` runs one leg (no ``legs`` on the ladder after
+    :func:`~pyro_pt.reference.stabilized.stabilize`, whose reason ``legs`` says): its only hot
+    end is q, fitted to the cold chain's warmup draws, and a mode those draws missed is cut off
+    without a sign (on the
     two-component mixture, a one-leg q fitted one mode: share error 0.5, log Z off by log 2, no
     other warning; ``benchmarks/reference.py --defaults``). A guide the user fitted is their
     choice of q, and is not warned of."""
-    if run.options.reference != "variational" or run.resume_from or run.comm.rank != 0:
-        return
-    if legs is None or not str(legs).startswith("one leg"):
+    if (run.options.reference != "variational" or run.resume_from or run.comm.rank != 0
+            or run.ladder.legs is not None):
         return
     warnings.warn(
         f"ParallelTempering(reference='variational') runs {legs}: the only hot end is q, a "

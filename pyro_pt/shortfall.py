@@ -19,12 +19,12 @@ Pure: no Pyro inference machinery.
 
 import math
 
+from .barrier import recommended_replicas, round_trip_rate
+from .ladder import GROWTH_ROUNDS, MIN_GROWTH_SCANS
+
 # A ladder short of the rule's count is told so where its round trips come at under this share
 # of the rate of that count.
 SHORT = 0.8
-
-from .barrier import recommended_replicas, round_trip_rate
-from .ladder import GROWTH_ROUNDS, MIN_GROWTH_SCANS
 
 
 def too_few_rungs(barrier, legs, measured, max_replicas=None):
@@ -42,7 +42,8 @@ def too_few_rungs(barrier, legs, measured, max_replicas=None):
         return None
     rungs = legs.sizes[0] if legs.stabilized else legs.num_rungs  # of the leg Lambda is of
     wanted = recommended_replicas(barrier)
-    kept = round_trip_rate(barrier, rungs) / round_trip_rate(barrier, wanted)
+    best = round_trip_rate(barrier, wanted)  # > 0: wanted - 1 >= 2 Lambda - 1 > Lambda here
+    kept = round_trip_rate(barrier, rungs) / best if best > 0 else 0.0
     if kept >= SHORT:
         return None
     where = (f"the ladder has {legs.num_rungs}" if not legs.stabilized else

@@ -106,14 +106,20 @@ class ModelSplit:
         (:func:`~pyro_pt.potential.densities.split_terms`) alike, so both add the same terms
         in the same order.
         """
-        lp = ll = 0.0
-        for name in self.observed_names:
-            ll = ll + log_probs[name]
+        ll = self._sum_ll(log_probs)
+        lp = 0.0
         for name in self.latent_names:
             lp = lp + log_probs[name]
             # Density of z = T(x): p(x) |d x / d z|, i.e. minus log|dT/dx|.
             lp = lp - self.transforms[name].log_abs_det_jacobian(constrained[name], z[name]).sum()
         return lp, ll
+
+    def _sum_ll(self, log_probs):
+        """``ll``: the observed sites' terms in their order, the one sum of them."""
+        ll = 0.0
+        for name in self.observed_names:
+            ll = ll + log_probs[name]
+        return ll
 
     def _split_trace(self, trace, z, constrained):
         trace.compute_log_prob(site_filter=lambda name, site: is_counted(site))
@@ -151,14 +157,12 @@ class ModelSplit:
             constrained = {name: trace.nodes[name]["value"] for name in self.latent_names}
             z = {name: self.transforms[name](value) for name, value in constrained.items()}
             # Only ll is wanted: the latent sites' scores and Jacobians (lp) are not computed,
-            # a fifth of a draw's time on the battery's mixtures; ll's terms are summed as
-            # sum_terms sums them, so it is bitwise the same.
+            # a third of a draw's CPU on the two-component mixture; ll is sum_terms' own sum.
             observed = set(self.observed_names)
             trace.compute_log_prob(site_filter=lambda name, site: name in observed
                                    and is_counted(site))
-            ll = 0.0
-            for name in self.observed_names:
-                ll = ll + trace.nodes[name]["log_prob_sum"]
+            ll = self._sum_ll({name: trace.nodes[name]["log_prob_sum"]
+                               for name in self.observed_names})
         return z, ll
 
     def _checked_init(self, site):
