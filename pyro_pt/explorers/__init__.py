@@ -107,6 +107,11 @@ def build_rungs(split, rungs, betas, seeds, device, explorer, explorer_kwargs, w
         if betas[k] == 0.0:
             explorers.append(PriorExplorer(rung.stream, rung.split))
             starts_of.append(None)
+            if isinstance(rung.split, FunctionalSplit):  # the prior's own (not q's) draws
+                prior = rung.split.prior
+                info["prior_draws"] = prior.path
+                if prior.reason:
+                    info["prior_draws_reason"] = prior.reason
             continue
         explorers.append(kind.build(rung))
         starts_of.append(_start(rung.split, rung.stream, (starts or {}).get(k, initial_params)))

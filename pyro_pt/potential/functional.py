@@ -15,6 +15,7 @@ from .batched import BatchedEvaluator, combine
 from .compiled import CompiledSplit
 from .fused import FusedSteps
 from .lockstep import Lockstep
+from .priors import DirectPrior
 
 
 class _AttachGradients(torch.autograd.Function):
@@ -82,6 +83,7 @@ class FunctionalSplit:
         # a slot's leapfrog step as one compiled call, and those of several rungs (small models)
         self.fused = FusedSteps(self.batched)
         self.lockstep = Lockstep(self.batched)
+        self._prior = None  # DirectPrior, built at the first prior draw
 
     def recompile(self, compiler):
         """The graphs and steps under ``compiler`` from now on (``"inductor"`` or
@@ -96,8 +98,17 @@ class FunctionalSplit:
     def initial_point(self):
         return self.split.initial_point()
 
+    @property
+    def prior(self):
+        """The prior rung's draws (:class:`~pyro_pt.potential.priors.DirectPrior`): its
+        ``path`` says whether they are drawn site by site or by a trace of the model."""
+        if self._prior is None:
+            self._prior = DirectPrior(self)
+        return self._prior
+
     def sample_prior(self):
-        return self.split.sample_prior()
+        """An exact draw from the prior and its ll, as :meth:`ModelSplit.sample_prior`."""
+        return self.prior()
 
     def log_likelihood(self, z):
         """``ll(z)`` as a float, from the traced path (the reference the graphs are checked
