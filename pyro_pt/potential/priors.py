@@ -69,10 +69,11 @@ class DirectPrior:
     graph does not answer (a draw whose ll it cannot give finite, or a model whose priors are
     not fixed: :attr:`path` ``"traced"``, :attr:`reason` why).
 
-    Measured (``benchmarks/prior_draws.py``): a draw of the two-component mixture's prior
-    costs 0.055 ms under Inductor against the trace's 0.49 ms, and 0.22 ms under TorchScript;
-    a default run's sampling phase under Inductor, 1000 scans of 8 rungs, takes 1.3x less
-    time for the same restarts.
+    Measured (``benchmarks/prior_draws.py``, one thread): a draw of the mixtures' priors costs
+    0.06-0.12 ms under Inductor and 0.2-0.3 ms under TorchScript, against the trace's 0.5 ms;
+    a default run's sampling phase under Inductor (1000 scans) takes 1.22-1.25x less time on
+    the two-component mixture and 1.15-1.17x less on the three-component one; on the logistic
+    regression (13 rungs, a larger model: the prior rung is a small share) the same time.
     """
 
     def __init__(self, fast):
