@@ -26,7 +26,9 @@ Samplers, each as a new user runs it, one thread, started from the prior, for a 
   three times), so a timed run usually finds Inductor's cache warm, as every run of a model
   after its first does; its seconds are printed. log Z: ``kernel.diagnostics()["log_Z"]`` (stepping
   stones); restarts/s: ``diagnostics()["restarts"]`` (prior draws that reached the cold chain in
-  the sampling phase) over the run's seconds.
+  the sampling phase) over the run's seconds. ``--ladders 1 4 8`` runs it once per
+  ``num_ladders`` (``pyro_pt x4``: ``ParallelTempering(model, num_ladders=4)``, whose ladder keeps
+  its default 8 rungs; ``n`` then counts the draws of all the ladders, :mod:`pyro_pt.ensemble`).
 - ``ptemcee`` 1.0 (Vousden et al. 2016): 32 walkers (at least ``2 dim + 2``, as it requires) x 8
   temperatures, ``Tmax=inf`` (its docstring's choice for an adaptive ladder), the ladder adapted
   in the first half of the budget (``adapt=True``, nothing stored), fixed in the second, whose
@@ -301,7 +303,7 @@ def check_model(t, model, model_args, site):
             raise AssertionError(f"{t.name}: the Pyro model gives {found}, numpy {want}")
 
 
-def run_pyro_pt(model, model_args, site, seed, n):
+def run_pyro_pt(model, model_args, site, seed, n, ladders=1):
     import pyro
     from pyro.infer import MCMC
 
@@ -309,7 +311,7 @@ def run_pyro_pt(model, model_args, site, seed, n):
 
     pyro.set_rng_seed(seed)
     pyro.clear_param_store()
-    kernel = ParallelTempering(model)
+    kernel = ParallelTempering(model, num_ladders=ladders)
     mcmc = MCMC(kernel, warmup_steps=n, num_samples=n, disable_progbar=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -321,11 +323,11 @@ def run_pyro_pt(model, model_args, site, seed, n):
     draws = mcmc.get_samples()[site].double().numpy()
     restarts = diagnostics.get("restarts") or 0
     return (draws, float(diagnostics["log_Z"]), seconds,
-            f"{n} + {n} scans, K {kernel.num_replicas}, {restarts} restarts"
+            f"{n} + {n} draws, K {kernel.num_replicas} x {ladders} ladders, {restarts} restarts"
             + (", warned" if warned else ""), restarts / seconds)
 
 
-def fit_budget(model, model_args, site, seed, budget, per_scan, tries=3):
+def fit_budget(model, model_args, site, seed, budget, per_scan, tries=3, ladders=1):
     """A pyro_pt run of about ``budget`` seconds: ``n`` from ``per_scan`` (seconds per scan);
     a run that took under :data:`FILLED` of the budget (its per-scan cost fell, e.g. when
     ``compile="auto"`` switched to Inductor) is taken as a calibration and run again, longer,
@@ -333,7 +335,8 @@ def fit_budget(model, model_args, site, seed, budget, per_scan, tries=3):
     per-scan cost to start the next budget from."""
     for attempt in range(tries):
         n = max(50, int(budget / (2 * per_scan)))
-        draws, log_z, seconds, note, rate = run_pyro_pt(model, model_args, site, seed, n)
+        draws, log_z, seconds, note, rate = run_pyro_pt(model, model_args, site, seed, n,
+                                                        ladders)
         per_scan = seconds / (2 * n)
         if seconds >= FILLED * budget or attempt == tries - 1:
             return draws, log_z, seconds, note, rate, per_scan
@@ -377,18 +380,34 @@ def table(results, args):
     print("|---|---|---|---|---|---|---|")
     for name in args.targets:
         for budget in args.budgets:
-            for sampler in args.samplers:
+            for sampler in runs_of(args):
                 runs = results.get((name, sampler, budget), [])
                 if not runs:
                     continue
                 failed = [r for r in runs if "error" in r]
                 ok = [r for r in runs if "error" not in r]
                 seconds = f"{np.mean([r['seconds'] for r in ok]):.0f}" if ok else "-"
-                rate = span([r.get("rate") for r in ok], 2) if sampler == "pyro_pt" else ""
+                rate = span([r.get("rate") for r in ok], 2) if sampler.startswith("pyro_pt") \
+                    else ""
                 fail = f" ({len(failed)} failed)" if failed else ""
                 print(f"| {name} | {sampler}{fail} | {budget:g} | {seconds} | "
                       f"{span([r['share_error'] for r in ok])} | "
                       f"{span([r['log_z_error'] for r in ok], 2)} | {rate} |")
+
+
+def runs_of(args):
+    """The samplers run, pyro_pt once per ``--ladders`` value."""
+    out = []
+    for sampler in args.samplers:
+        if sampler == "pyro_pt":
+            out += ["pyro_pt" if c == 1 else f"pyro_pt x{c}" for c in args.ladders]
+        else:
+            out.append(sampler)
+    return out
+
+
+def ladders_of(sampler):
+    return int(sampler.split("x")[-1]) if " x" in sampler else 1
 
 
 def main(argv=None):
@@ -401,6 +420,9 @@ def main(argv=None):
         "PEERS_PYTHON", ".venv-peers/bin/python"),
         help="interpreter with ptemcee, eryn, reddemcee and dynesty (default $PEERS_PYTHON "
              "or .venv-peers/bin/python; `make bench-peers` builds it)")
+    parser.add_argument("--ladders", type=int, nargs="+", default=[1],
+                        help="pyro_pt's num_ladders, one pyro_pt sampler each (C > 1: named "
+                             "'pyro_pt xC', with its default fixed ladder of 8 rungs)")
     parser.add_argument("--quick", action="store_true",
                         help="a check of the script: 4 s budgets, one seed")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -439,19 +461,20 @@ def main(argv=None):
                   f"{exact:.6f}{check}")
             model, model_args, site = pyro_model(t, spec)
             check_model(t, model, model_args, site)
-            per_scan = None
+            per_scan = {}
             if "pyro_pt" in args.samplers:
                 *_, seconds, note, _ = run_pyro_pt(model, model_args, site, 0, PILOT)
-                per_scan = seconds / (2 * PILOT)
+                per_scan = {c: seconds / (2 * PILOT) for c in args.ladders}
                 print(f"pyro_pt pilot (untimed): {seconds:.1f} s, {note}")
             print(f"{'sampler':10s} {'budget':>6s} {'seed':>4s} {'s':>6s} {'share err':>9s} "
                   f"{'logZ err':>9s}  note")
             for budget in args.budgets:
                 for seed in args.seeds:
-                    for sampler in args.samplers:
-                        if sampler == "pyro_pt":
-                            draws, log_z, seconds, note, rate, per_scan = fit_budget(
-                                model, model_args, site, seed, budget, per_scan)
+                    for sampler in runs_of(args):
+                        if sampler.startswith("pyro_pt"):
+                            c = ladders_of(sampler)
+                            draws, log_z, seconds, note, rate, per_scan[c] = fit_budget(
+                                model, model_args, site, seed, budget, per_scan[c], ladders=c)
                             row = {"seconds": seconds, "rate": rate}
                         else:
                             out = os.path.join(tmp, "draws.npy")

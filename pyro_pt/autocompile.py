@@ -86,7 +86,9 @@ class AutoCompile:
         """The switch of ``run`` (:mod:`pyro_pt.run`); None unless ``compile="auto"``."""
         if run.options.compile != "auto":
             return None
-        switch = cls(run.fast, run.comm, run.warmup_steps, mcmc_num_samples() or 0)
+        # the sampling scans: an ensemble's ladders share MCMC's draws (pyro_pt.ensemble)
+        scans = -(-(mcmc_num_samples() or 0) // run.options.num_ladders)
+        switch = cls(run.fast, run.comm, run.warmup_steps, scans)
         run.explorer_info["compile"] = switch.decision
         return switch
 
@@ -148,7 +150,7 @@ class AutoCompile:
         if self.fast is not None:
             with torch_compat.recording() as missing:
                 self.fast.recompile("inductor")
-                for explorer in run.rungs.explorers:
+                for explorer in (e for r in run.together for e in r.rungs.explorers):
                     explorer.target_changed()  # its cached density came from TorchScript's graph
                 # builds each group's steps; the info is the first group's (the reference's
                 # leg where a stabilized ladder has two, as at set-up)

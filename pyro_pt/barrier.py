@@ -25,14 +25,26 @@ SATURATED = 0.5
 
 
 def autocorrelation_time(values):
-    """Integrated autocorrelation time ``n / ESS`` of one chain (1 for fewer than 4 draws)."""
+    """Integrated autocorrelation time ``n / ESS`` of one chain (1 for fewer than 4 draws):
+    the effective sample size of :func:`pyro.ops.stats.effective_sample_size` for one chain
+    (Geyer's initial monotone sequence over the autocovariance of
+    :func:`pyro.ops.stats.autocovariance`), its running minimum taken by :func:`torch.cummin`:
+    Pyro's own builds an ``n x n`` matrix for it, which took 1.9 s (and ``8 n^2`` bytes) of
+    the review of a run with 4000 draws per rung."""
     x = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
-    if x.numel() < 4 or not torch.isfinite(x).all() or float(x.std()) == 0.0:
+    n = x.numel()
+    if n < 4 or not torch.isfinite(x).all() or float(x.std()) == 0.0:
         return 1.0
-    from pyro.ops.stats import effective_sample_size
+    from pyro.ops.stats import autocovariance
 
-    ess = float(effective_sample_size(x[None, :, None], chain_dim=0, sample_dim=1))
-    return max(1.0, x.numel() / ess) if math.isfinite(ess) and ess > 0 else float(x.numel())
+    rho = autocovariance(x, dim=0) / ((n - 1) / n * x.var())  # one chain: Pyro's rho_k
+    rho[0] = 1.0
+    pairs = rho[: n - n % 2].reshape(-1, 2).sum(-1)  # Geyer's initial positive sequence
+    tau = -1 + 2 * pairs[0]
+    if pairs.numel() > 1:
+        tau = tau + 2 * torch.cummin(pairs[1:].clamp(min=0), 0).values.sum()
+    ess = float(n / tau)
+    return max(1.0, n / ess) if math.isfinite(ess) and ess > 0 else float(n)
 
 
 def local_barrier(log_likelihoods):

@@ -483,6 +483,10 @@ class Checkpointing:
         """
         if self.run is None:
             raise RuntimeError("checkpoint() needs a kernel that MCMC.run has set up")
+        if self.options.num_ladders > 1:
+            raise ValueError(f"checkpoint() saves one ladder, but this kernel runs "
+                             f"num_ladders={self.options.num_ladders}: use num_ladders=1 to "
+                             "checkpoint")
         save(self.run, path)
 
     @classmethod
@@ -515,6 +519,9 @@ class Checkpointing:
             kernel = ParallelTempering.resume("run.pt", model)
             MCMC(kernel, num_samples=700, warmup_steps=0).run(x, y)
         """
+        if kwargs.get("num_ladders", 1) != 1:
+            raise ValueError("resume() continues one ladder's checkpoint: num_ladders must be 1, "
+                             f"got {kwargs['num_ladders']!r}")
         header, _ = read_checkpoint(path, payload=False)
         kernel = cls(model, **resume_arguments(path, header, kwargs))
         kernel.options.resume_from = (path, header)  # read by set-up (resume_warmup, restore)

@@ -16,6 +16,7 @@ import warnings
 
 import torch
 
+from .ensemble import Pooled, pooled_rungs
 from .explorers import kind_of
 from .health import UNRELIABLE, TemperingWarning, review
 from .regeneration import regenerative_error
@@ -52,10 +53,12 @@ class Diagnostics:
         run = self.run
         cold = run.rungs.explorers[0] if run.rungs.start == 0 else None
         out = dict(cold.logging() or {}) if cold is not None else {}
-        out["swap acc."] = f"{run.recorder.phase.mean_acceptance():.3f}"
-        out["round trips"] = run.recorder.index.round_trips
-        if run.recorder.index.restarts is not None:
-            out["restarts"] = run.recorder.index.restarts
+        records = self._records()
+        rates = [a for a in records.acceptance() if not math.isnan(a)]
+        out["swap acc."] = f"{sum(rates) / len(rates) if rates else math.nan:.3f}"
+        out["round trips"] = records.round_trips
+        if records.restarts is not None:
+            out["restarts"] = records.restarts
         seconds = run.explorer_info.get("setup_seconds", 0.0)
         if seconds >= SHOWN_SETUP_SECONDS:  # a long compile, said where the run's progress is
             out["set-up"] = f"{seconds:.0f} s"
@@ -63,6 +66,11 @@ class Diagnostics:
         if switch and switch.compile_seconds is not None:  # compile="auto" switched
             out["compile"] = f"{switch.engine}, {switch.compile_seconds:.0f} s"
         return out
+
+    def _records(self):
+        """The run's swap and draw records: its recorder's, or every ladder's pooled
+        (:class:`~pyro_pt.ensemble.Pooled`, ``num_ladders > 1``)."""
+        return Pooled([run.recorder for run in self.run.together])
 
     def mcse(self, fn, samples=None):
         """
@@ -100,7 +108,8 @@ class Diagnostics:
                             f"[num_draws, ...] alone; got {type(fn).__name__} with samples")
         if not torch.is_tensor(values):
             values = torch.as_tensor(values)
-        tours = self.run.recorder.tours.tours
+        records = self._records()
+        tours = records.tours.tours
         recorded = len(tours)
         resumed = recorded - self.run.draws_before  # the draws of this MCMC.run, if resumed
         if values.dim() == 0 or values.shape[0] not in (recorded, resumed):
@@ -110,7 +119,7 @@ class Diagnostics:
                 "samples=mcmc.get_samples() of this kernel's last run (not grouped by chain)")
         if values.shape[0] != recorded:  # a resumed run's MCMC holds only the draws since
             tours = tours[self.run.draws_before:]
-        if self.run.recorder.index.restarts is None:
+        if records.restarts is None:
             warnings.warn("mcse: this run has no exact hot end (max_temperature is finite), so "
                           "its cold chain has no regenerations and no Monte Carlo error that "
                           "holds across modes can be given; run with max_temperature=inf",
@@ -122,25 +131,31 @@ class Diagnostics:
         run = self.run
         interval, scans, betas = run.options.swap_interval, run.scans, run.betas
         num_rounds = max(0, scans // interval - run.warmup_steps // interval)
-        rungs = run.rungs.summary(scans, run.ladder.temperatures)
-        out = run.recorder.summary(betas, num_rounds, rungs)
+        ladders = len(run.together)
+        rungs = pooled_rungs([r.rungs.summary(scans, run.ladder.temperatures)
+                              for r in run.together],
+                             [r.recorder.tours.num_draws for r in run.together])
+        records = self._records()
+        out = records.summary(betas, num_rounds, rungs)
         # The cold chain's means and their Monte Carlo errors over the lineages' tours (None
         # without an exact hot end: no tours, pyro_pt.regeneration).
-        tours = run.recorder.tours
+        tours = records.tours
         _, out["posterior_sd"], errors = tours.summary()
         regenerates = out["restarts"] is not None
         out["mcse"] = errors if regenerates else None
         out["mcse_tours"] = len(tours.sums) if regenerates else None
         # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
         out["adaptation_history"] = self.adaptation_history
-        legs = run.recorder.legs
+        legs = records.legs
         if run.reference is not None and betas[legs.hots[0]] == 0.0:
             # the stepping stones run from q (normalized) to the posterior: still log p(y)
             out["log_Z_meaning"] = ("log evidence log p(y) (the hottest rung is the reference "
                                     f"q, a normalized {run.reference.kind} Gaussian)")
         # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
+        if ladders > 1:
+            out["num_ladders"] = ladders
         out["warnings"], out["log_Z_error"], unreliable = review(
-            out, betas, num_rounds, max(0, scans - run.warmup_steps),
+            out, betas, num_rounds * ladders, max(0, scans - run.warmup_steps) * ladders,
             kind_of(run.options.explorer).on_divergence,
             run.reference and run.reference.describe(), legs,
             run.growth and run.growth.max_replicas or None)

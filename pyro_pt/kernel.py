@@ -14,8 +14,9 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from .checkpoint import Checkpointing, restore, resume_warmup, save
 from .comm import make_comm
-from .compat import KernelParams, refuse_multichain_mcmc, refuse_no_draws
+from .compat import KernelParams, mcmc_num_samples, refuse_multichain_mcmc, refuse_no_draws
 from .diagnostics import Diagnostics
+from .ensemble import Ensemble, PooledAdaptation, check_num_ladders, warmup_scans
 from .explain import missing_sites
 from .growth import AUTO, growth_options
 from .ladder import Ladder
@@ -24,8 +25,10 @@ from .potential.inductor import check_compiler
 from .reference import check_reference, is_prior
 from .reference.stabilized import crossed_bridge, refresh
 from .report import Scan
+from .rounds import after_scans
+from .rungs import explore
 from .run import Options, Run
-from .setup import set_up_run
+from .setup import set_up_followers, set_up_run
 from .swap import swap_round
 
 
@@ -130,6 +133,14 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         (``AutoNormal``, ``AutoMultivariateNormal``, ...), its Gaussian kept fixed. With a
         reference the default ladder ends at ``max_temperature=inf`` (beta = 0 is q, drawn
         exactly), and log Z is still the evidence. ``explorer_info["reference"]`` says which.
+    :param int num_ladders: C independent ladders of the same betas (default 1), whose
+        tempered rungs step in one batched call (:mod:`pyro_pt.ensemble`): C times the tempered
+        restarts of one ladder per scan. ``warmup_steps`` and ``num_samples`` still count
+        draws: each ladder runs ``ceil(N / C)`` scans of each phase, and MCMC records the
+        ladders' cold draws in contiguous blocks, ladder 0's first. The adaptation, the
+        diagnostics, :meth:`mcse` and the review pool the ladders. With C > 1 the default
+        ladder keeps 8 rungs (it does not grow), and checkpoints, several processes and a
+        fitted reference are refused for now.
 
     Example::
 
@@ -143,7 +154,7 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
                  explorer="hmc", explorer_kwargs=None, swap_scheme="deo", swap_interval=1,
                  adapt_temperatures=True, init_strategy=init_to_uniform, transforms=None,
                  process_group=None, compile="auto", max_replicas=None, checkpoint_every=None,
-                 checkpoint_path=None, reference="prior"):
+                 checkpoint_path=None, reference="prior", num_ladders=1):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
         check_reference(reference)
@@ -151,7 +162,9 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         # prior allows (else setup.finite_hot_end), and the ladder grows (in one process; a
         # max_replicas given asks for growth, refused over several processes as "auto" is).
         grows = (num_replicas is None and temperatures is None and is_prior(reference)
-                 and adapt_temperatures is True)
+                 and adapt_temperatures is True and num_ladders == 1)
+        check_num_ladders(num_ladders, num_replicas == AUTO, reference, checkpoint_every,
+                          max_replicas)
         start, cap = growth_options(AUTO if grows else num_replicas, max_replicas, temperatures,
                                     adapt_temperatures)
         self._ladder = Ladder(ladder_temperatures(start, max_temperature, temperatures))
@@ -171,9 +184,11 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
             ladder_given=temperatures is not None or not (
                 max_temperature is None or max_temperature == math.inf),
             exact_hot_end_default=max_temperature is None and temperatures is None,
-            max_replicas=cap, grows_by_default=grows and max_replicas is None)
+            max_replicas=cap, grows_by_default=grows and max_replicas is None,
+            num_ladders=num_ladders)
         self.transforms = None
         self.run = None  # the current (or last) run's state (pyro_pt.run.Run), once set up
+        self.ensemble = None  # with num_ladders > 1, every ladder's run (pyro_pt.ensemble)
 
     # ----- ladder -----
 
@@ -220,7 +235,11 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         refuse_multichain_mcmc(comm)
         refuse_no_draws()
         self._ladder.reset()  # a rerun starts from the ladder given, not the one it adapted to
-        run = Run(self.options, comm, self._ladder, warmup_steps)
+        ladders = self.options.num_ladders
+        if ladders > 1 and comm.world_size > 1:
+            raise ValueError(f"num_ladders={ladders} runs in one process for now, but this run "
+                             f"has {comm.world_size} ranks: use num_ladders=1 over processes")
+        run = Run(self.options, comm, self._ladder, warmup_scans(warmup_steps, ladders))
         if self.options.resume_from:  # the checkpoint's ladder and warmup
             resume_warmup(run, *self.options.resume_from, warmup_steps)
         self.run = None
@@ -230,32 +249,53 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
             restore(run)
         run.initial_state = run.rungs.cold_state()
         self.run = run
+        self.ensemble = None
+        if ladders > 1:
+            run.together = [run] + set_up_followers(run)
+            self.ensemble = Ensemble(run.together, warmup_steps, mcmc_num_samples(),
+                                     PooledAdaptation() if self.options.adapt_temperatures
+                                     else None)
 
     def sample(self, params):
-        run = self.run
+        if self.ensemble is not None:  # num_ladders > 1: MCMC's calls take the draws in blocks
+            return self.ensemble.sample(lambda: self._scan(self.ensemble.runs))
+        return self._scan([self.run])[0]
+
+    def _scan(self, runs):
+        """One scan of every ladder's run in ``runs`` (one, or an ensemble's, whose tempered
+        rungs step in one call): explore, communicate, record, and the round's end where
+        there is one. Returns each run's cold state."""
+        first, ensemble = runs[0], self.ensemble
         start = time.perf_counter()
-        with missing_sites(run.split):
-            local_ll, cold_moved = run.rungs.explore()
-        run.timings["explorers"] += time.perf_counter() - start
-        run.ll = run.rungs.gather(local_ll)
-        outcome = [math.nan] * (run.num_replicas - 1)
-        if (run.scans + 1) % run.options.swap_interval == 0:
-            outcome = self._communicate(run)
-        cold = run.rungs.cold_state()
-        run.recorder.record_scan(run.ll, outcome)
-        if run.recorder.sampling:  # the draw MCMC records, for its Monte Carlo errors
-            transforms = run.split.transforms
-            run.recorder.record_cold({name: transforms[name].inv(v) if name in transforms else v
-                                      for name, v in cold.items()})
-        run.report.observe(run, Scan(cold_moved, outcome, cold))  # the report's columns
-        if run.refitting:  # q is refitted to the cold draws at warmup rounds' ends
-            run.refitting.keep(run, cold)
-        run.schedule.after_scan(run)  # where this scan ends a round: adapt, grow, refit, ...
-        run.timings["total"] += time.perf_counter() - start
-        every = run.options.checkpoint_every
-        if every and run.scans % every == 0:  # the periodic checkpoint
-            save(run, run.options.checkpoint_path)
-        return cold
+        with missing_sites(first.split):
+            explored = explore([run.rungs for run in runs])
+        first.timings["explorers"] += time.perf_counter() - start
+        colds = []
+        for ladder, (run, (local_ll, cold_moved)) in enumerate(zip(runs, explored)):
+            run.ll = run.rungs.gather(local_ll)
+            outcome = [math.nan] * (run.num_replicas - 1)
+            if (run.scans + 1) % run.options.swap_interval == 0:
+                outcome = self._communicate(run)
+            cold = run.rungs.cold_state()
+            run.recorder.record_scan(run.ll, outcome)
+            # the draws MCMC records, for their Monte Carlo errors
+            if run.recorder.sampling and (ensemble is None or ensemble.keeps(ladder)):
+                transforms = run.split.transforms
+                run.recorder.record_cold({name: transforms[name].inv(v) if name in transforms
+                                          else v for name, v in cold.items()})
+            run.report.observe(run, Scan(cold_moved, outcome, cold))  # the report's columns
+            if run.refitting:  # q is refitted to the cold draws at warmup rounds' ends
+                run.refitting.keep(run, cold)
+            if ensemble is None:
+                run.schedule.after_scan(run)  # where this scan ends a round: adapt, grow, ...
+            colds.append(cold)
+        if ensemble is not None:  # the ladders' round end, their adaptation pooled
+            after_scans(runs, ensemble.adaptation)
+        first.timings["total"] += time.perf_counter() - start
+        every = first.options.checkpoint_every
+        if every and first.scans % every == 0:  # the periodic checkpoint
+            save(first, first.options.checkpoint_path)
+        return colds
 
     def _communicate(self, run):
         """One swap round (the ``t // swap_interval``-th) over the ladder; returns its outcome."""

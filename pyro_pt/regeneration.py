@@ -135,6 +135,36 @@ class ColdTours:
         self.tours.append(number)
         self._moments.update(flat)
 
+    @classmethod
+    def merged(cls, parts):
+        """The draws of independent chains' ``parts`` (each a :class:`ColdTours`) as one record,
+        in order: every part's tours kept apart, the moments combined (Chan et al.'s pairwise
+        update of the mean and the sum of squares)."""
+        out = cls()
+        n, mean, m2 = 0, None, None
+        for part in parts:
+            offset = len(out.sums)
+            out.shapes = out.shapes or part.shapes
+            out.sums += [s.clone() for s in part.sums]
+            out.lengths += list(part.lengths)
+            out.tours += [offset + t for t in part.tours]
+            k = part._moments.n_samples
+            if not k:
+                continue
+            part_mean, part_m2 = part._moments._mean, part._moments._m2
+            if n == 0:
+                n, mean, m2 = k, part_mean.clone(), part_m2.clone()
+                continue
+            delta = part_mean - mean
+            total = n + k
+            mean = mean + delta * (k / total)
+            m2 = m2 + part_m2 + delta.pow(2) * (n * k / total)
+            n = total
+        if n:
+            out._moments.n_samples, out._moments._mean, out._moments._m2 = n, mean, m2
+        out._numbers = {t: t for t in range(len(out.sums))}
+        return out
+
     def _per_site(self, flat):
         out, at = {}, 0
         for name, shape in self.shapes.items():

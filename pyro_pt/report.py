@@ -290,7 +290,8 @@ class Report:
     # what each column keeps over the current round; the settings, the communicator and
     # whether it prints are the resuming process's, and a resumed run is not finished.
     STATE = ("rows", "kept")
-    REBUILT = ("warmup_steps", "comm", "max_replicas", "columns", "_printing", "_finished")
+    REBUILT = ("warmup_steps", "comm", "max_replicas", "columns", "_printing", "_speaks",
+               "_finished")
 
     def __init__(self, warmup_steps, comm, max_replicas=None, columns=None):
         self.warmup_steps = warmup_steps
@@ -300,7 +301,13 @@ class Report:
         self.rows = []
         self.kept = {}  # heading -> what the column keeps over the current round
         self._printing = comm.rank == 0 and _progress_bar_active()
+        self._speaks = comm.rank == 0  # prints and warns (not an ensemble's other ladders)
         self._finished = False
+
+    def quiet(self):
+        """Print nothing and warn of nothing: the report of an ensemble's ladder other than the
+        first (:mod:`pyro_pt.ensemble`), whose review is the pooled one."""
+        self._printing = self._speaks = False
 
     def begin_round(self, run, end=None):
         """A round of ``run`` from its current scan, after the round end ``end`` (None: the
@@ -342,7 +349,7 @@ class Report:
         if self._printing:
             for problem in problems:
                 _print_line(f"warning: {problem}")
-        if self.comm.rank == 0:  # the numbers are the same on every rank: one warning per run
+        if self._speaks:  # the numbers are the same on every rank: one warning per run
             warnings.warn(warning_text(problems), TemperingWarning, stacklevel=2)
 
     def check_rungs(self, legs):
@@ -351,7 +358,7 @@ class Report:
         row = self.rows[-1]
         problem = too_few_rungs(row["barrier"], legs, f"over warmup's last {row['scans']} scans",
                                 self.max_replicas)
-        if problem is not None and self.comm.rank == 0:
+        if problem is not None and self._speaks:
             warnings.warn(f"ParallelTempering, at the end of warmup: {problem}", TemperingWarning,
                           stacklevel=2)
 

@@ -49,11 +49,34 @@ class RoundSchedule:
             return
         for step in self.steps:
             step.end_round(run, end)
+        self.begin_next(run, end)
+
+    @staticmethod
+    def begin_next(run, end):
+        """After the steps of the round end ``end``: the next round's records begin."""
         if end.kind == "warmup round":
             run.recorder.begin_round()
         elif end.kind == "warmup":
             run.recorder.begin_sampling()
         run.report.begin_round(run, end)
+
+
+def after_scans(runs, pooled=None):
+    """:meth:`RoundSchedule.after_scan` of the ladders of an ensemble (:mod:`pyro_pt.ensemble`),
+    which end their rounds together: each run's own steps, then the ``pooled`` step (the
+    ladder's adaptation to all the ladders' statistics, ``end_round(runs, end)``), then every
+    run's next round."""
+    first = runs[0]
+    end = first.schedule.end_at(first.scans)
+    if end is None:
+        return
+    for run in runs:
+        for step in run.schedule.steps:
+            step.end_round(run, end)
+    if pooled is not None:
+        pooled.end_round(runs, end)
+    for run in runs:
+        run.schedule.begin_next(run, end)
 
 
 class ReportRow:
@@ -81,6 +104,11 @@ class LadderAdaptation:
         betas = ladder.adapt(end.scan, recorder.round.rejection_rates(), pairs)
         if betas is None or (run.growth and run.growth.grow(run)):
             return
-        for k, explorer in zip(run.rungs.rungs, run.rungs.explorers):
-            if betas[k] != explorer.beta:
-                explorer.set_beta(betas[k])
+        move_rungs(run, betas)
+
+
+def move_rungs(run, betas):
+    """Each of ``run``'s rungs whose beta moved targets its new one in ``betas``."""
+    for k, explorer in zip(run.rungs.rungs, run.rungs.explorers):
+        if betas[k] != explorer.beta:
+            explorer.set_beta(betas[k])

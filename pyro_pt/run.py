@@ -48,6 +48,10 @@ class Run:
         self.resume_from = None  # (path, header) of the checkpoint a resumed run continues
         self.resume_payload = None
         self.draws_before = 0  # draws of the run before it was resumed
+        # an ensemble's (pyro_pt.ensemble): the other ladders' rungs the set-up built, until
+        # their runs take them; and every ladder's run advanced with this one
+        self.followers = []
+        self.together = [self]
 
     @property
     def scans(self):

@@ -8,6 +8,20 @@ from .potential import FlatLayout
 from .potential.layout import same_values
 
 
+def explore(blocks):
+    """One local move of every rung of ``blocks`` (the ladders of an ensemble,
+    :mod:`pyro_pt.ensemble`, or one), each explorer group in one call across them: per block,
+    ``(lls, cold_moved)`` as :meth:`RungBlock.explore`."""
+    stepped = step_rungs([e for b in blocks for e in b.explorers],
+                         [z for b in blocks for z in b.states])
+    out, at = [], 0
+    for block in blocks:
+        size = len(block.explorers)
+        out.append(block._moved(stepped[at:at + size]))
+        at += size
+    return out
+
+
 class RungBlock:
     """
     This rank's contiguous block of the ``num_rungs`` rungs: their explorers and current
@@ -44,11 +58,14 @@ class RungBlock:
     def explore(self):
         """One local move of every rung of the block: returns the new states' log-likelihoods
         and whether rung 0's state moved (None on ranks without rung 0)."""
-        stepped = step_rungs(self.explorers, self.states)
+        return explore([self])[0]
+
+    def _moved(self, stepped):
+        """Take the block's ``stepped`` ``[(z, ll), ...]``; returns its lls and whether rung 0's
+        state moved."""
         cold_moved = None
         if self.start == 0:
-            before, after = self.states[0], stepped[0][0]
-            cold_moved = not same_values(before, after)
+            cold_moved = not same_values(self.states[0], stepped[0][0])
         self.states = [z for z, _ in stepped]
         return [ll for _, ll in stepped], cold_moved
 

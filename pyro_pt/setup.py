@@ -30,6 +30,7 @@ from .reference.stabilized import stabilize
 from .report import Report
 from .rounds import LadderAdaptation, ReportRow, RoundSchedule
 from .rungs import RungBlock
+from .run import Run
 
 
 def finite_hot_end(run, split):
@@ -93,10 +94,18 @@ def _split(run, args, kwargs):
     return split, legs
 
 
-def _build(run, split, legs, seeds, args, kwargs):
+def _build(run, split, legs, seeds, args, kwargs, ladder_seeds=()):
     """Into ``run.rungs`` (empty): the reference, the captured graphs and this rank's rungs,
-    with errors that name the model's site (:mod:`pyro_pt.explain`). Returns their lls."""
+    with errors that name the model's site (:mod:`pyro_pt.explain`). Returns their lls. With
+    the ``ladder_seeds`` of an ensemble's other ladders (:mod:`pyro_pt.ensemble`) their rungs
+    are built in the same call, so that one explorer group holds every ladder's tempered
+    rungs; they wait in ``run.followers`` for their runs (:func:`set_up_followers`)."""
     options, betas, rungs = run.options, run.betas, run.rungs.rungs
+    num = len(betas)
+    seeds = list(seeds[:num]) + [s for other in ladder_seeds for s in other[:num]]
+    if ladder_seeds:  # rung c * K + k is ladder c's rung k
+        rungs = range(num * (1 + len(ladder_seeds)))
+        betas = betas * (1 + len(ladder_seeds))
     with model_errors(options.model, args, kwargs, split):
         # q's first prior draws take the stream after the swaps' (the same on every rank)
         run.reference = make_reference(options.reference, split, reference_seed(seeds[-1]),
@@ -112,13 +121,16 @@ def _build(run, split, legs, seeds, args, kwargs):
                 run.fast or split, rungs, betas, seeds, split.device, options.explorer,
                 options.explorer_kwargs, run.warmup_steps, options.initial_params,
                 reference=run.reference, referenced=ladder_legs and range(*ladder_legs.spans[0]))
-    for explorer, z in zip(explorers, states):
+    mine = len(run.rungs.rungs)
+    for explorer, z in zip(explorers[:mine], states[:mine]):
         run.rungs.add(explorer, z)
+    run.followers = [(explorers[a:a + num], states[a:a + num], lls[a:a + num], other)
+                     for a, other in zip(range(num, len(explorers), num), ladder_seeds)]
     if missing:
         run.explorer_info["private_api"] = missing
     if legs:
         run.explorer_info["legs"] = legs
-    return lls
+    return lls[:mine]
 
 
 def _set_up_block(run, args, kwargs):
@@ -139,14 +151,16 @@ def _set_up_block(run, args, kwargs):
         failure = error
     # One base seed from the global generator (so pyro.set_rng_seed governs the run), the same
     # on every rank; the streams are spawned from it (pyro_pt.random).
-    base = torch.randint(0, 2**62, (1,), dtype=torch.int64)
-    base = int(comm.broadcast(base, src=0, what="broadcast of the seeds").item())
-    seeds = stream_seeds(base, num)
+    # An ensemble's ladders (pyro_pt.ensemble) each have their own base seed, drawn together.
+    bases = torch.randint(0, 2**62, (run.options.num_ladders,), dtype=torch.int64)
+    bases = comm.broadcast(bases, src=0, what="broadcast of the seeds").tolist()
+    base, seeds = int(bases[0]), stream_seeds(int(bases[0]), num)
     if failure is None:
         try:
             run.rungs = RungBlock(comm, num, split.latent_names,
                                   kind_of(run.options.explorer))
-            lls = _build(run, split, legs, seeds, args, kwargs)
+            lls = _build(run, split, legs, seeds, args, kwargs,
+                         [stream_seeds(int(b), num) for b in bases[1:]])
             view = [(name, tuple(run.rungs.states[0][name].shape)) for name in split.latent_names]
         except Exception as error:
             failure = error
@@ -171,12 +185,7 @@ def set_up_run(run, args, kwargs):
     local_ll, seeds = _set_up_block(run, args, kwargs)
     # capture, checks and compilations (a cold Inductor compile: tens of seconds)
     run.explorer_info["setup_seconds"] = time.perf_counter() - start
-    run.swap_generator = torch.Generator().manual_seed(seeds[num])  # the same on every rank
-    run.ll = run.rungs.gather(local_ll)
-    run.recorder = TemperingRecorder(num, run.warmup_steps, run.ladder.legs,
-                                     run.ladder.exact_hots)
-    run.report = Report(run.warmup_steps, comm, run.growth and run.growth.max_replicas or None)
-    run.report.begin_round(run)
+    _records(run, local_ll, seeds)
     run.explorer_info["reference"] = ("prior" if run.reference is None
                                       else run.reference.describe())
     schedule = RoundSchedule(run.warmup_steps, options.swap_interval)
@@ -185,8 +194,46 @@ def set_up_run(run, args, kwargs):
     # compile="auto": TorchScript, then Inductor from the warmup round's end where it pays
     run.autocompile = AutoCompile.for_run(run)
     record_setup(run)  # compile="inductor": what a later "auto" run's switch will cost
-    schedule.steps = [ReportRow()] + ([LadderAdaptation()] if options.adapt_temperatures else [])
+    # an ensemble's ladder adapts once, to all its ladders' records (pyro_pt.ensemble)
+    adapts = options.adapt_temperatures and options.num_ladders == 1
+    schedule.steps = [ReportRow()] + ([LadderAdaptation()] if adapts else [])
     schedule.steps += [step for step in (run.refitting, run.autocompile) if step]
     run.schedule = schedule
     return run
+
+
+def _records(run, local_ll, seeds):
+    """``run``'s swap stream, lls, recorder and report, from its rungs' ``local_ll``."""
+    num = run.num_replicas
+    run.swap_generator = torch.Generator().manual_seed(seeds[num])  # the same on every rank
+    run.ll = run.rungs.gather(local_ll)
+    run.recorder = TemperingRecorder(num, run.warmup_steps, run.ladder.legs,
+                                     run.ladder.exact_hots)
+    run.report = Report(run.warmup_steps, run.comm,
+                        run.growth and run.growth.max_replicas or None)
+    run.report.begin_round(run)
+
+
+def set_up_followers(first):
+    """The runs of an ensemble's other ladders (:mod:`pyro_pt.ensemble`), from the rungs
+    ``first``'s set-up built for them: the model's split, captured graphs, ladder and
+    explorer info are ``first``'s; the rungs, streams, records and (silent) report their own;
+    their round-end step is the report's row."""
+    runs = []
+    for explorers, states, lls, seeds in first.followers:
+        run = Run(first.options, first.comm, first.ladder, first.warmup_steps)
+        run.split, run.fast, run.reference = first.split, first.fast, first.reference
+        run.explorer_info, run.timings = first.explorer_info, first.timings
+        run.rungs = RungBlock(first.comm, first.num_replicas, first.split.latent_names,
+                              first.rungs.kind)
+        for explorer, z in zip(explorers, states):
+            run.rungs.add(explorer, z)
+        _records(run, lls, seeds)
+        run.report.quiet()
+        run.schedule = RoundSchedule(run.warmup_steps, first.options.swap_interval,
+                                     [ReportRow()])
+        run.initial_state = run.rungs.cold_state()
+        runs.append(run)
+    first.followers = []
+    return runs
 

@@ -146,6 +146,7 @@ def test_the_decision_is_the_compile_against_what_it_saves_of_the_projected_run(
     fast = FunctionalSplit(ModelSplit(models.linear_model, models.linear_data()))
     run = types.SimpleNamespace(options=types.SimpleNamespace(explorer="hmc"), explorer_info={},
                                 reference=None, rungs=types.SimpleNamespace(explorers=[]))
+    run.together = [run]
     outcomes = {}
     for expected in (2.26, 2.28):
         run.explorer_info = {}

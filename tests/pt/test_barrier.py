@@ -114,3 +114,18 @@ def test_unknown_inputs():
     assert math.isnan(local_barrier(torch.tensor([1.0, float("nan"), 2.0])))
     assert pair_barriers([1.0, 0.5], [math.nan], [1.0, 2.0]) == [integrated_barrier(0.5, 1.0, 2.0, 1.0)]
     assert math.isnan(pair_barriers([1.0, 0.5], [math.nan], [math.nan, 2.0])[0])
+
+
+@pytest.mark.parametrize("n", [4, 5, 101, 2000])
+@pytest.mark.parametrize("rho", [0.0, 0.6, 0.97])
+def test_the_autocorrelation_time_is_pyros_effective_sample_size_of_one_chain(n, rho):
+    """The O(n) running minimum gives Pyro's own n / ESS (whose n x n matrix it replaces)."""
+    from pyro.ops.stats import effective_sample_size
+
+    generator = torch.Generator().manual_seed(n)
+    noise = torch.randn(n, generator=generator, dtype=torch.float64)
+    x = torch.zeros(n, dtype=torch.float64)
+    for i in range(n):
+        x[i] = (rho * x[i - 1] if i else 0.0) + noise[i]
+    ess = float(effective_sample_size(x[None, :, None], chain_dim=0, sample_dim=1))
+    assert autocorrelation_time(x) == pytest.approx(max(1.0, n / ess), rel=1e-12)
