@@ -49,32 +49,32 @@ class Diagnostics:
             run.report.finish(run, problems)
 
     def logging(self):
-        # Pyro asks after every call; with several ladders most calls make no scan
-        # (pyro_pt.ensemble), and their fields are the last scan's.
-        run = self.run
-        last = getattr(self, "_logged", None)
-        if last is not None and last[0] is run and last[1] == run.scans:
-            return dict(last[2])
-        out = self._fields(run)
-        self._logged = (run, run.scans, out)
-        return dict(out)
-
-    def _fields(self, run):
         # The cold explorer lives on rank 0; other ranks log the (shared) swap statistics.
+        run = self.run
         cold = run.rungs.explorers[0] if run.rungs.start == 0 else None
         out = dict(cold.logging() or {}) if cold is not None else {}
-        records = self._records()
-        rates = [a for a in records.acceptance() if not math.isnan(a)]
-        out["swap acc."] = f"{sum(rates) / len(rates) if rates else math.nan:.3f}"
-        out["round trips"] = records.round_trips
-        if records.restarts is not None:
-            out["restarts"] = records.restarts
+        out.update(self._swap_fields(run))
         seconds = run.explorer_info.get("setup_seconds", 0.0)
         if seconds >= SHOWN_SETUP_SECONDS:  # a long compile, said where the run's progress is
             out["set-up"] = f"{seconds:.0f} s"
         switch = run.autocompile
         if switch and switch.compile_seconds is not None:  # compile="auto" switched
             out["compile"] = f"{switch.engine}, {switch.compile_seconds:.0f} s"
+        return out
+
+    def _swap_fields(self, run):
+        """The progress bar's swap fields, once per scan: Pyro asks after every call, and with
+        several ladders most calls make no scan (:mod:`pyro_pt.ensemble`)."""
+        last = getattr(self, "_swaps_logged", None)
+        if last is not None and last[0] is run and last[1] == run.scans:
+            return last[2]
+        records = self._records()
+        rates = [a for a in records.acceptance() if not math.isnan(a)]
+        out = {"swap acc.": f"{sum(rates) / len(rates) if rates else math.nan:.3f}",
+               "round trips": records.round_trips}
+        if records.restarts is not None:
+            out["restarts"] = records.restarts
+        self._swaps_logged = (run, run.scans, out)
         return out
 
     def _records(self):
