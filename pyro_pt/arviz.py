@@ -48,6 +48,11 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     ``log_Z_meaning``; of the reference's leg, with ``barrier_prior_leg`` and
     ``log_Z_prior_leg`` beside them) as attributes. It round-trips through netCDF.
 
+    With ``num_ladders=C`` (:mod:`pyro_pt.ensemble`) each ladder is a chain of its own where
+    MCMC's draws split into C equal blocks (``num_samples`` a multiple of C): its draws, its
+    tempering record and its own numbers above, so that ArviZ's R-hat compares the ladders;
+    otherwise the draws stay one chain, with the ladders' pooled numbers.
+
     :func:`pyro_arviz.from_pyro` gives the same export, and exports runs of other kernels too.
 
     :param mcmc: a :class:`~pyro.infer.MCMC` that has run a ``ParallelTempering`` kernel.
@@ -69,6 +74,11 @@ def to_inference_data(mcmc, *, log_likelihood=True):
         )
     diagnostics = mcmc.diagnostics()
     groups = pyro_arviz.mcmc_groups(mcmc, log_likelihood=log_likelihood)
+    ladders = _ladders(mcmc)
+    if ladders is not None:  # num_ladders > 1: a chain per ladder
+        groups = {name: _split_chains(group, len(ladders)) for name, group in groups.items()}
+        diagnostics = {key: {f"chain {c}": d.get(key) for c, d in enumerate(ladders)}
+                       for key in ladders[0]}
     chains = sorted(diagnostics["tempering_record"], key=lambda c: int(c.split()[-1]))
 
     def of(key):  # the chains' values of a diagnostic, in chain order
@@ -137,6 +147,37 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     stats.attrs["tempering"] = "likelihood-only (pyro_pt.ParallelTempering)"
     groups["sample_stats"] = stats
     return pyro_arviz.build(groups)
+
+
+def _ladders(mcmc):
+    """Each ladder's diagnostics where MCMC's one chain is ``num_ladders > 1`` equal blocks of
+    draws (:mod:`pyro_pt.ensemble`), else None (one ladder; or a last block cut short, whose
+    draws stay one chain)."""
+    kernel = mcmc.kernel
+    ensemble = getattr(kernel, "ensemble", None)
+    if ensemble is None or mcmc.num_chains != 1 or ensemble.block is None:
+        return None
+    if ensemble.block * len(ensemble.runs) != ensemble.num_samples:
+        return None
+    return kernel.ladder_diagnostics()
+
+
+def _split_chains(group, num):
+    """``group`` (a Dataset of one chain) with its draws as ``num`` chains of equal blocks."""
+    import xarray as xr
+
+    if "chain" not in group.dims:
+        return group
+    data = {}
+    for name, var in group.data_vars.items():
+        if var.dims[:2] != ("chain", "draw"):
+            raise ValueError(f"to_inference_data: {name} has dims {var.dims}, not (chain, draw, "
+                             "...): cannot give each ladder its chain")
+        values = var.values.reshape((num, var.shape[1] // num) + var.shape[2:])
+        data[name] = (var.dims, values)
+    coords = {k: v for k, v in group.coords.items() if k not in ("chain", "draw")}
+    out = xr.Dataset(data, coords=coords, attrs=group.attrs)
+    return out.assign_coords(chain=np.arange(num), draw=np.arange(out.sizes["draw"]))
 
 
 def _add_mcse(per_chain, dims, errors, posterior):

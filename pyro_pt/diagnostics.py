@@ -77,6 +77,44 @@ class Diagnostics:
         self._swaps_logged = (run, run.scans, out)
         return out
 
+    @staticmethod
+    def _num_rounds(run):
+        """The swap rounds of ``run``'s sampling phase (of one ladder)."""
+        interval = run.options.swap_interval
+        return max(0, run.scans // interval - run.warmup_steps // interval)
+
+    def _numbers(self, run, records, rungs, num_rounds):
+        """The diagnostics' numbers (all but the review) of ``records`` (a recorder, or
+        :class:`~pyro_pt.ensemble.Pooled`) and the rungs' explorer diagnostics ``rungs``."""
+        betas = run.betas
+        out = records.summary(betas, num_rounds, rungs)
+        # The cold chain's means and their Monte Carlo errors over the lineages' tours (None
+        # without an exact hot end: no tours, pyro_pt.regeneration).
+        tours = records.tours
+        _, out["posterior_sd"], errors = tours.summary()
+        regenerates = out["restarts"] is not None
+        out["mcse"] = errors if regenerates else None
+        out["mcse_tours"] = len(tours.sums) if regenerates else None
+        # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
+        out["adaptation_history"] = self.adaptation_history
+        if run.reference is not None and betas[records.legs.hots[0]] == 0.0:
+            # the stepping stones run from q (normalized) to the posterior: still log p(y)
+            out["log_Z_meaning"] = ("log evidence log p(y) (the hottest rung is the reference "
+                                    f"q, a normalized {run.reference.kind} Gaussian)")
+        return out
+
+    def ladder_diagnostics(self):
+        """With ``num_ladders > 1``: each ladder's own numbers (the keys of :meth:`diagnostics`
+        but the review's), in ladder order, as if each were a chain of its own (the ArviZ
+        export's chains, :func:`pyro_pt.to_inference_data`); with one ladder, its
+        diagnostics."""
+        run = self.run
+        if len(run.together) == 1:
+            return [self.diagnostics()]
+        num_rounds = self._num_rounds(run)
+        return [self._numbers(r, r.recorder, r.rungs.summary(r.scans, run.ladder.temperatures),
+                              num_rounds) for r in run.together]
+
     def _records(self):
         """The run's swap and draw records: its recorder's, or every ladder's pooled
         (:class:`~pyro_pt.ensemble.Pooled`, ``num_ladders > 1``)."""
@@ -139,28 +177,15 @@ class Diagnostics:
 
     def diagnostics(self):
         run = self.run
-        interval, scans, betas = run.options.swap_interval, run.scans, run.betas
-        num_rounds = max(0, scans // interval - run.warmup_steps // interval)
+        scans, betas = run.scans, run.betas
+        num_rounds = self._num_rounds(run)
         ladders = len(run.together)
         rungs = pooled_rungs([r.rungs.summary(scans, run.ladder.temperatures)
                               for r in run.together],
                              [r.recorder.tours.num_draws for r in run.together])
         records = self._records()
-        out = records.summary(betas, num_rounds, rungs)
-        # The cold chain's means and their Monte Carlo errors over the lineages' tours (None
-        # without an exact hot end: no tours, pyro_pt.regeneration).
-        tours = records.tours
-        _, out["posterior_sd"], errors = tours.summary()
-        regenerates = out["restarts"] is not None
-        out["mcse"] = errors if regenerates else None
-        out["mcse_tours"] = len(tours.sums) if regenerates else None
-        # Per chain in MCMC.diagnostics(), where the kernel object keeps only the last chain's.
-        out["adaptation_history"] = self.adaptation_history
+        out = self._numbers(run, records, rungs, num_rounds)
         legs = records.legs
-        if run.reference is not None and betas[legs.hots[0]] == 0.0:
-            # the stepping stones run from q (normalized) to the posterior: still log p(y)
-            out["log_Z_meaning"] = ("log evidence log p(y) (the hottest rung is the reference "
-                                    f"q, a normalized {run.reference.kind} Gaussian)")
         # The review (pyro_pt.health): warnings, and whether log Z is to be trusted.
         if ladders > 1:
             out["num_ladders"] = ladders

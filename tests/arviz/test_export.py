@@ -157,6 +157,25 @@ def test_plot_tempering_reads_either_container(tmp_path):
         assert torch.allclose(torch.as_tensor(exported[key]), torch.as_tensor(direct[key]), rtol=1e-12), key
 
 
+def test_an_ensemble_exports_a_chain_per_ladder():
+    """num_ladders=3, num_samples=30: three chains of 10 draws (ArviZ's R-hat then compares
+    the ladders), under either ArviZ generation."""
+    x, y = toy_data(n=6)
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(xw_model, num_replicas=3, num_ladders=3)
+    mcmc = MCMC(kernel, num_samples=30, warmup_steps=15, disable_progbar=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(torch.cat([x, x], -1), y)
+    data = to_inference_data(mcmc)
+    assert is_expected_container(data)
+    assert data["posterior"]["w"].shape == (3, 10, 2)
+    assert data["sample_stats"]["tempered_log_likelihood"].shape == (3, 10, 3)
+    # ladder c's block of MCMC's draws is chain c
+    exported = torch.as_tensor(data["posterior"]["w"].values).reshape(30, 2)
+    assert torch.equal(exported, mcmc.get_samples()["w"].to(exported.dtype))
+
+
 def two_site_model(x, y, counts):
     w = pyro.sample("w", dist.Normal(torch.zeros(2), 1.0).to_event(1))
     with pyro.plate("data", x.shape[0]):

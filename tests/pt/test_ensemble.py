@@ -152,15 +152,28 @@ def test_an_ensemble_does_not_grow_and_refuses_a_checkpoint(tmp_path):
         ParallelTempering.resume(tmp_path / "run.pt", linear_model, num_ladders=2)
 
 
-@pytest.mark.parametrize("samples", [60, 61])
-def test_the_arviz_export_holds_mcmcs_draws_and_the_pooled_record(samples):
-    """One chain of MCMC's N draws in ladder blocks; the tempering record's draws are the same
-    N scans (a cut last block included), with the pooled restarts."""
+def test_the_arviz_export_gives_each_ladder_its_chain():
+    """N = 60 draws of 3 ladders: 3 chains of 20, each with its ladder's own tempering record
+    and restarts, which add up to the pooled ones; ArviZ's R-hat then compares the ladders."""
     from pyro_pt import to_inference_data
 
-    kernel, mcmc = _run(bimodal_model, (), 3, samples, 30)
+    kernel, mcmc = _run(bimodal_model, (), 3, 60, 30)
     data = to_inference_data(mcmc)
-    stats = data["sample_stats"]
-    assert data["posterior"]["theta"].shape == (1, samples)
-    assert stats["tempered_log_likelihood"].shape == (1, samples, 4)
+    stats, posterior = data["sample_stats"], data["posterior"]
+    assert posterior["theta"].shape == (3, 20)
+    blocks = [torch.stack([d["theta"] for d in draws]).numpy() for draws in kernel.ensemble.draws]
+    assert (posterior["theta"].values == torch.tensor(blocks).numpy()).all()
+    assert stats["tempered_log_likelihood"].shape == (3, 20, 4)
+    runs = kernel.run.together
+    assert list(stats.attrs["restarts"]) == [run.recorder.index.restarts for run in runs]
+    assert sum(stats.attrs["restarts"]) == kernel.diagnostics()["restarts"]
+    assert data["log_likelihood"]["mixture"].shape == (3, 20)
+
+
+def test_the_arviz_export_of_a_cut_last_block_is_one_chain():
+    from pyro_pt import to_inference_data
+
+    kernel, mcmc = _run(bimodal_model, (), 3, 61, 30)
+    stats = to_inference_data(mcmc)["sample_stats"]
+    assert stats["tempered_log_likelihood"].shape == (1, 61, 4)
     assert stats.attrs["restarts"][0] == kernel.diagnostics()["restarts"]
