@@ -5,7 +5,8 @@ its ll from the captured graph, where no latent's prior reads another latent; ot
 draw is a trace of the whole model. Two figures per model of ``benchmarks/explorers.py``, one
 torch thread:
 
-- milliseconds per draw, trace against direct, under TorchScript and under Inductor;
+- milliseconds per draw of the prior rung (``PriorExplorer.move``, its draws made 64 at a
+  time), trace against direct, under TorchScript and under Inductor;
 - a default run, ``ParallelTempering(model, compile="inductor")``, ``--warmup`` +
   ``--samples`` scans, with the direct draws and with the trace (``fixed_priors`` patched to
   refuse every model), alternated over ``--rounds``: the sampling phase's wall seconds (from
@@ -34,7 +35,9 @@ import _explorers_models as models  # noqa: E402
 
 import pyro_pt.potential.priors as priors  # noqa: E402
 from pyro_pt import ParallelTempering  # noqa: E402
+from pyro_pt.explorers.prior import PriorExplorer  # noqa: E402
 from pyro_pt.potential import FunctionalSplit, ModelSplit  # noqa: E402
+from pyro_pt.random import RandomStream  # noqa: E402
 
 
 def case(name):
@@ -47,13 +50,13 @@ def case(name):
     raise ValueError(name)
 
 
-def per_draw(model, args, number=500):
+def per_draw(model, args, number=640):
     split = ModelSplit(model, args)
     out = {"trace": timeit.timeit(split.sample_prior, number=number) / number * 1e3}
     for engine in ("torchscript", "inductor"):
-        prior = priors.DirectPrior(FunctionalSplit(split, compile=engine))
-        prior()
-        out[engine] = timeit.timeit(prior, number=number) / number * 1e3
+        rung = PriorExplorer(RandomStream(0), FunctionalSplit(split, compile=engine))
+        rung.move(None)
+        out[engine] = timeit.timeit(lambda: rung.move(None), number=number) / number * 1e3
     return out
 
 

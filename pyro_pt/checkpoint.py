@@ -58,8 +58,9 @@ from .reference.stabilized import stabilized_ladder
 
 MAGIC = b"PYRO_PT_CHECKPOINT\n"
 # 4: every part's state as it declares it (pyro_pt.checkpoint_state), the run's parts too;
-# 5: the report's state is its rows and what each of its columns keeps over the round
-FORMAT_VERSION = 5
+# 5: the report's state is its rows and what each of its columns keeps over the round;
+# 6: the prior rung's pool of draws made at once
+FORMAT_VERSION = 6
 # What the header of every checkpoint of this format holds (``kernel``: :data:`KERNEL_FIELDS`).
 HEADER_FIELDS = ("format_version", "latent_sites", "observed_sites", "num_rungs", "scans",
                  "warmup_steps", "world_size", "num_samples", "temperatures", "initial_ladder",

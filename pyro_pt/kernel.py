@@ -236,9 +236,6 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         refuse_no_draws()
         self._ladder.reset()  # a rerun starts from the ladder given, not the one it adapted to
         ladders = self.options.num_ladders
-        if ladders > 1 and comm.world_size > 1:
-            raise ValueError(f"num_ladders={ladders} runs in one process for now, but this run "
-                             f"has {comm.world_size} ranks: use num_ladders=1 over processes")
         run = Run(self.options, comm, self._ladder, warmup_scans(warmup_steps, ladders))
         if self.options.resume_from:  # the checkpoint's ladder and warmup
             resume_warmup(run, *self.options.resume_from, warmup_steps)

@@ -103,8 +103,9 @@ def _build(run, split, legs, seeds, args, kwargs, ladder_seeds=()):
     options, betas, rungs = run.options, run.betas, run.rungs.rungs
     num = len(betas)
     seeds = list(seeds[:num]) + [s for other in ladder_seeds for s in other[:num]]
+    mine = len(rungs)  # this rank's rungs of each ladder
     if ladder_seeds:  # rung c * K + k is ladder c's rung k
-        rungs = range(num * (1 + len(ladder_seeds)))
+        rungs = [c * num + k for c in range(1 + len(ladder_seeds)) for k in rungs]
         betas = betas * (1 + len(ladder_seeds))
     with model_errors(options.model, args, kwargs, split):
         # q's first prior draws take the stream after the swaps' (the same on every rank)
@@ -121,11 +122,10 @@ def _build(run, split, legs, seeds, args, kwargs, ladder_seeds=()):
                 run.fast or split, rungs, betas, seeds, split.device, options.explorer,
                 options.explorer_kwargs, run.warmup_steps, options.initial_params,
                 reference=run.reference, referenced=ladder_legs and range(*ladder_legs.spans[0]))
-    mine = len(run.rungs.rungs)
     for explorer, z in zip(explorers[:mine], states[:mine]):
         run.rungs.add(explorer, z)
-    run.followers = [(explorers[a:a + num], states[a:a + num], lls[a:a + num], other)
-                     for a, other in zip(range(num, len(explorers), num), ladder_seeds)]
+    run.followers = [(explorers[a:a + mine], states[a:a + mine], lls[a:a + mine], other)
+                     for a, other in zip(range(mine, len(explorers), mine), ladder_seeds)]
     if missing:
         run.explorer_info["private_api"] = missing
     if legs:

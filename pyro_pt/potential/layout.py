@@ -35,6 +35,10 @@ class FlatLayout:
             return z.flat
         return torch.cat([z[name].reshape(-1) for name in self.names])
 
+    def flatten_rows(self, z, count):
+        """``[count, dim]``: the rows of ``z`` (site -> tensor of ``(count,) + shape``)."""
+        return torch.cat([z[name].reshape(count, -1) for name in self.names], -1)
+
     def unflatten(self, flat):
         """Site values from ``flat`` of shape ``batch_shape + (dim,)`` (views of it)."""
         parts = torch.split_with_sizes(flat, self.sizes, dim=-1)

@@ -16,6 +16,8 @@ hierarchy's ``theta ~ Normal(mu, tau)``) gives other densities at other values o
 ``tau`` and keeps the trace (:attr:`DirectPrior.reason` names the site).
 """
 
+import math
+
 import torch
 
 import pyro.poutine as poutine
@@ -87,18 +89,31 @@ class DirectPrior:
     def path(self):
         return "direct" if self.priors is not None else "traced"
 
-    def __call__(self):
-        """An exact draw from the prior (site -> unconstrained tensor) and its ll."""
-        split = self.fast.split
-        if self.priors is None:
-            return split.sample_prior()
+    def block(self, count):
+        """``count`` exact prior draws at once (direct path only), flat in the layout's order
+        ``[count, D]``: each fixed prior sampled ``count`` times in one call."""
+        compiled = self.fast.compiled
         with torch.no_grad():
-            z = {name: self.transforms[name](fn.sample()) for name, fn in self.priors.items()}
-            compiled = self.fast.compiled
+            return compiled.layout.flatten_rows({
+                name: self.transforms[name](fn.sample((count,)))
+                for name, fn in self.priors.items()}, count)
+
+    def finish(self, row):
+        """A draw of :meth:`block` (a row ``[D]``) as ``(z, ll)``: its sites and its ll, from
+        the captured graph (the traced path where the graph's is not finite)."""
+        compiled = self.fast.compiled
+        z = compiled.layout.unflatten(row)  # a plain dict: Pyro's kernels copy their states
+        with torch.no_grad():
             # Under Inductor the graph with gradients is the compiled one (the "values" graph
             # stays on TorchScript, 0.19 ms against 0.02 ms on the mixture).
-            out = compiled.evaluate(compiled.layout.flatten(z),
-                                    grads=compiled.engine == "inductor")
-        if out is None or not bool(torch.isfinite(out[1])):
-            return z, split.log_likelihood(z)  # the traced path's NaN or -inf
-        return z, out[1]
+            out = compiled.evaluate(row, grads=compiled.engine == "inductor")
+        ll = math.nan if out is None else float(out[1])
+        if not math.isfinite(ll):
+            return z, self.fast.split.log_likelihood(z)  # the traced path's NaN or -inf
+        return z, ll
+
+    def __call__(self):
+        """An exact draw from the prior (site -> unconstrained tensor) and its ll."""
+        if self.priors is None:
+            return self.fast.split.sample_prior()
+        return self.finish(self.block(1)[0])

@@ -80,3 +80,28 @@ def test_the_kernel_says_how_the_prior_rung_draws(model, args, path):
     MCMC(kernel, num_samples=3, warmup_steps=2, disable_progbar=True).run(*args)
     assert kernel.explorer_info["prior_draws"] == path
     assert ("'theta'" in kernel.explorer_info.get("prior_draws_reason", "")) == (path == "traced")
+
+
+def test_the_prior_rung_hands_out_pooled_draws_of_the_prior():
+    """The prior rung's draws, made 64 at a time: their moments against the exact prior's, each
+    draw's ll the trace's, and a pool refilled from the rung's own stream (two rungs of the same
+    seed draw the same)."""
+    from pyro_pt.explorers.prior import PriorExplorer, pool_size
+    from pyro_pt.random import RandomStream
+
+    split = ModelSplit(constrained_model, (_y(),))
+    fast = FunctionalSplit(split, compile="torchscript")
+    rungs = [PriorExplorer(RandomStream(7), fast) for _ in range(2)]
+    assert pool_size(fast.dim) == 64
+    draws = [rungs[0].move(None) for _ in range(3000)]
+    twin = [rungs[1].move(None) for _ in range(130)]
+    assert all(torch.equal(a["loc"], b["loc"]) for (a, _), (b, _) in zip(draws, twin))
+    log_scale = torch.stack([z["scale"] for z, _ in draws])
+    loc = torch.stack([z["loc"] for z, _ in draws])
+    n = len(draws)
+    assert abs(float(log_scale.mean())) < 4 / math.sqrt(n)
+    assert abs(float(loc.std()) - 5.0) < 0.3
+    # consecutive pools are not the same draws
+    assert not torch.equal(loc[:64], loc[64:128])
+    for z, ll in draws[60:70]:  # across a refill
+        assert ll == pytest.approx(split.log_likelihood(dict(z)), rel=1e-5, abs=1e-6)
