@@ -22,8 +22,10 @@ and :meth:`~pyro_pt.ParallelTempering.mcse` read the ladders' records pooled
 stepping-stone log Z over every ladder's ll draws, and the Monte Carlo errors over every
 ladder's tours (the regenerative error treats tours as independent, and the ladders' are).
 
-Not yet with C > 1: checkpoints, several processes, a fitted reference, a growing ladder
-(the default ladder keeps its 8 rungs); each is refused with what to do.
+Over several processes each rank holds its block of every ladder's rungs, all of its tempered
+ones in one group; a seeded run gives the same draws on any number of ranks. Not yet with
+C > 1: checkpoints, a fitted reference, a growing ladder (the default ladder keeps its 8
+rungs); each is refused with what to do.
 """
 
 import math

@@ -139,8 +139,8 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         draws: each ladder runs ``ceil(N / C)`` scans of each phase, and MCMC records the
         ladders' cold draws in contiguous blocks, ladder 0's first. The adaptation, the
         diagnostics, :meth:`mcse` and the review pool the ladders. With C > 1 the default
-        ladder keeps 8 rungs (it does not grow), and checkpoints, several processes and a
-        fitted reference are refused for now.
+        ladder keeps 8 rungs (it does not grow), and checkpoints and a fitted reference are
+        refused for now.
 
     Example::
 
