@@ -29,6 +29,7 @@ rungs); each is refused with what to do.
 """
 
 import math
+from types import SimpleNamespace
 
 import torch
 
@@ -134,17 +135,27 @@ class PooledAdaptation:
     def end_round(self, runs, end):
         if end.kind != "warmup round":
             return
-        ladder, recorders = runs[0].ladder, [run.recorder for run in runs]
-        rates = [1.0 - a for a in _pooled_acceptance([r.round for r in recorders])]
-        num = len(ladder.betas)
-        ll = torch.cat([torch.tensor(r.round_ll, dtype=torch.float64).reshape(-1, num)
-                        for r in recorders])
-        pairs = leg_pair_barriers(recorders[0].legs, ladder.betas, rates,
-                                  rung_barriers(ll, num))
-        betas = ladder.adapt(end.scan, rates, pairs)
+        ladder, pooled = runs[0].ladder, Pooled([run.recorder for run in runs])
+        betas = ladder.adapt(end.scan, pooled.round.rejection_rates(),
+                             pooled.round_pair_barriers(ladder.betas))
         if betas is not None:
             for run in runs:
                 move_rungs(run, betas)
+
+
+class _PooledStatistics:
+    """Several ladders' :class:`~pyro_pt.recorders.SwapStatistics` of a view (the round's, or
+    the phase's) read as one."""
+
+    def __init__(self, statistics):
+        self.statistics = statistics
+        self.num_pairs = statistics[0].num_pairs
+
+    def acceptance(self):
+        return _pooled_acceptance(self.statistics)
+
+    def rejection_rates(self):
+        return [1.0 - a for a in self.acceptance()]
 
 
 class Pooled:
@@ -167,6 +178,29 @@ class Pooled:
         if len(self.recorders) == 1:
             return self.recorders[0].tours
         return ColdTours.merged([r.tours for r in self.recorders])
+
+    @property
+    def round(self):
+        """The current round's swap statistics of every ladder, pooled."""
+        return _PooledStatistics([r.round for r in self.recorders])
+
+    @property
+    def round_ll(self):
+        """The current round's ll rows of every ladder, ladder after ladder."""
+        return [row for r in self.recorders for row in r.round_ll]
+
+    def round_pair_barriers(self, betas):
+        """Each pair's barrier over the current round of every ladder (as
+        :meth:`~pyro_pt.recorders.TemperingRecorder.round_pair_barriers`)."""
+        num = len(betas)
+        ll = torch.tensor(self.round_ll, dtype=torch.float64).reshape(-1, num)
+        return leg_pair_barriers(self.legs, betas, self.round.rejection_rates(),
+                                 rung_barriers(ll, num))
+
+    @property
+    def index(self):
+        """The lineages' counts of every ladder added up (round trips, restarts)."""
+        return SimpleNamespace(round_trips=self.round_trips, restarts=self.restarts)
 
     @property
     def round_trips(self):

@@ -23,6 +23,7 @@ import torch
 
 from .barrier import global_barrier
 from .checkpoint_state import capture, restore
+from .ensemble import Pooled
 from .health import TemperingWarning, warning_text, worst_mean
 from .recorders import stepping_stone
 from .rounds import RoundEnd
@@ -91,6 +92,15 @@ class Column:
         return f"{value:>{self.width}.{self.digits}f}"
 
 
+def records(run):
+    """What the columns read of ``run``: its recorder, or with several ladders all of theirs
+    pooled (:class:`~pyro_pt.ensemble.Pooled`): the first ladder's report is the ensemble's."""
+    together = getattr(run, "together", None) or [run]
+    if len(together) == 1:
+        return run.recorder
+    return Pooled([r.recorder for r in together])
+
+
 def _sampling(end):
     return end.kind == "sampling"
 
@@ -127,7 +137,7 @@ class Barrier(Column):
     heading, digits = "barrier", 3
 
     def value(self, run, end, kept):
-        recorder, betas = run.recorder, run.ladder.betas
+        recorder, betas = records(run), run.ladder.betas
         if all(math.isnan(a) for a in recorder.round.acceptance()):
             return math.nan
         pairs = recorder.round_pair_barriers(betas)
@@ -140,7 +150,7 @@ class LogZ(Column):
     heading, digits, min_width = "log_Z", 3, 10
 
     def value(self, run, end, kept):
-        recorder, betas = run.recorder, run.ladder.betas
+        recorder, betas = records(run), run.ladder.betas
         if not recorder.round_ll or len(betas) < 2:
             return math.nan
         ll = torch.tensor(recorder.round_ll, dtype=torch.float64)
@@ -149,7 +159,7 @@ class LogZ(Column):
 
 def _swap_acceptance(run):
     """The round's swap acceptance of the pairs it tried."""
-    return [a for a in run.recorder.round.acceptance() if not math.isnan(a)]
+    return [a for a in records(run).round.acceptance() if not math.isnan(a)]
 
 
 class MinSwapAcceptance(Column):
@@ -194,10 +204,10 @@ class RoundTrips(Column):
     heading = "round_trips"
 
     def begin(self, run):
-        return run.recorder.index.round_trips
+        return records(run).index.round_trips
 
     def value(self, run, end, kept):
-        return run.recorder.index.round_trips - kept
+        return records(run).index.round_trips - kept
 
 
 class Restarts(Column):
@@ -206,10 +216,10 @@ class Restarts(Column):
     heading = "restarts"
 
     def begin(self, run):
-        return run.recorder.index.restarts
+        return records(run).index.restarts
 
     def value(self, run, end, kept):
-        restarts = run.recorder.index.restarts
+        restarts = records(run).index.restarts
         return None if restarts is None else restarts - (kept or 0)
 
 
@@ -220,7 +230,7 @@ class McseOverSd(Column):
     heading, digits = "mcse_sd", 3
 
     def value(self, run, end, kept):
-        recorder = run.recorder
+        recorder = records(run)
         if not _sampling(end) or recorder.index.restarts is None:
             return math.nan
         _, sd, errors = recorder.tours.summary()

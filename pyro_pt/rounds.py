@@ -51,14 +51,19 @@ class RoundSchedule:
             step.end_round(run, end)
         self.begin_next(run, end)
 
+    @classmethod
+    def begin_next(cls, run, end):
+        """After the steps of the round end ``end``: the next round's records begin, then the
+        report's round."""
+        cls.begin_records(run, end)
+        run.report.begin_round(run, end)
+
     @staticmethod
-    def begin_next(run, end):
-        """After the steps of the round end ``end``: the next round's records begin."""
+    def begin_records(run, end):
         if end.kind == "warmup round":
             run.recorder.begin_round()
         elif end.kind == "warmup":
             run.recorder.begin_sampling()
-        run.report.begin_round(run, end)
 
 
 def after_scans(runs, pooled=None):
@@ -75,8 +80,10 @@ def after_scans(runs, pooled=None):
             step.end_round(run, end)
     if pooled is not None:
         pooled.end_round(runs, end)
+    for run in runs:  # every ladder's records first: the first ladder's report reads them all
+        run.schedule.begin_records(run, end)
     for run in runs:
-        run.schedule.begin_next(run, end)
+        run.report.begin_round(run, end)
 
 
 class ReportRow:

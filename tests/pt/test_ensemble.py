@@ -177,3 +177,15 @@ def test_the_arviz_export_of_a_cut_last_block_is_one_chain():
     stats = to_inference_data(mcmc)["sample_stats"]
     assert stats["tempered_log_likelihood"].shape == (1, 61, 4)
     assert stats.attrs["restarts"][0] == kernel.diagnostics()["restarts"]
+
+
+def test_the_report_is_the_ensembles():
+    """The first ladder's report (the one printed) reads every ladder: its sampling rows'
+    restarts and round trips add up to the pooled ones."""
+    kernel, _ = _run(bimodal_model, (), 3, 150, 60)
+    report, d = kernel.report, kernel.diagnostics()
+    sampling = report[report["phase"] == "sampling"]
+    assert sampling["restarts"].iloc[-1] == d["restarts"]
+    assert sampling["round_trips"].iloc[-1] == d["round_trips"]
+    runs = kernel.run.together
+    assert d["restarts"] > max(run.recorder.index.restarts for run in runs)
