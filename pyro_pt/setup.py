@@ -102,6 +102,7 @@ def _build(run, split, legs, seeds, args, kwargs, ladder_seeds=()):
     rungs; they wait in ``run.followers`` for their runs (:func:`set_up_followers`)."""
     options, betas, rungs = run.options, run.betas, run.rungs.rungs
     num = len(betas)
+    swaps = seeds[num]  # the swaps' seed, whose child seeds q's first draws
     seeds = list(seeds[:num]) + [s for other in ladder_seeds for s in other[:num]]
     mine = len(rungs)  # this rank's rungs of each ladder
     if ladder_seeds:  # rung c * K + k is ladder c's rung k
@@ -109,14 +110,15 @@ def _build(run, split, legs, seeds, args, kwargs, ladder_seeds=()):
         betas = betas * (1 + len(ladder_seeds))
     with model_errors(options.model, args, kwargs, split):
         # q's first prior draws take the stream after the swaps' (the same on every rank)
-        run.reference = make_reference(options.reference, split, reference_seed(seeds[-1]),
+        run.reference = make_reference(options.reference, split, reference_seed(swaps),
                                        options.transforms)
         # the private APIs (pyro_pt.potential.torch_compat) the set-up found missing, and why
         with torch_compat.recording() as missing:
             # the captured graphs, the run's: compile="auto" recompiles them
             # (pyro_pt.autocompile), a growing ladder's new rungs reuse them
-            run.fast = (FunctionalSplit(split, compile=options.compile)
-                        if any(betas[k] > 0.0 for k in rungs) else None)
+            # (also on a rank holding only the prior rung: its draws' ll comes from the graph,
+            # whichever rank draws them)
+            run.fast = FunctionalSplit(split, compile=options.compile) if rungs else None
             ladder_legs = run.ladder.legs
             explorers, states, lls, run.explorer_info = build_rungs(
                 run.fast or split, rungs, betas, seeds, split.device, options.explorer,

@@ -92,6 +92,10 @@ class ReferencedSplit:
         self.fused = ReferencedFused(self)
         self.lockstep = ReferencedLockstep(self) if hasattr(base, "batched") else _NoLockstep()
 
+    # The hot end against q draws q (sample_prior), never the model's prior: the base's prior
+    # draws (FunctionalSplit.prior) are not forwarded.
+    prior = None
+
     def __getattr__(self, name):  # the rest (flatten, path, compiled, device, ...) is base's
         if name in ("base", "model_split", "reference", "fused", "lockstep") or \
                 name.startswith("__"):
