@@ -33,10 +33,6 @@ from .native import native_loop
 # (~30-60 us at the ~30 GFLOP/s one thread of this CPU reaches); the small BNN has ~2e3, the
 # seed BNN ~7e6.
 MAX_FLOPS = 1e6
-# The most slots one compiled call steps (a power of two). On the two-component mixture 28
-# slots (4 ladders of 7 tempered rungs) took 2.6 ms a scan in calls of 8 and 2.3 ms in one
-# call of 32 (benchmarks/ensemble.py); the batched potential keeps its own, smaller batches.
-MAX_BATCH = 32
 
 
 def graph_flops(gm, point):
@@ -141,8 +137,8 @@ class Lockstep(CompiledSteps):
             return None
         plan, first = [], 0
         while first < num_slots:
-            count = min(MAX_BATCH, num_slots - first)
-            size = batch_size(count, MAX_BATCH)
+            count = min(self.evaluator.max_batch, num_slots - first)
+            size = batch_size(count, self.evaluator.max_batch)
             step = self._step(size, dtype, device)
             if step is not None:
                 plan.append((first, first + count, size, step))

@@ -273,15 +273,16 @@ def test_without_inductors_cache_dir_nothing_is_recorded(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_every_rank_switches_at_rank_0s_scan(tmp_path, records, failing_inductor, monkeypatch):
-    # Two ranks, rank 1 holding only the prior rung (no graph of its own): both join the
-    # round end's broadcast, rank 0 switches, and the chains are bitwise the one-process run's.
+    # Two ranks, rank 1 holding only the prior rung (whose draws' ll comes from its graph):
+    # both join the round end's broadcast, both switch (each its own graph), and the chains are
+    # bitwise the one-process run's.
     kwargs = {"num_replicas": 3, "max_temperature": float("inf"), "explorer": "hmc",
               "warmup_steps": 20}  # the switch comes at the second round's end, scan 12
     expect(monkeypatch, 0.0)
     alone = run_linear(dict(kwargs))
     assert len(failing_inductor) == 1
     (rank0, tries0), (rank1, tries1) = spawn(2, tmp_path, run_linear_switching, dict(kwargs))
-    assert (tries0, tries1) == (1, 0) and rank0["world_size"] == 2
+    assert (tries0, tries1) == (1, 1) and rank0["world_size"] == 2
     for result in (rank0, rank1):
         assert torch.equal(result["w"], alone["w"])
         assert str(result["swap_acceptance"]) == str(alone["swap_acceptance"])

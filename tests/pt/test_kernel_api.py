@@ -259,7 +259,7 @@ def test_chains_whose_ladders_grew_apart_export_padded():
     holds each chain's ladder and records, NaN past its own rungs."""
     from .test_kernel_barrier import sufficient_model
 
-    pyro.set_rng_seed(0)
+    pyro.set_rng_seed(1)  # a seed whose two chains grow to different K (12 and 9)
     mcmc = MCMC(ParallelTempering(sufficient_model, explorer="rwmh"), 30, 300, num_chains=2,
                 disable_progbar=True)
     with warnings.catch_warnings():

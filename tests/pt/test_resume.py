@@ -207,10 +207,10 @@ def without(*keys):
                                           "'kernel'; resume from an earlier checkpoint"),
     (without("kernel.explorer"), "its header has no field 'kernel.explorer'"),
     (lambda header: dict(header, format_version=1), "has format version 1; this pyro_pt reads "
-                                                    "version 5"),
-    # the previous format: its report's state was not yet its columns'
-    (lambda header: dict(header, format_version=4), "has format version 4; this pyro_pt reads "
-                                                    "version 5"),
+                                                    "version 6"),
+    # the previous format: its prior rung had no pool of draws
+    (lambda header: dict(header, format_version=5), "has format version 5; this pyro_pt reads "
+                                                    "version 6"),
 ])
 def test_a_header_that_is_not_a_checkpoints_is_refused_naming_the_field(written, edit, match,
                                                                         tmp_path):
