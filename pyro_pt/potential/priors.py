@@ -71,11 +71,13 @@ class DirectPrior:
     graph does not answer (a draw whose ll it cannot give finite, or a model whose priors are
     not fixed: :attr:`path` ``"traced"``, :attr:`reason` why).
 
-    Measured (``benchmarks/prior_draws.py``, one thread): a draw of the mixtures' priors costs
-    0.06-0.12 ms under Inductor and 0.2-0.3 ms under TorchScript, against the trace's 0.5 ms;
-    a default run's sampling phase under Inductor (1000 scans) takes 1.22-1.25x less time on
-    the two-component mixture and 1.15-1.17x less on the three-component one; on the logistic
-    regression (13 rungs, a larger model: the prior rung is a small share) the same time.
+    Measured (``benchmarks/prior_draws.py``, one thread, the prior rung's draws made 64 at a
+    time by :class:`~pyro_pt.explorers.prior.PriorExplorer`): a draw of the mixtures' or the
+    logistic regression's prior costs 0.05-0.07 ms under Inductor and 0.25 ms under TorchScript,
+    against the trace's 0.5-0.6 ms; a default run's sampling phase under Inductor (1000 scans)
+    takes 1.30x less time on the two-component mixture, 1.35x on the three-component one and
+    1.11x on the logistic regression (13 rungs, a larger model: the prior rung is a smaller
+    share).
     """
 
     def __init__(self, fast):
