@@ -34,9 +34,9 @@ from types import SimpleNamespace
 import torch
 
 from .barrier import leg_pair_barriers, rung_barriers
-from .recorders import ladder_statistics
+from .recorders import phase_summary
 from .regeneration import ColdTours
-from .rounds import move_rungs
+from .rounds import adapted_betas, move_rungs
 
 
 def check_num_ladders(num_ladders, grows, reference, checkpoint_every, max_replicas):
@@ -104,7 +104,7 @@ class Ensemble:
                 kept.append(cold)
             return self.latest[0]
         ladder, i = divmod(j, self.block)
-        return self.draws[min(ladder, num - 1)][i if ladder < num else -1]
+        return self.draws[ladder][i]
 
     def keeps(self, ladder):
         """Whether ladder ``ladder``'s cold draw of the scan under way is one MCMC records
@@ -135,9 +135,7 @@ class PooledAdaptation:
     def end_round(self, runs, end):
         if end.kind != "warmup round":
             return
-        ladder, pooled = runs[0].ladder, Pooled([run.recorder for run in runs])
-        betas = ladder.adapt(end.scan, pooled.round.rejection_rates(),
-                             pooled.round_pair_barriers(ladder.betas))
+        betas = adapted_betas(runs[0].ladder, Pooled([run.recorder for run in runs]), end.scan)
         if betas is not None:
             for run in runs:
                 move_rungs(run, betas)
@@ -192,10 +190,8 @@ class Pooled:
     def round_pair_barriers(self, betas):
         """Each pair's barrier over the current round of every ladder (as
         :meth:`~pyro_pt.recorders.TemperingRecorder.round_pair_barriers`)."""
-        num = len(betas)
-        ll = torch.tensor(self.round_ll, dtype=torch.float64).reshape(-1, num)
         return leg_pair_barriers(self.legs, betas, self.round.rejection_rates(),
-                                 rung_barriers(ll, num))
+                                 rung_barriers(self.round_ll, len(betas)))
 
     @property
     def index(self):
@@ -228,14 +224,9 @@ class Pooled:
                                for r, n in zip(self.recorders, kept)])
         record_swaps = torch.cat([torch.tensor(r.swap_record[:n], dtype=torch.float64).reshape(
             -1, num - 1) for r, n in zip(self.recorders, kept)])
-        acceptance = self.acceptance()
-        out = ladder_statistics(betas, acceptance, self.round_trips,
-                                num_rounds * len(self.recorders), record_ll, self.legs)
-        out.update(rungs)
-        out.update(swap_acceptance=acceptance, round_trips=self.round_trips,
-                   restarts=self.restarts,
-                   tempering_record={"log_likelihood": record_ll, "swap_accepted": record_swaps})
-        return out
+        return phase_summary(betas, self.acceptance(), self.round_trips, self.restarts,
+                             num_rounds * len(self.recorders), record_ll, record_swaps,
+                             self.legs, rungs)
 
 
 def pooled_rungs(summaries, kept):

@@ -230,11 +230,18 @@ class TemperingRecorder:
         record_ll = torch.tensor(ll, dtype=torch.float64).reshape(len(ll), num)
         record_swaps = torch.tensor(self.swap_record, dtype=torch.float64).reshape(
             len(self.swap_record), num - 1)
-        acceptance = self.phase.acceptance()
-        out = ladder_statistics(betas, acceptance, self.index.round_trips, num_rounds,
-                                record_ll, self.legs)
-        out.update(rungs)
-        out.update(swap_acceptance=acceptance, round_trips=self.index.round_trips,
-                   restarts=self.index.restarts,
-                   tempering_record={"log_likelihood": record_ll, "swap_accepted": record_swaps})
-        return out
+        return phase_summary(betas, self.phase.acceptance(), self.index.round_trips,
+                             self.index.restarts, num_rounds, record_ll, record_swaps, self.legs,
+                             rungs)
+
+
+def phase_summary(betas, acceptance, round_trips, restarts, num_rounds, record_ll, record_swaps,
+                  legs, rungs):
+    """:meth:`TemperingRecorder.summary` from its parts (one ladder's, or several ladders'
+    pooled: :class:`~pyro_pt.ensemble.Pooled`): :func:`ladder_statistics`, the rungs' own
+    diagnostics ``rungs``, the swap acceptance, round trips, restarts and the record."""
+    out = ladder_statistics(betas, acceptance, round_trips, num_rounds, record_ll, legs)
+    out.update(rungs)
+    out.update(swap_acceptance=acceptance, round_trips=round_trips, restarts=restarts,
+               tempering_record={"log_likelihood": record_ll, "swap_accepted": record_swaps})
+    return out

@@ -95,10 +95,9 @@ class Column:
 def records(run):
     """What the columns read of ``run``: its recorder, or with several ladders all of theirs
     pooled (:class:`~pyro_pt.ensemble.Pooled`): the first ladder's report is the ensemble's."""
-    together = getattr(run, "together", None) or [run]
-    if len(together) == 1:
+    if len(run.together) == 1:
         return run.recorder
-    return Pooled([r.recorder for r in together])
+    return Pooled([r.recorder for r in run.together])
 
 
 def _sampling(end):

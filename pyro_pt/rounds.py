@@ -106,12 +106,17 @@ class LadderAdaptation:
     def end_round(self, run, end):
         if end.kind != "warmup round":
             return
-        recorder, ladder = run.recorder, run.ladder
-        pairs = recorder.round_pair_barriers(ladder.betas)
-        betas = ladder.adapt(end.scan, recorder.round.rejection_rates(), pairs)
+        betas = adapted_betas(run.ladder, run.recorder, end.scan)
         if betas is None or (run.growth and run.growth.grow(run)):
             return
         move_rungs(run, betas)
+
+
+def adapted_betas(ladder, records, scan):
+    """:meth:`~pyro_pt.ladder.Ladder.adapt` of ``ladder`` at ``scan`` to the round's swap
+    statistics and pair barriers of ``records`` (a recorder, or several ladders' pooled)."""
+    return ladder.adapt(scan, records.round.rejection_rates(),
+                        records.round_pair_barriers(ladder.betas))
 
 
 def move_rungs(run, betas):

@@ -193,6 +193,7 @@ def test_a_round_with_an_untried_pair_keeps_the_ladder():
                           report=Report(warmup_steps=20, comm=LocalComm()), growth=None,
                           rungs=SimpleNamespace(rungs=[], explorers=[]), comm=LocalComm(),
                           scans=0)
+    run.together = [run]  # one ladder
     run.report.begin_round(run)
     schedule = RoundSchedule(20, 1, [ReportRow(), LadderAdaptation()])
 
