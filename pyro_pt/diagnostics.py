@@ -16,7 +16,7 @@ import warnings
 
 import torch
 
-from .ensemble import Pooled, pooled_rungs
+from .ensemble import Pooled, held_record, pooled_rungs
 from .explorers import kind_of
 from .health import UNRELIABLE, TemperingWarning, review
 from .regeneration import regenerative_error
@@ -111,14 +111,27 @@ class Diagnostics:
         run = self.run
         if len(run.together) == 1:
             return [self.diagnostics()]
-        num_rounds = self._num_rounds(run)
-        return [self._numbers(r, r.recorder, r.rungs.summary(r.scans, run.ladder.temperatures),
-                              num_rounds) for r in run.together]
+        num_rounds, thinning = self._num_rounds(run), self._thinning()
+        out = []
+        for r in run.together:
+            numbers = self._numbers(r, r.recorder,
+                                    r.rungs.summary(r.scans, run.ladder.temperatures), num_rounds)
+            kept = r.recorder.tours.num_draws  # the record of the draws MCMC holds
+            record = numbers["tempering_record"]
+            numbers["tempering_record"] = dict(zip(("log_likelihood", "swap_accepted"), held_record(
+                record["log_likelihood"], record["swap_accepted"], thinning, kept)))
+            out.append(numbers)
+        return out
+
+    def _thinning(self):
+        """Every how many scans a ladder's cold draw is in MCMC's (:mod:`pyro_pt.ensemble`)."""
+        ensemble = getattr(self, "ensemble", None)
+        return 1 if ensemble is None else ensemble.thinning
 
     def _records(self):
         """The run's swap and draw records: its recorder's, or every ladder's pooled
         (:class:`~pyro_pt.ensemble.Pooled`, ``num_ladders > 1``)."""
-        return Pooled([run.recorder for run in self.run.together])
+        return Pooled([run.recorder for run in self.run.together], self._thinning())
 
     def mcse(self, fn, samples=None):
         """
@@ -182,7 +195,8 @@ class Diagnostics:
         ladders = len(run.together)
         rungs = pooled_rungs([r.rungs.summary(scans, run.ladder.temperatures)
                               for r in run.together],
-                             [r.recorder.tours.num_draws for r in run.together])
+                             [r.recorder.tours.num_draws for r in run.together],
+                             self._thinning())
         records = self._records()
         out = self._numbers(run, records, rungs, num_rounds)
         legs = records.legs
@@ -193,7 +207,8 @@ class Diagnostics:
             out, betas, num_rounds * ladders, max(0, scans - run.warmup_steps) * ladders,
             kind_of(run.options.explorer).on_divergence,
             run.reference and run.reference.describe(), legs,
-            run.growth and run.growth.max_replicas or None)
+            run.growth and run.growth.max_replicas or None,
+            num_draws=records.tours.num_draws if ladders > 1 else None)
         if unreliable is not None:
             out["log_Z_meaning"] += UNRELIABLE + unreliable
         unfitted = run.refitting and run.refitting.problem()

@@ -7,13 +7,18 @@ batched call of the explorer (one :class:`~pyro_pt.explorers.HMCGroup` over ever
 rungs), so on a small model C ladders cost far less than C runs; each ladder's prior rung
 draws on its own. The ladders' cold chains are independent, so the tempered restarts add up.
 
-**What Pyro's MCMC records.** ``warmup_steps`` and ``num_samples`` count draws, as for every
-kernel: each ladder runs :math:`\lceil W / C\rceil` warmup scans and
-:math:`B = \lceil N / C\rceil` sampling scans, and MCMC records ladder 0's B cold draws, then
-ladder 1's, ... (the last ladder's cut to N in all): contiguous blocks, so the autocorrelation
-Pyro's ``summary()`` computes is each ladder's own (interleaved draws of independent chains
-would look uncorrelated at every lag below C, and overstate the effective sample size). The
-calls between scans return draws already made.
+**What Pyro's MCMC records.** As each chain of Pyro's ``MCMC(num_chains=C)`` would, every
+ladder runs ``warmup_steps`` warmup scans and (about) ``num_samples`` sampling scans, so C
+ladders make C times the tempered restarts of one at the price of one batched scan per call.
+MCMC holds ``num_samples`` draws, :math:`B = \lceil N / C\rceil` per ladder: ladder 0's every
+C-th cold draw, then ladder 1's, ... (the last ladder's cut to N in all). Contiguous blocks, so
+the autocorrelation Pyro's ``summary()`` computes is each ladder's own (interleaved draws of
+independent chains would look uncorrelated at every lag below C and overstate the effective
+sample size); thinned, so each ladder's block spans its whole run. The first B sampling calls
+make C scans each, the calls after them return draws already made. The Monte Carlo errors
+(:mod:`pyro_pt.regeneration`) are over the draws MCMC holds, so ``mcse(fn,
+samples=mcmc.get_samples())`` lines up; the stepping-stone log Z and the barriers read every
+scan of every ladder.
 
 **Adaptation and statistics are pooled.** At a warmup round's end the ladder adapts once, to
 the swap statistics of all the ladders (C times the data of one); the diagnostics, the review
@@ -22,10 +27,11 @@ and :meth:`~pyro_pt.ParallelTempering.mcse` read the ladders' records pooled
 stepping-stone log Z over every ladder's ll draws, and the Monte Carlo errors over every
 ladder's tours (the regenerative error treats tours as independent, and the ladders' are).
 
-Over several processes each rank holds its block of every ladder's rungs, all of its tempered
-ones in one group; a seeded run gives the same draws on any number of ranks. Not yet with
-C > 1: checkpoints, a fitted reference, a growing ladder (the default ladder keeps its 8
-rungs); each is refused with what to do.
+A growing ladder (``num_replicas="auto"``, :mod:`pyro_pt.growth`) grows every ladder at once,
+on the pooled barrier, their new rungs built in one group. Over several processes each rank
+holds its block of every ladder's rungs, all of its tempered ones in one group; a seeded run
+gives the same draws on any number of ranks. Not yet with C > 1: checkpoints and a fitted
+reference, each refused with what to do.
 """
 
 import math
@@ -39,7 +45,7 @@ from .regeneration import ColdTours
 from .rounds import adapted_betas, move_rungs
 
 
-def check_num_ladders(num_ladders, grows, reference, checkpoint_every, max_replicas):
+def check_num_ladders(num_ladders, reference, checkpoint_every):
     """Refuse a ``num_ladders`` that is not a positive int, or what C > 1 does not support yet
     (see the module), naming the argument."""
     if isinstance(num_ladders, bool) or not isinstance(num_ladders, int) or num_ladders < 1:
@@ -51,18 +57,10 @@ def check_num_ladders(num_ladders, grows, reference, checkpoint_every, max_repli
         refused.append("checkpoint_every/checkpoint_path (checkpoints of one ladder only)")
     if reference != "prior":
         refused.append("a reference other than 'prior'")
-    if grows or max_replicas is not None:
-        refused.append("num_replicas='auto' or max_replicas (a growing ladder)")
     if refused:
         raise ValueError(
-            f"num_ladders={num_ladders} does not support {'; '.join(refused)} yet: give a "
-            "fixed num_replicas (or temperatures), the prior reference and no checkpoints, "
-            "or use num_ladders=1")
-
-
-def warmup_scans(warmup_steps, num_ladders):
-    """The warmup scans of each ladder: ``warmup_steps`` counts draws, C per scan."""
-    return -(-warmup_steps // num_ladders)
+            f"num_ladders={num_ladders} does not support {'; '.join(refused)} yet: give the "
+            "prior reference and no checkpoints, or use num_ladders=1")
 
 
 class Ensemble:
@@ -85,34 +83,60 @@ class Ensemble:
         num = len(runs)
         self.block = None if num_samples is None else -(-num_samples // num)
         self.calls = 0
-        self.draws = [[] for _ in runs]  # the sampling phase's cold draws, per ladder
+        self.draws = [[] for _ in runs]  # the cold draws MCMC holds, per ladder
         self.latest = None  # the last scan's cold states, per ladder
+        self._holding = False  # whether the scan under way is one whose cold draws are held
+
+    @property
+    def thinning(self):
+        """Every how many scans a ladder's cold draw is held: C in MCMC, else 1 (ladder 0's)."""
+        return 1 if self.block is None else len(self.runs)
 
     def sample(self, scan):
         """The draw of MCMC's next call; ``scan()`` runs one scan of every ladder and returns
         their cold states."""
-        call, num = self.calls, len(self.runs)
+        call = self.calls
         self.calls += 1
-        if call < self.warmup_steps:  # warmup: a scan every C calls
-            if call % num == 0:
-                self.latest = scan()
-            return self.latest[call % num]
-        j = call - self.warmup_steps
-        if self.block is None or j < self.block:
+        if call < self.warmup_steps:  # warmup: a scan per call
             self.latest = scan()
-            for kept, cold in zip(self.draws, self.latest):
-                kept.append(cold)
             return self.latest[0]
+        j = call - self.warmup_steps
+        if self.block is None:
+            self._holding = True
+            self.latest = scan()
+            self.draws[0].append(self.latest[0])
+            return self.latest[0]
+        if j < self.block:  # C scans, the last one's cold draws held
+            for i in range(self.thinning):
+                self._holding = i == self.thinning - 1
+                self.latest = scan()
+            self._holding = False
+            for ladder, (kept, cold) in enumerate(zip(self.draws, self.latest)):
+                if ladder * self.block + j < self.num_samples:
+                    kept.append(cold)
         ladder, i = divmod(j, self.block)
         return self.draws[ladder][i]
 
     def keeps(self, ladder):
-        """Whether ladder ``ladder``'s cold draw of the scan under way is one MCMC records
-        (the last ladder's block is cut to ``num_samples`` in all; outside MCMC, ladder 0's)."""
+        """Whether ladder ``ladder``'s cold draw of the scan under way is one MCMC holds."""
+        if not self._holding:
+            return False
         if self.block is None:
             return ladder == 0
-        made = len(self.draws[ladder])  # before this scan's
-        return ladder * self.block + made < self.num_samples
+        return ladder * self.block + len(self.draws[ladder]) < self.num_samples
+
+
+def held_record(log_likelihood, swap_accepted, thinning, num):
+    """A ladder's sampling-phase record (``[scans, K]`` lls, ``[scans, K - 1]`` swap outcomes)
+    at the first ``num`` draws MCMC holds of it, every ``thinning``-th scan's: each held
+    draw's row of lls, and each pair's mean outcome over the ``thinning`` scans it stands for
+    (NaN where none attempted it: one scan's row would show the even or the odd pairs only)."""
+    if thinning == 1:
+        return log_likelihood[:num], swap_accepted[:num]
+    groups = swap_accepted[:num * thinning].reshape(-1, thinning, swap_accepted.shape[-1])
+    tried = ~groups.isnan()
+    swaps = groups.nan_to_num(0.0).sum(1) / tried.sum(1)  # 0 / 0: NaN, never attempted
+    return log_likelihood[thinning - 1::thinning][:num], swaps
 
 
 def _pooled_acceptance(statistics):
@@ -130,15 +154,18 @@ def _pooled_acceptance(statistics):
 class PooledAdaptation:
     """At a warmup round's end, with ``adapt_temperatures``: the ladder the ensemble shares
     moves its rungs to equal increments of the barrier the round's swaps and ll draws of all
-    the ladders give (:class:`~pyro_pt.rounds.LadderAdaptation` over their pooled records)."""
+    the ladders give, or grows where that barrier calls for more rungs
+    (:class:`~pyro_pt.rounds.LadderAdaptation` over their pooled records)."""
 
     def end_round(self, runs, end):
         if end.kind != "warmup round":
             return
-        betas = adapted_betas(runs[0].ladder, Pooled([run.recorder for run in runs]), end.scan)
-        if betas is not None:
-            for run in runs:
-                move_rungs(run, betas)
+        first = runs[0]
+        betas = adapted_betas(first.ladder, Pooled([run.recorder for run in runs]), end.scan)
+        if betas is None or (first.growth and first.growth.grow(runs)):
+            return
+        for run in runs:
+            move_rungs(run, betas)
 
 
 class _PooledStatistics:
@@ -163,8 +190,9 @@ class Pooled:
     them (see the module).
     """
 
-    def __init__(self, recorders):
+    def __init__(self, recorders, thinning=1):
         self.recorders = recorders
+        self.thinning = thinning  # Ensemble.thinning: every how many scans a draw is held
         first = recorders[0]
         self.legs = first.legs
         self.sampling = first.sampling
@@ -212,35 +240,37 @@ class Pooled:
         return _pooled_acceptance([r.phase for r in self.recorders])
 
     def summary(self, betas, num_rounds, rungs):
-        """As :meth:`TemperingRecorder.summary`, pooled: ``num_rounds`` is one ladder's; the ll
-        and swap records are the ladders' stacked in ladder order."""
+        """As :meth:`TemperingRecorder.summary`, pooled: ``num_rounds`` is one ladder's; the
+        statistics (log Z, barriers) read every sampling scan of every ladder, the tempering
+        record the scans whose cold draws MCMC holds, in MCMC's order."""
         if len(self.recorders) == 1:
             return self.recorders[0].summary(betas, num_rounds, rungs)
         num = len(betas)
-        # the scans whose cold draws MCMC holds (the last ladder's block may be cut short)
+        ll = [torch.tensor(r.round_ll if r.sampling else [], dtype=torch.float64).reshape(-1, num)
+              for r in self.recorders]
+        swaps = [torch.tensor(r.swap_record, dtype=torch.float64).reshape(-1, num - 1)
+                 for r in self.recorders]
         kept = [r.tours.num_draws for r in self.recorders]
-        record_ll = torch.cat([torch.tensor(r.round_ll[:n] if r.sampling else [],
-                                            dtype=torch.float64).reshape(-1, num)
-                               for r, n in zip(self.recorders, kept)])
-        record_swaps = torch.cat([torch.tensor(r.swap_record[:n], dtype=torch.float64).reshape(
-            -1, num - 1) for r, n in zip(self.recorders, kept)])
+        held = [held_record(a, b, self.thinning, n) for a, b, n in zip(ll, swaps, kept)]
+        record = [torch.cat(part) for part in zip(*held)]
         return phase_summary(betas, self.acceptance(), self.round_trips, self.restarts,
-                             num_rounds * len(self.recorders), record_ll, record_swaps,
-                             self.legs, rungs)
+                             num_rounds * len(self.recorders), torch.cat(ll), torch.cat(swaps),
+                             self.legs, rungs, record=record)
 
 
-def pooled_rungs(summaries, kept):
+def pooled_rungs(summaries, kept, thinning=1):
     """The rungs' explorer diagnostics (:meth:`~pyro_pt.rungs.RungBlock.summary`) of several
-    ladders as one: the cold chains' divergences as indices of MCMC's draws (ladder c's
-    ``kept[c]`` draws follow the ladders before it), the divergences per temperature added up,
-    acceptance rates averaged over the ladders; of one ladder, its own."""
+    ladders as one: the cold chains' divergences as indices of MCMC's draws (a divergence at a
+    ladder's sampling scan s is its held draw ``s // thinning``'s, and ladder c's ``kept[c]``
+    draws follow the ladders before it), the divergences per temperature added up, acceptance
+    rates averaged over the ladders; of one ladder, its own."""
     if len(summaries) == 1:
         return summaries[0]
     first, num = summaries[0], len(summaries)
     out = dict(first)
     offsets = [sum(kept[:c]) for c in range(num)]
-    out["divergences"] = [offset + d for s, offset, n in zip(summaries, offsets, kept)
-                          for d in s["divergences"] if d < n]
+    out["divergences"] = [offset + d // thinning for s, offset, n in zip(summaries, offsets, kept)
+                          for d in s["divergences"] if d // thinning < n]
     out["acceptance rate"] = sum(s["acceptance rate"] for s in summaries) / num
     out["local_acceptance"] = [sum(values) / num for values in
                                zip(*(s["local_acceptance"] for s in summaries))]

@@ -97,15 +97,17 @@ def positions(cumulative, num_rungs):
 
 class Growth:
     """
-    The growth of one run's ladder (``num_replicas="auto"``, in one process): :meth:`grow` at
-    the end of each warmup round, up to ``max_replicas`` rungs.
+    The growth of a run's ladder (``num_replicas="auto"``, in one process): :meth:`grow` at
+    the end of each warmup round, up to ``max_replicas`` rungs; an ensemble's ladders
+    (:mod:`pyro_pt.ensemble`) grow together.
 
     :param int start: the number of rungs of the starting ladder (the next birth index).
     """
 
     # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
+    # ladder_seeds: an ensemble's other ladders' base seeds (an ensemble is not checkpointed).
     STATE = ("births", "base_seed")
-    REBUILT = ("max_replicas", "warmup_steps", "growth_ends")
+    REBUILT = ("max_replicas", "warmup_steps", "growth_ends", "ladder_seeds")
 
     def __init__(self, max_replicas, comm, warmup_steps, start, swap_interval=1):
         if comm.world_size > 1:
@@ -119,6 +121,7 @@ class Growth:
         self.growth_ends = growth_round_ends(warmup_steps, swap_interval)
         self.births = start
         self.base_seed = None  # the run's (pyro_pt.random), set with its rungs
+        self.ladder_seeds = ()  # an ensemble's other ladders' (pyro_pt.ensemble)
 
     def state_dict(self):
         """What a checkpoint keeps (:mod:`pyro_pt.checkpoint`): the seed of the next rung."""
@@ -127,33 +130,49 @@ class Growth:
     def load_state_dict(self, state, run=None):
         restore(self, state, torch.device("cpu"))
 
-    def grow(self, run):
-        """After the ladder's adaptation at a warmup round end: grow ``run``'s ladder, rungs
-        and recorder where the round's barrier calls for more. Returns whether it grew (the
-        rungs then have their new betas)."""
-        scan = run.scans
-        entry = run.ladder.history[-1]
+    def grow(self, runs):
+        """After the ladder's adaptation at a warmup round end: grow the ladder ``runs`` share
+        (one, or an ensemble's, :mod:`pyro_pt.ensemble`, whose records the barrier pooled),
+        with every run's rungs and recorder, where the round's barrier calls for more. Returns
+        whether it grew (the rungs then have their new betas)."""
+        first = runs[0]
+        scan = first.scans
+        entry = first.ladder.history[-1]
         old_betas = inverse_temperatures(entry["temperatures"])
         num = min(self.max_replicas, recommended_replicas(entry["barrier"]))
         if num <= len(old_betas) or scan not in self.growth_ends:
             return False
         pairs = entry["pair_barriers"]
-        betas = equal_barrier_betas(old_betas, pairs, num)
-        run.ladder.betas = list(betas)  # K = len(ladder.betas) again
+        betas = list(equal_barrier_betas(old_betas, pairs, num))
+        first.ladder.betas = list(betas)  # K = len(ladder.betas) again, for every run
         entry["grown_to"] = num
-        old, options = run.rungs, run.options
         place = positions(cumulative_barrier(pairs), num)
         new = [j for j in range(num) if j not in place]
         # A new rung starts where the nearest colder existing rung is: a colder state lies where
         # the hotter, wider target has mass; a hotter one can be far out in its tails.
         nearest = {j: max(i for i, p in enumerate(place) if p < j) for j in new}
-        seeds = {j: grown_seed(self.base_seed, self.births + n) for n, j in enumerate(new)}
+        # Every run's new rungs in one call, so that they form one explorer group: run c's
+        # rung j is index c * num + j there, seeded from its own base seed.
+        bases = [self.base_seed] + list(self.ladder_seeds)
+        seeds, starts = {}, {}
+        for c, run in enumerate(runs):
+            for n, j in enumerate(new):
+                seeds[c * num + j] = grown_seed(bases[c], self.births + n)
+                starts[c * num + j] = run.rungs.states[nearest[j]]
         self.births += len(new)
-        built = build_rungs(run.fast or run.split, new, betas, seeds, run.split.device,
-                            options.explorer, options.explorer_kwargs, self.warmup_steps - scan,
-                            reference=run.reference,
-                            starts={j: old.states[nearest[j]] for j in new})
-        added = dict(zip(new, zip(*built[:3])))
+        options = first.options
+        built = build_rungs(first.fast or first.split, sorted(seeds), betas * len(runs), seeds,
+                            first.split.device, options.explorer, options.explorer_kwargs,
+                            self.warmup_steps - scan, reference=first.reference, starts=starts)
+        for c, run in enumerate(runs):
+            part = slice(c * len(new), (c + 1) * len(new))
+            self._install(run, betas, place, dict(zip(new, zip(*(b[part] for b in built[:3])))))
+        return True
+
+    def _install(self, run, betas, place, added):
+        """``run``'s grown block of rungs: its old rungs at ``place``, the ``added`` ones (rung
+        -> (explorer, state, ll)) between them; its records begin again with the new K."""
+        old, num, scan = run.rungs, len(betas), run.scans
         block = RungBlock(old.comm, num, old.names, old.kind)
         lls = []
         for j in range(num):
@@ -174,4 +193,3 @@ class Growth:
         # the report counts trips and restarts from its rows
         run.recorder.index.round_trips = index.round_trips
         run.recorder.index.restarts = index.restarts
-        return True

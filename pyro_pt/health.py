@@ -240,7 +240,7 @@ def _further_than_the_prior(diagnostics, reference):
 
 
 def review(diagnostics, betas, num_rounds, num_scans=None, on_divergence=None,
-           reference=None, legs=None, max_replicas=None):
+           reference=None, legs=None, max_replicas=None, num_draws=None):
     """
     ``(problems, log_z_error, log_z_problem)`` of a run's sampling phase: a message per
     problem, the Monte Carlo error of log Z, why log Z is unreliable (None if it is not).
@@ -257,6 +257,8 @@ def review(diagnostics, betas, num_rounds, num_scans=None, on_divergence=None,
         against it is told to compare with the prior.
     :param Legs legs: the ladder's legs; log Z is the first leg's.
     :param int max_replicas: the cap of a growing ladder (None: it does not grow).
+    :param int num_draws: the cold chain's draws MCMC holds, where not ``num_scans`` (several
+        ladders, :mod:`pyro_pt.ensemble`): the draws a longer run would need are counted in them.
     """
     temps, acceptance = diagnostics["temperatures"], diagnostics["swap_acceptance"]
     bottlenecks, blocked = [], set()
@@ -287,7 +289,7 @@ def review(diagnostics, betas, num_rounds, num_scans=None, on_divergence=None,
         f"no round trip (cold -> hottest -> cold) in the {num_rounds} swap rounds of the "
         "sampling phase: the cold chain has not seen what the hot rungs explore; "
         f"{_ladder_advice(diagnostics)}, or sample longer" if no_round_trip else None,
-        _mcse_problem(diagnostics, num_scans),
+        _mcse_problem(diagnostics, num_scans if num_draws is None else num_draws),
         further,
         f"the cold rung's explorer accepted {cold:.3g} of its moves (below "
         f"{LOW_COLD_ACCEPTANCE}): its draws are nearly all repeats; warm up longer or tune the "

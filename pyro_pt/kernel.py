@@ -16,7 +16,7 @@ from .checkpoint import Checkpointing, restore, resume_warmup, save
 from .comm import make_comm
 from .compat import KernelParams, mcmc_num_samples, refuse_multichain_mcmc, refuse_no_draws
 from .diagnostics import Diagnostics
-from .ensemble import Ensemble, PooledAdaptation, check_num_ladders, warmup_scans
+from .ensemble import Ensemble, PooledAdaptation, check_num_ladders
 from .explain import missing_sites
 from .growth import AUTO, growth_options
 from .ladder import Ladder
@@ -135,12 +135,12 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         exactly), and log Z is still the evidence. ``explorer_info["reference"]`` says which.
     :param int num_ladders: C independent ladders of the same betas (default 1), whose
         tempered rungs step in one batched call (:mod:`pyro_pt.ensemble`): C times the tempered
-        restarts of one ladder per scan. ``warmup_steps`` and ``num_samples`` still count
-        draws: each ladder runs ``ceil(N / C)`` scans of each phase, and MCMC records the
-        ladders' cold draws in contiguous blocks, ladder 0's first. The adaptation, the
-        diagnostics, :meth:`mcse` and the review pool the ladders. With C > 1 the default
-        ladder keeps 8 rungs (it does not grow), and checkpoints and a fitted reference are
-        refused for now.
+        restarts of one ladder, at the price of one batched scan per call. As each chain of
+        ``MCMC(num_chains=C)`` would, every ladder runs ``warmup_steps`` and ``num_samples``
+        scans; MCMC holds ``num_samples`` draws: each ladder's every C-th cold draw, in
+        contiguous blocks, ladder 0's first. The adaptation, the growth of the ladder, the
+        diagnostics, :meth:`mcse` and the review pool the ladders. Checkpoints and a fitted
+        reference are refused with C > 1 for now.
 
     Example::
 
@@ -162,9 +162,8 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         # prior allows (else setup.finite_hot_end), and the ladder grows (in one process; a
         # max_replicas given asks for growth, refused over several processes as "auto" is).
         grows = (num_replicas is None and temperatures is None and is_prior(reference)
-                 and adapt_temperatures is True and num_ladders == 1)
-        check_num_ladders(num_ladders, num_replicas == AUTO, reference, checkpoint_every,
-                          max_replicas)
+                 and adapt_temperatures is True)
+        check_num_ladders(num_ladders, reference, checkpoint_every)
         start, cap = growth_options(AUTO if grows else num_replicas, max_replicas, temperatures,
                                     adapt_temperatures)
         self._ladder = Ladder(ladder_temperatures(start, max_temperature, temperatures))
@@ -236,7 +235,7 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         refuse_no_draws()
         self._ladder.reset()  # a rerun starts from the ladder given, not the one it adapted to
         ladders = self.options.num_ladders
-        run = Run(self.options, comm, self._ladder, warmup_scans(warmup_steps, ladders))
+        run = Run(self.options, comm, self._ladder, warmup_steps)
         if self.options.resume_from:  # the checkpoint's ladder and warmup
             resume_warmup(run, *self.options.resume_from, warmup_steps)
         self.run = None

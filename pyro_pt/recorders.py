@@ -236,12 +236,15 @@ class TemperingRecorder:
 
 
 def phase_summary(betas, acceptance, round_trips, restarts, num_rounds, record_ll, record_swaps,
-                  legs, rungs):
+                  legs, rungs, record=None):
     """:meth:`TemperingRecorder.summary` from its parts (one ladder's, or several ladders'
     pooled: :class:`~pyro_pt.ensemble.Pooled`): :func:`ladder_statistics`, the rungs' own
-    diagnostics ``rungs``, the swap acceptance, round trips, restarts and the record."""
+    diagnostics ``rungs``, the swap acceptance, round trips, restarts and the record (the
+    rows ``record_ll``, ``record_swaps`` the statistics read, or the rows ``record`` of the
+    draws MCMC holds where those are fewer)."""
     out = ladder_statistics(betas, acceptance, round_trips, num_rounds, record_ll, legs)
     out.update(rungs)
+    held_ll, held_swaps = record if record is not None else (record_ll, record_swaps)
     out.update(swap_acceptance=acceptance, round_trips=round_trips, restarts=restarts,
-               tempering_record={"log_likelihood": record_ll, "swap_accepted": record_swaps})
+               tempering_record={"log_likelihood": held_ll, "swap_accepted": held_swaps})
     return out

@@ -107,7 +107,7 @@ class LadderAdaptation:
         if end.kind != "warmup round":
             return
         betas = adapted_betas(run.ladder, run.recorder, end.scan)
-        if betas is None or (run.growth and run.growth.grow(run)):
+        if betas is None or (run.growth and run.growth.grow([run])):
             return
         move_rungs(run, betas)
 

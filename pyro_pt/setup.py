@@ -168,8 +168,9 @@ def _set_up_block(run, args, kwargs):
             failure = error
     agree_on_setup(comm, failure, view, settings)
     run.split = split
-    if run.growth:  # rungs added later spawn their streams from the base seed
+    if run.growth:  # rungs added later spawn their streams from the base seeds
         run.growth.base_seed = base
+        run.growth.ladder_seeds = tuple(int(b) for b in bases[1:])
     return lls, seeds
 
 

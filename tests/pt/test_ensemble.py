@@ -14,6 +14,7 @@ from pyro_pt import ParallelTempering
 from pyro_pt.explorers import by_group
 from pyro_pt.regeneration import ColdTours
 
+from .test_kernel_barrier import sufficient_model
 from .models import (bimodal_mass_above_zero, bimodal_model, linear_data, linear_model,
                      linear_posterior, sum_data, sum_log_evidence, sum_model)
 
@@ -29,21 +30,43 @@ def _run(model, args, ladders, samples, warmup, seed=0, **kwargs):
     return kernel, mcmc
 
 
-def test_mcmc_records_each_ladders_cold_draws_in_blocks():
-    """N = 301 draws from 3 ladders: 101 scans each, MCMC holding ladder 0's 101 cold draws,
-    ladder 1's 101, then ladder 2's first 99; each ladder warmed up for ceil(40 / 3) scans."""
-    kernel, mcmc = _run(linear_model, linear_data(), 3, 301, 40)
+def test_mcmc_records_each_ladders_thinned_cold_draws_in_blocks():
+    """N = 301 draws from 3 ladders: each ladder warms up for 40 scans and samples for 303
+    (101 x 3); MCMC holds ladder 0's every third cold draw (101), ladder 1's, then ladder 2's
+    first 99."""
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(linear_model, num_ladders=3, num_replicas=4)
+    colds, scan = [], kernel._scan
+
+    def recording(runs):  # every scan's cold states, per ladder
+        out = scan(runs)
+        colds.append([c["w"] for c in out])
+        return out
+
+    kernel._scan = recording
+    mcmc = MCMC(kernel, num_samples=301, warmup_steps=40, disable_progbar=True)
+    mcmc.run(*linear_data())
     runs, ensemble = kernel.run.together, kernel.ensemble
-    assert len(runs) == 3 and all(run.scans == 14 + 101 for run in runs)
-    assert all(run.warmup_steps == 14 for run in runs)
+    assert len(runs) == 3 and all(run.scans == 40 + 303 for run in runs)
+    assert all(run.warmup_steps == 40 for run in runs)
     samples = mcmc.get_samples()["w"]
     assert samples.shape == (301, 2)
-    blocks = [torch.stack([d["w"] for d in draws]) for draws in ensemble.draws]
-    assert torch.equal(samples, torch.cat(blocks)[:301])
+    sampling = torch.stack([torch.stack(c) for c in colds[40:]])  # [303 scans, 3 ladders, 2]
+    held = torch.cat([sampling[2::3, c] for c in range(3)])[:301]
+    assert torch.equal(samples, held)
     # the ladders are independent: their cold chains differ
-    assert not torch.equal(blocks[0], blocks[1])
-    # the records MCMC's draws come from: the kernel's tours cover exactly them
+    assert not torch.equal(sampling[:, 0], sampling[:, 1])
+    # the records MCMC's draws come from: the kernel's tours cover exactly them, and the
+    # tempering record has their rows, while log Z reads every scan
     assert kernel._records().tours.num_draws == 301
+    record = kernel.diagnostics()["tempering_record"]
+    rows = [torch.tensor(run.recorder.round_ll, dtype=torch.float64) for run in runs]
+    assert torch.equal(record["log_likelihood"], torch.cat([r[2::3] for r in rows])[:301])
+    # each held draw's swap outcomes: each pair's mean over the 3 scans it stands for (DEO
+    # tries the even pairs on even scans, the odd ones on odd scans)
+    swaps = torch.tensor(runs[1].recorder.swap_record, dtype=torch.float64)
+    assert torch.equal(record["swap_accepted"][101 + 5], swaps[15:18].nanmean(0))
+    assert not record["swap_accepted"].isnan().any()
 
 
 def test_every_ladders_tempered_rungs_step_in_one_group_on_one_shared_ladder():
@@ -70,7 +93,7 @@ def test_pooled_statistics_add_up_the_ladders_records():
     attempts = [sum(run.recorder.phase.attempts[p] for run in runs) for p in range(3)]
     accepted = [sum(run.recorder.phase.prob_sum[p] for run in runs) for p in range(3)]
     assert d["swap_acceptance"] == pytest.approx([a / n for a, n in zip(accepted, attempts)])
-    assert d["tempering_record"]["log_likelihood"].shape == (3 * 50, 4)
+    assert d["tempering_record"]["log_likelihood"].shape == (150, 4)  # MCMC's draws' rows
     # mcse of a function of MCMC's draws: over every ladder's tours, numbered apart
     above = kernel.mcse(lambda s: (s["theta"] > 0).double(), samples=mcmc.get_samples())
     tours = sum(len(run.recorder.tours.sums) for run in runs)
@@ -98,7 +121,7 @@ def test_merged_tours_have_the_moments_of_all_the_draws():
 
 def test_the_ensemble_samples_the_exact_posterior():
     x, y = linear_data()
-    kernel, mcmc = _run(linear_model, (x, y), 4, 800, 200)
+    kernel, mcmc = _run(linear_model, (x, y), 4, 200, 50)
     mean, cov = linear_posterior(x, y)
     w = mcmc.get_samples()["w"].double()
     error = kernel.diagnostics()["mcse"]["w"]
@@ -110,12 +133,12 @@ def test_the_ensemble_samples_the_exact_posterior():
 def test_the_ensemble_weighs_modes_and_finds_the_evidence():
     """Mode weight of the bimodal model, and log Z of a model with exact evidence, within 4 of
     their stated (pooled) errors."""
-    kernel, mcmc = _run(bimodal_model, (), 4, 2000, 800, num_replicas=6)
+    kernel, mcmc = _run(bimodal_model, (), 4, 500, 200, num_replicas=6)
     above = (mcmc.get_samples()["theta"] > 0).double()
     error = float(kernel.mcse(above))
     assert abs(float(above.mean()) - bimodal_mass_above_zero()) < 4 * error
     y = sum_data()
-    kernel, _ = _run(sum_model, (y,), 4, 1200, 600, num_replicas=8)
+    kernel, _ = _run(sum_model, (y,), 4, 300, 150, num_replicas=8)
     d = kernel.diagnostics()
     assert abs(d["log_Z"] - sum_log_evidence(y)) < 4 * d["log_Z_error"]
 
@@ -133,8 +156,6 @@ def test_num_ladders_must_be_a_positive_int(value):
 
 
 @pytest.mark.parametrize("kwargs, named", [
-    (dict(num_replicas="auto"), "num_replicas='auto'"),
-    (dict(max_replicas=16), "max_replicas"),
     (dict(num_replicas=4, reference="variational"), "reference"),
     (dict(num_replicas=4, checkpoint_every=10, checkpoint_path="x.pt"), "checkpoint_every"),
 ])
@@ -143,13 +164,43 @@ def test_what_an_ensemble_does_not_support_yet_is_refused(kwargs, named):
         ParallelTempering(linear_model, num_ladders=2, **kwargs)
 
 
-def test_an_ensemble_does_not_grow_and_refuses_a_checkpoint(tmp_path):
-    kernel, _ = _run(linear_model, linear_data(), 2, 10, 10, num_replicas=None)
-    assert kernel.num_replicas == 8 and kernel.run.growth is None
+def test_an_ensemble_refuses_a_checkpoint(tmp_path):
+    kernel, _ = _run(linear_model, linear_data(), 2, 10, 10)
     with pytest.raises(ValueError, match="num_ladders=1 to checkpoint"):
         kernel.checkpoint(tmp_path / "run.pt")
     with pytest.raises(ValueError, match="num_ladders must be 1"):
         ParallelTempering.resume(tmp_path / "run.pt", linear_model, num_ladders=2)
+
+
+def test_the_ladders_grow_together_into_one_group():
+    """num_replicas="auto" with 3 ladders from 3 rungs: the pooled barrier grows the shared
+    ladder; every ladder gets the new rungs, all of them built in one explorer group, and the
+    cold chains stay the exact posterior N(0, 1/(n + 1)) of test_kernel_barrier's model."""
+    n = 10**4
+    pyro.set_rng_seed(0)
+    kernel = ParallelTempering(sufficient_model, num_ladders=3, num_replicas="auto",
+                               temperatures=[1.0, 100.0, math.inf])
+    mcmc = MCMC(kernel, num_samples=600, warmup_steps=600, disable_progbar=True)
+    mcmc.run(n)
+    grown = [h["grown_to"] for h in kernel.adaptation_history if "grown_to" in h]
+    num = kernel.num_replicas
+    assert grown and grown[-1] == num > 3
+    runs = kernel.run.together
+    assert all([e.beta for e in run.rungs.explorers] == kernel.betas for run in runs)
+    # the first two tempered rungs' group, at each growth one group of every ladder's new rungs,
+    # and the prior rungs
+    groups = by_group([e for run in runs for e in run.rungs.explorers])
+    added = [3 * (b - a) for a, b in zip([3] + grown, grown)]
+    assert sorted(len(members) for _, members in groups) == sorted([1, 1, 1, 3 * 2] + added)
+    # each ladder's new rungs have streams of their own: their states differ
+    middle = [run.rungs.states[1]["theta"] for run in runs]
+    assert not torch.equal(middle[0], middle[1])
+    d = kernel.diagnostics()
+    assert d["tempering_record"]["log_likelihood"].shape == (600, num)
+    assert d["restarts"] > 0
+    theta = mcmc.get_samples()["theta"].double() * math.sqrt(n + 1)
+    assert abs(float(theta.mean())) < 4 * float(d["mcse"]["theta"]) * math.sqrt(n + 1) + 0.05
+    assert float(theta.var()) == pytest.approx(1.0, rel=0.25)
 
 
 def test_the_arviz_export_gives_each_ladder_its_chain():
