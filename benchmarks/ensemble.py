@@ -2,8 +2,8 @@
 
 Per case of ``benchmarks/explorers.py`` and per C in ``--ladders``, one run of
 ``ParallelTempering(model, num_replicas=8, num_ladders=C, compile="inductor")`` under
-``MCMC(warmup_steps=W, num_samples=N)`` (draws: each ladder runs ``ceil(W / C)`` and
-``ceil(N / C)`` scans), one torch thread, a warm Inductor cache (an untimed run first), seeds
+``MCMC(warmup_steps=W, num_samples=N)`` (each ladder runs W and about N scans; MCMC holds
+each ladder's every C-th cold draw), one torch thread, a warm Inductor cache (an untimed run first), seeds
 ``--seeds``. Printed per run: the sampling phase's wall seconds (from the first sampling call's
 hook to the end of ``MCMC.run``: the scans and the draws handed out), its milliseconds per
 scan, the pooled tempered restarts and restarts per second, the whole run's seconds after
@@ -47,7 +47,7 @@ def one_run(model, args, ladders, warmup, samples, seed):
     end = time.perf_counter()
     sampling = end - marks["Sample"]
     after_setup = end - marks["Warmup"] if "Warmup" in marks else sampling
-    scans = -(-samples // ladders)
+    scans = -(-samples // ladders) * ladders  # each ladder's sampling scans
     restarts = kernel.diagnostics()["restarts"] or 0
     return sampling, 1e3 * sampling / scans, restarts, restarts / sampling, after_setup
 

@@ -86,8 +86,9 @@ class AutoCompile:
         """The switch of ``run`` (:mod:`pyro_pt.run`); None unless ``compile="auto"``."""
         if run.options.compile != "auto":
             return None
-        # the sampling scans: an ensemble's ladders share MCMC's draws (pyro_pt.ensemble)
-        scans = -(-(mcmc_num_samples() or 0) // run.options.num_ladders)
+        # the sampling scans: an ensemble's ladders each run about num_samples
+        # (pyro_pt.ensemble)
+        scans = -(-(mcmc_num_samples() or 0) // run.num_ladders) * run.num_ladders
         switch = cls(run.fast, run.comm, run.warmup_steps, scans)
         run.explorer_info["compile"] = switch.decision
         return switch

@@ -484,9 +484,9 @@ class Checkpointing:
         """
         if self.run is None:
             raise RuntimeError("checkpoint() needs a kernel that MCMC.run has set up")
-        if self.options.num_ladders > 1:
+        if self.run.num_ladders > 1:
             raise ValueError(f"checkpoint() saves one ladder, but this kernel runs "
-                             f"num_ladders={self.options.num_ladders}: use num_ladders=1 to "
+                             f"num_ladders={self.run.num_ladders}: use num_ladders=1 to "
                              "checkpoint")
         save(self.run, path)
 
@@ -520,11 +520,12 @@ class Checkpointing:
             kernel = ParallelTempering.resume("run.pt", model)
             MCMC(kernel, num_samples=700, warmup_steps=0).run(x, y)
         """
-        if kwargs.get("num_ladders", 1) != 1:
+        ladders = kwargs.pop("num_ladders", 1)
+        if ladders not in (1, None):
             raise ValueError("resume() continues one ladder's checkpoint: num_ladders must be 1, "
-                             f"got {kwargs['num_ladders']!r}")
+                             f"got {ladders!r}")
         header, _ = read_checkpoint(path, payload=False)
-        kernel = cls(model, **resume_arguments(path, header, kwargs))
+        kernel = cls(model, num_ladders=1, **resume_arguments(path, header, kwargs))
         kernel.options.resume_from = (path, header)  # read by set-up (resume_warmup, restore)
         kernel.options.grows_by_default = bool((header["growth"] or {}).get("by_default"))
         return kernel

@@ -45,11 +45,21 @@ from .regeneration import ColdTours
 from .rounds import adapted_betas, move_rungs
 
 
+# The default: this many ladders for a model whose log density computes at most SMALL_MODEL_WORK
+# elements (and multiply-adds of its matrix products) per evaluation, else one; see num_ladders.
+DEFAULT_LADDERS = 8
+SMALL_MODEL_WORK = 100_000
+
+
 def check_num_ladders(num_ladders, reference, checkpoint_every):
-    """Refuse a ``num_ladders`` that is not a positive int, or what C > 1 does not support yet
-    (see the module), naming the argument."""
+    """Refuse a ``num_ladders`` that is neither None (the default rule, :func:`num_ladders`)
+    nor a positive int, or what C > 1 does not support yet (see the module), naming the
+    argument."""
+    if num_ladders is None:
+        return
     if isinstance(num_ladders, bool) or not isinstance(num_ladders, int) or num_ladders < 1:
-        raise ValueError(f"num_ladders must be a positive int, got {num_ladders!r}")
+        raise ValueError(f"num_ladders must be a positive int or None (the default rule), got "
+                         f"{num_ladders!r}")
     if num_ladders == 1:
         return
     refused = []
@@ -61,6 +71,70 @@ def check_num_ladders(num_ladders, reference, checkpoint_every):
         raise ValueError(
             f"num_ladders={num_ladders} does not support {'; '.join(refused)} yet: give the "
             "prior reference and no checkpoints, or use num_ladders=1")
+
+
+def graph_work(fast):
+    """What one evaluation of the model's captured log density and gradient computes: the
+    elements of every intermediate tensor, plus the multiply-adds of its matrix products (a
+    count from the graph's shapes, the same on every machine); None where no graph was
+    captured."""
+    compiled = getattr(fast, "compiled", None)
+    if compiled is None or fast.path != "functional":
+        return None
+    point = compiled.check_points()[0]
+    work = 0
+    for node in compiled.fx_graph(point.dtype, point.device).graph.nodes:
+        if node.op != "call_function":
+            continue
+        value = node.meta.get("val")
+        outs = [v for v in (value if isinstance(value, (list, tuple)) else [value])
+                if isinstance(v, torch.Tensor)]
+        work += sum(v.numel() for v in outs)
+        if outs and any(name in str(node.target) for name in ("mm", "mv", "dot")):
+            inputs = [a.meta.get("val") for a in node.args if hasattr(a, "meta")]
+            inputs = [v for v in inputs if isinstance(v, torch.Tensor) and v.dim() > 0]
+            if inputs:  # each output element is a sum over the first input's last dimension
+                work += outs[0].numel() * inputs[0].shape[-1]
+    return work
+
+
+def num_ladders(options, comm, fast):
+    """
+    ``(C, why)``: the ladders of a run, and why the default rule chose them (None where the
+    user gave ``num_ladders``).
+
+    The rule: :data:`DEFAULT_LADDERS` (8) ladders where the model is small, one otherwise. A
+    model is small where one evaluation of its log density and gradient computes at most
+    :data:`SMALL_MODEL_WORK` (1e5) elements and multiply-adds (:func:`graph_work`: the
+    battery's mixtures about 5e3-8e3, the 500-point logistic regression 5e4, a 1-50-50-1
+    BNN on 100 points 7e6): there a scan's cost is mostly its fixed work, not the model, and
+    8 ladders cost 2.2-2.6 times one ladder's time for 8 times its tempered restarts (a
+    two-component mixture's default 1000 + 1000 run: 44-52 s against 20 s, 347-371 restarts
+    against 45; benchmarks/README.md). One ladder where an ensemble does not apply yet or
+    gains nothing: several processes (give ``num_ladders`` to run one over them), checkpoints,
+    a fitted reference, a resumed run, an explorer other than the batched ``"hmc"`` (each of
+    its rungs steps on its own), a model whose graph was not captured.
+    """
+    if options.num_ladders is not None:
+        return options.num_ladders, None
+    if comm.world_size > 1:
+        return 1, ("several processes: give num_ladders to run several ladders over them")
+    if options.checkpoint_every is not None or options.resume_from:
+        return 1, "checkpoints are of one ladder"
+    if options.reference != "prior":
+        return 1, "a fitted reference runs one ladder"
+    if options.explorer != "hmc":
+        return 1, "only explorer='hmc' steps several ladders' rungs in one batched call"
+    work = graph_work(fast)
+    if work is None:
+        return 1, "the model's graph was not captured, so its rungs are not batched"
+    if work > SMALL_MODEL_WORK:
+        return 1, (f"the model computes {work:.3g} elements and multiply-adds per evaluation "
+                   f"(above {SMALL_MODEL_WORK:.0e}): several ladders would cost about as many "
+                   "runs")
+    return DEFAULT_LADDERS, (f"a small model ({work:.3g} elements and multiply-adds per "
+                             f"evaluation, at most {SMALL_MODEL_WORK:.0e}): {DEFAULT_LADDERS} "
+                             "ladders for about 2.5 times the time of one")
 
 
 class Ensemble:

@@ -133,14 +133,16 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         (``AutoNormal``, ``AutoMultivariateNormal``, ...), its Gaussian kept fixed. With a
         reference the default ladder ends at ``max_temperature=inf`` (beta = 0 is q, drawn
         exactly), and log Z is still the evidence. ``explorer_info["reference"]`` says which.
-    :param int num_ladders: C independent ladders of the same betas (default 1), whose
-        tempered rungs step in one batched call (:mod:`pyro_pt.ensemble`): C times the tempered
-        restarts of one ladder, at the price of one batched scan per call. As each chain of
+    :param int num_ladders: C independent ladders of the same betas, whose tempered rungs
+        step in one batched call (:mod:`pyro_pt.ensemble`): C times the tempered restarts of
+        one ladder, at the price of one batched scan per call. As each chain of
         ``MCMC(num_chains=C)`` would, every ladder runs ``warmup_steps`` and ``num_samples``
         scans; MCMC holds ``num_samples`` draws: each ladder's every C-th cold draw, in
         contiguous blocks, ladder 0's first. The adaptation, the growth of the ladder, the
-        diagnostics, :meth:`mcse` and the review pool the ladders. Checkpoints and a fitted
-        reference are refused with C > 1 for now.
+        diagnostics, :meth:`mcse` and the review pool the ladders. Default (None): 8 ladders for
+        a small model, else one (:func:`~pyro_pt.ensemble.num_ladders` says the rule;
+        ``explorer_info["num_ladders"]`` and ``["num_ladders_reason"]`` what it chose and why).
+        Checkpoints and a fitted reference are refused with C > 1 for now.
 
     Example::
 
@@ -154,7 +156,7 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
                  explorer="hmc", explorer_kwargs=None, swap_scheme="deo", swap_interval=1,
                  adapt_temperatures=True, init_strategy=init_to_uniform, transforms=None,
                  process_group=None, compile="auto", max_replicas=None, checkpoint_every=None,
-                 checkpoint_path=None, reference="prior", num_ladders=1):
+                 checkpoint_path=None, reference="prior", num_ladders=None):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
         check_reference(reference)
@@ -234,7 +236,6 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         refuse_multichain_mcmc(comm)
         refuse_no_draws()
         self._ladder.reset()  # a rerun starts from the ladder given, not the one it adapted to
-        ladders = self.options.num_ladders
         run = Run(self.options, comm, self._ladder, warmup_steps)
         if self.options.resume_from:  # the checkpoint's ladder and warmup
             resume_warmup(run, *self.options.resume_from, warmup_steps)
@@ -246,7 +247,7 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         run.initial_state = run.rungs.cold_state()
         self.run = run
         self.ensemble = None
-        if ladders > 1:
+        if run.num_ladders > 1:
             run.together = [run] + set_up_followers(run)
             self.ensemble = Ensemble(run.together, warmup_steps, mcmc_num_samples(),
                                      PooledAdaptation() if self.options.adapt_temperatures

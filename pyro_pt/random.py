@@ -32,6 +32,16 @@ def grown_seed(base, birth):
     return child_seed(base, birth)
 
 
+def ladder_seed(base, ladder):
+    """The base seed of an ensemble's ladder ``ladder`` (:mod:`pyro_pt.ensemble`), from the
+    run's ``base`` (ladder 0's own): independent of every stream and child of ``base`` (a
+    spawn key of two entries), and the same whatever the number of ladders."""
+    if ladder == 0:
+        return base
+    state = np.random.SeedSequence(base, spawn_key=(0, ladder)).generate_state(1, np.uint64)
+    return int(state[0]) >> 1
+
+
 def engine_seed(seed):
     """The seed of the batched HMC's momenta for a rung with ``seed`` (which seeds its initial
     point): the first child."""

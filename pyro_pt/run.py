@@ -39,6 +39,7 @@ class Run:
         self.report = None  # Report
         self.schedule = None  # the round-end steps (pyro_pt.rounds)
         self.growth = None  # Growth of a growing ladder, else None
+        self.num_ladders = 1  # the ladders of an ensemble (pyro_pt.ensemble), set up
         self.refitting = None  # Refitting of a variational reference, else None
         self.autocompile = None  # AutoCompile of compile="auto", else None
         self.explorer_info = {}

@@ -16,13 +16,14 @@ from .autocompile import AutoCompile, record_setup
 from .checkpoint import check_same_model
 from .comm import agree_on_setup
 from .explain import model_errors, refuse_random_subsampling
+from .ensemble import num_ladders
 from .explorers import build_rungs, kind_of
 from .growth import Growth
 from .health import TemperingWarning
 from .ladder import Ladder, geometric_ladder
 from .options import FALLBACK_MAX_TEMPERATURE, check_split, shared_settings
 from .potential import FunctionalSplit, ModelSplit, torch_compat
-from .random import reference_seed, stream_seeds
+from .random import ladder_seed, reference_seed, stream_seeds
 from .recorders import TemperingRecorder
 from .reference import is_prior, make_reference
 from .reference.refit import Refitting
@@ -94,20 +95,17 @@ def _split(run, args, kwargs):
     return split, legs
 
 
-def _build(run, split, legs, seeds, args, kwargs, ladder_seeds=()):
+def _build(run, split, legs, base, args, kwargs):
     """Into ``run.rungs`` (empty): the reference, the captured graphs and this rank's rungs,
-    with errors that name the model's site (:mod:`pyro_pt.explain`). Returns their lls. With
-    the ``ladder_seeds`` of an ensemble's other ladders (:mod:`pyro_pt.ensemble`) their rungs
-    are built in the same call, so that one explorer group holds every ladder's tempered
-    rungs; they wait in ``run.followers`` for their runs (:func:`set_up_followers`)."""
+    with errors that name the model's site (:mod:`pyro_pt.explain`). Returns their lls and
+    seeds. With an ensemble's other ladders (``run.num_ladders`` > 1, :mod:`pyro_pt.ensemble`)
+    their rungs are built in the same call, so that one explorer group holds every ladder's
+    tempered rungs; they wait in ``run.followers`` for their runs (:func:`set_up_followers`)."""
     options, betas, rungs = run.options, run.betas, run.rungs.rungs
     num = len(betas)
+    seeds = stream_seeds(base, num)
     swaps = seeds[num]  # the swaps' seed, whose child seeds q's first draws
-    seeds = list(seeds[:num]) + [s for other in ladder_seeds for s in other[:num]]
     mine = len(rungs)  # this rank's rungs of each ladder
-    if ladder_seeds:  # rung c * K + k is ladder c's rung k
-        rungs = [c * num + k for c in range(1 + len(ladder_seeds)) for k in rungs]
-        betas = betas * (1 + len(ladder_seeds))
     with model_errors(options.model, args, kwargs, split):
         # q's first prior draws take the stream after the swaps' (the same on every rank)
         run.reference = make_reference(options.reference, split, reference_seed(swaps),
@@ -119,11 +117,21 @@ def _build(run, split, legs, seeds, args, kwargs, ladder_seeds=()):
             # (also on a rank holding only the prior rung: its draws' ll comes from the graph,
             # whichever rank draws them)
             run.fast = FunctionalSplit(split, compile=options.compile) if rungs else None
+            run.num_ladders, why = num_ladders(options, run.comm, run.fast)
+            ladder_seeds = [stream_seeds(ladder_seed(base, c), num)
+                            for c in range(1, run.num_ladders)]
+            all_seeds = list(seeds[:num]) + [s for other in ladder_seeds for s in other[:num]]
+            if ladder_seeds:  # rung c * K + k is ladder c's rung k
+                rungs = [c * num + k for c in range(run.num_ladders) for k in rungs]
+                betas = betas * run.num_ladders
             ladder_legs = run.ladder.legs
             explorers, states, lls, run.explorer_info = build_rungs(
-                run.fast or split, rungs, betas, seeds, split.device, options.explorer,
+                run.fast or split, rungs, betas, all_seeds, split.device, options.explorer,
                 options.explorer_kwargs, run.warmup_steps, options.initial_params,
                 reference=run.reference, referenced=ladder_legs and range(*ladder_legs.spans[0]))
+    run.explorer_info["num_ladders"] = run.num_ladders
+    if why:
+        run.explorer_info["num_ladders_reason"] = why
     for explorer, z in zip(explorers[:mine], states[:mine]):
         run.rungs.add(explorer, z)
     run.followers = [(explorers[a:a + mine], states[a:a + mine], lls[a:a + mine], other)
@@ -132,7 +140,7 @@ def _build(run, split, legs, seeds, args, kwargs, ladder_seeds=()):
         run.explorer_info["private_api"] = missing
     if legs:
         run.explorer_info["legs"] = legs
-    return lls[:mine]
+    return lls[:mine], seeds
 
 
 def _set_up_block(run, args, kwargs):
@@ -152,17 +160,16 @@ def _set_up_block(run, args, kwargs):
     except Exception as error:
         failure = error
     # One base seed from the global generator (so pyro.set_rng_seed governs the run), the same
-    # on every rank; the streams are spawned from it (pyro_pt.random).
-    # An ensemble's ladders (pyro_pt.ensemble) each have their own base seed, drawn together.
-    bases = torch.randint(0, 2**62, (run.options.num_ladders,), dtype=torch.int64)
-    bases = comm.broadcast(bases, src=0, what="broadcast of the seeds").tolist()
-    base, seeds = int(bases[0]), stream_seeds(int(bases[0]), num)
+    # on every rank; the streams are spawned from it (pyro_pt.random), an ensemble's other
+    # ladders' from their own base seeds, derived from it.
+    base = torch.randint(0, 2**62, (1,), dtype=torch.int64)
+    base = int(comm.broadcast(base, src=0, what="broadcast of the seeds")[0])
+    seeds = stream_seeds(base, num)
     if failure is None:
         try:
             run.rungs = RungBlock(comm, num, split.latent_names,
                                   kind_of(run.options.explorer))
-            lls = _build(run, split, legs, seeds, args, kwargs,
-                         [stream_seeds(int(b), num) for b in bases[1:]])
+            lls, seeds = _build(run, split, legs, base, args, kwargs)
             view = [(name, tuple(run.rungs.states[0][name].shape)) for name in split.latent_names]
         except Exception as error:
             failure = error
@@ -170,7 +177,7 @@ def _set_up_block(run, args, kwargs):
     run.split = split
     if run.growth:  # rungs added later spawn their streams from the base seeds
         run.growth.base_seed = base
-        run.growth.ladder_seeds = tuple(int(b) for b in bases[1:])
+        run.growth.ladder_seeds = tuple(ladder_seed(base, c) for c in range(1, run.num_ladders))
     return lls, seeds
 
 
@@ -198,7 +205,7 @@ def set_up_run(run, args, kwargs):
     run.autocompile = AutoCompile.for_run(run)
     record_setup(run)  # compile="inductor": what a later "auto" run's switch will cost
     # an ensemble's ladder adapts once, to all its ladders' records (pyro_pt.ensemble)
-    adapts = options.adapt_temperatures and options.num_ladders == 1
+    adapts = options.adapt_temperatures and run.num_ladders == 1
     schedule.steps = [ReportRow()] + ([LadderAdaptation()] if adapts else [])
     schedule.steps += [step for step in (run.refitting, run.autocompile) if step]
     run.schedule = schedule

@@ -44,7 +44,8 @@ KERNELS = {
     "hmc_prior_rung": {"explorer": "hmc", "explorer_kwargs": {"num_steps": 3},
                        "max_temperature": float("inf")},
 }
-LADDER = {"num_replicas": 4, "max_temperature": 20.0}
+# One ladder: a checkpoint is of one (a small model runs several by default, pyro_pt.ensemble).
+LADDER = {"num_replicas": 4, "max_temperature": 20.0, "num_ladders": 1}
 
 
 def run(kernel, warmup=WARMUP, samples=SAMPLES, data=None, seed=0, write=None):
@@ -182,7 +183,7 @@ def test_an_attribute_a_part_does_not_declare_is_refused_naming_it(explorer, whe
     # checkpoint refuses it until its class lists it in STATE or REBUILT.
     kernel = ParallelTempering(linear_model, num_replicas=3, max_temperature=float("inf"),
                                explorer=explorer, explorer_kwargs={"max_tree_depth": 2}
-                               if explorer == "nuts" else None)
+                               if explorer == "nuts" else None, num_ladders=1)
     run(kernel, warmup=6, samples=2)
     kernel.checkpoint(str(tmp_path / "before.pt"))  # every part declares all it holds
     part = _planted(kernel.run, where)
@@ -248,7 +249,7 @@ def test_a_users_kernel_without_a_declared_state_cannot_be_checkpointed(explorer
 
 def test_a_checkpoint_saves_the_declared_state_and_nothing_else(tmp_path):
     kernel = ParallelTempering(linear_model, num_replicas=3, max_temperature=float("inf"),
-                               explorer="hmc")
+                               explorer="hmc", num_ladders=1)
     run(kernel, warmup=6, samples=2)
     path = str(tmp_path / "run.pt")
     kernel.checkpoint(path)

@@ -240,3 +240,57 @@ def test_the_report_is_the_ensembles():
     assert sampling["round_trips"].iloc[-1] == d["round_trips"]
     runs = kernel.run.together
     assert d["restarts"] > max(run.recorder.index.restarts for run in runs)
+
+
+def test_a_ladder_is_the_same_whatever_the_number_of_ladders():
+    """With a fixed ladder (no pooled adaptation) ladder c's every scan is the same in a run of
+    1, 2 or 3 ladders: its base seed is derived from the run's whatever C, and the batched
+    step gives a slot the same numbers whatever its company."""
+    records = {}
+    for ladders in (1, 2, 3):
+        kernel, _ = _run(bimodal_model, (), ladders, 30, 12, seed=5, adapt_temperatures=False)
+        records[ladders] = [run.recorder.round_ll for run in kernel.run.together]
+    # sampling scans: C ceil(30 / C) per ladder, 30 each here
+    assert records[1][0] == records[2][0] == records[3][0]
+    assert records[2][1] == records[3][1]
+    assert records[3][2] != records[3][1]
+
+
+def _big_model(x, y):
+    w = pyro.sample("w", pyro.distributions.Normal(torch.zeros(x.shape[1]), 1.0).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("y", pyro.distributions.Normal(x @ w, 1.0), obs=y)
+
+
+def test_the_default_runs_eight_ladders_on_a_small_model_and_one_on_a_large_one():
+    from pyro_pt.ensemble import DEFAULT_LADDERS, SMALL_MODEL_WORK, graph_work
+
+    kernel, mcmc = _run(linear_model, linear_data(), None, 16, 8)
+    info = kernel.explorer_info
+    assert info["num_ladders"] == DEFAULT_LADDERS == len(kernel.run.together)
+    assert "a small model" in info["num_ladders_reason"]
+    assert kernel.diagnostics()["num_ladders"] == DEFAULT_LADDERS
+    # the count: a product x @ w of [n, d] by [d] is n d multiply-adds, and its n outputs
+    # and the likelihood's elementwise terms grow with n too
+    generator = torch.Generator().manual_seed(0)
+    sizes = {}
+    for n in (100, 200):
+        x = torch.randn(n, 600, generator=generator)
+        y = torch.randn(n, generator=generator)
+        kernel, _ = _run(_big_model, (x, y), None, 2, 2)
+        sizes[n] = graph_work(kernel.run.fast)
+        assert kernel.explorer_info["num_ladders"] == 1
+        assert "above" in kernel.explorer_info["num_ladders_reason"]
+    assert sizes[100] > 100 * 600 and sizes[100] > SMALL_MODEL_WORK
+    # 100 more points: at least their 100 x 600 multiply-adds more, and less than double
+    assert 100 * 600 < sizes[200] - sizes[100] < sizes[100]
+
+
+@pytest.mark.parametrize("kwargs, why", [
+    (dict(explorer="rwmh"), "explorer='hmc'"),
+    (dict(reference="variational"), "fitted reference"),
+])
+def test_the_default_runs_one_ladder_where_an_ensemble_does_not_apply(kwargs, why):
+    kernel, _ = _run(linear_model, linear_data(), None, 4, 4, **kwargs)
+    assert kernel.explorer_info["num_ladders"] == 1 and kernel.run.together == [kernel.run]
+    assert why in kernel.explorer_info["num_ladders_reason"]

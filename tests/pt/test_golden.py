@@ -33,6 +33,7 @@ from .models import bimodal_model, constrained_model, linear_data, linear_model
 RECORD = pathlib.Path(__file__).parent / "golden" / "runs.json"
 
 # name -> (model, kernel kwargs, warmup, samples); small, so the whole file runs in seconds.
+# One ladder each (the batched HMC's small models would run 8 by default: pyro_pt.ensemble).
 CONFIGS = {
     "rwmh_deo_adapt": ("linear", dict(num_replicas=4, max_temperature=20.0, explorer="rwmh"),
                        24, 12),
@@ -43,10 +44,11 @@ CONFIGS = {
                                                  explorer="rwmh", swap_scheme="sequential",
                                                  swap_interval=2), 16, 10),
     "hmc_deo_adapt": ("linear", dict(num_replicas=4, max_temperature=30.0, explorer="hmc",
-                                     explorer_kwargs={"num_steps": 4}), 30, 10),
+                                     explorer_kwargs={"num_steps": 4}, num_ladders=1), 30, 10),
     "hmc_prior_rung_seo": ("linear", dict(num_replicas=4, max_temperature=math.inf,
                                           explorer="hmc", swap_scheme="seo",
-                                          explorer_kwargs={"num_steps": 3}), 24, 10),
+                                          explorer_kwargs={"num_steps": 3}, num_ladders=1),
+                           24, 10),
     "nuts_deo_fixed": ("linear", dict(num_replicas=3, max_temperature=10.0, explorer="nuts",
                                       explorer_kwargs={"max_tree_depth": 3},
                                       adapt_temperatures=False), 10, 8),

@@ -169,7 +169,7 @@ def test_another_likelihood_is_refused_before_any_rung_is_built(written, model, 
 def test_float64_data_into_a_float32_checkpoint_names_the_dtype_needed(tmp_path):
     path = str(tmp_path / "float32.pt")
     data = [t.float() for t in linear_data()]
-    run(ParallelTempering(linear_model, num_replicas=2, explorer="hmc",
+    run(ParallelTempering(linear_model, num_replicas=2, explorer="hmc", num_ladders=1,
                           explorer_kwargs={"num_steps": 2}), 2, 2, data=data, write={3: path})
     kernel = ParallelTempering.resume(path, linear_model)
     with pytest.raises(ValueError, match="latent site 'w' is torch.float64 in this model but "
