@@ -40,6 +40,7 @@ from types import SimpleNamespace
 import torch
 
 from .barrier import leg_pair_barriers, rung_barriers
+from .health import stepping_stone_error
 from .recorders import phase_summary
 from .regeneration import ColdTours
 from .rounds import adapted_betas, move_rungs
@@ -327,9 +328,14 @@ class Pooled:
         kept = [r.tours.num_draws for r in self.recorders]
         held = [held_record(a, b, self.thinning, n) for a, b, n in zip(ll, swaps, kept)]
         record = [torch.cat(part) for part in zip(*held)]
-        return phase_summary(betas, self.acceptance(), self.round_trips, self.restarts,
-                             num_rounds * len(self.recorders), torch.cat(ll), torch.cat(swaps),
-                             self.legs, rungs, record=record)
+        ll = torch.cat(ll)
+        out = phase_summary(betas, self.acceptance(), self.round_trips, self.restarts,
+                            num_rounds * len(self.recorders), ll, torch.cat(swaps), self.legs,
+                            rungs, record=record)
+        # log Z's Monte Carlo error over the rows it is estimated from, all of them (the
+        # record holds those of MCMC's draws only)
+        out["log_Z_monte_carlo"] = stepping_stone_error(*self.legs.pick(0, betas, columns=ll))
+        return out
 
 
 def pooled_rungs(summaries, kept, thinning=1):

@@ -312,7 +312,10 @@ def _log_z_review(diagnostics, betas, legs, first_blocked):
         betas, ll = legs.pick(0, betas, columns=ll)
     if not (len(betas) > 1 and ll.shape[0] > 0):
         return math.nan, None
-    monte_carlo = stepping_stone_error(betas, ll)
+    # over every scan the estimate read, where the record is of MCMC's draws only (an ensemble)
+    monte_carlo = diagnostics.get("log_Z_monte_carlo")
+    if monte_carlo is None:
+        monte_carlo = stepping_stone_error(betas, ll)
     forward, reverse = diagnostics["log_Z_forward"], diagnostics["log_Z_reverse"]
     gap = abs(forward - reverse)
     error = math.hypot(monte_carlo, 0.5 * gap)
