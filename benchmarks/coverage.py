@@ -1,9 +1,9 @@
 """Do the errors a default run states cover the truth? Coverage over seeds, against exact answers.
 
 Each case is run with ``ParallelTempering(model)`` and nothing else (the default: an exact
-prior rung, a growing ladder, ``explorer="hmc"``), one torch thread, over many seeds;
-``--ladders C`` runs ``ParallelTempering(model, num_ladders=C)`` instead (C ladders of the
-default 8 rungs, their errors pooled: ``pyro_pt/ensemble.py``). Per run
+prior rung, a growing ladder, ``explorer="hmc"``, 8 ladders on a small model with their
+errors pooled: ``pyro_pt/ensemble.py``), one torch thread, over many seeds; ``--ladders C``
+runs ``ParallelTempering(model, num_ladders=C)`` instead. Per run
 it records the stated errors and the exact answers, and prints per case:
 
 - ``regression``, ``regression_wide``: a conjugate Bayesian linear regression (n = 50, 3
@@ -151,7 +151,7 @@ def regression_exact(x, y, prior_scale):
     return float(evidence), mean
 
 
-LADDERS = 1  # num_ladders of every run (--ladders)
+LADDERS = None  # num_ladders of every run (--ladders; None: the default rule)
 
 
 def _run(model, args, seed, warmup, samples):
@@ -176,12 +176,16 @@ def _log_z(kernel, exact):
     from pyro_pt.health import stepping_stone_error, stepping_stone_errors
 
     d = kernel.diagnostics()
-    ll = d["tempering_record"]["log_likelihood"]
+    # every ladder's every scan's lls: those log Z is estimated from (the tempering record
+    # holds MCMC's draws' rows only, pyro_pt.ensemble)
+    ll = torch.cat([torch.tensor(run.recorder.round_ll, dtype=torch.float64)
+                    for run in kernel.run.together])
     # the Monte Carlo part of the stated error, and the terms' errors added as if independent
     independent = 0.5 * math.hypot(*stepping_stone_errors(kernel.betas, ll))
     return {"log_Z": d["log_Z"], "forward": d["log_Z_forward"], "reverse": d["log_Z_reverse"],
             "error": d["log_Z_error"], "monte_carlo": stepping_stone_error(kernel.betas, ll),
-            "independent": independent, "exact": exact}
+            "independent": independent, "exact": exact,
+            "ladders": kernel.explorer_info["num_ladders"]}
 
 
 def run_regression(case, seed, warmup, samples):
@@ -297,7 +301,8 @@ def main():
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=1000)
-    parser.add_argument("--ladders", type=int, default=1, help="num_ladders of every run")
+    parser.add_argument("--ladders", type=int, default=None,
+                        help="num_ladders of every run (default: the default rule's)")
     parser.add_argument("--out", default="coverage.jsonl")
     parser.add_argument("--table", action="store_true", help="only print the table of --out")
     args = parser.parse_args()

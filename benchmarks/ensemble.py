@@ -12,6 +12,16 @@ nothing.
 
     PYTHONPATH=$PWD python benchmarks/ensemble.py [--cases mix2 mix3] [--ladders 1 2 4 8]
         [--warmup 1000] [--samples 1000] [--seeds 1 2]
+
+``--defaults``: the default run a user makes, ``ParallelTempering(model)`` under ``MCMC(1000,
+1000)`` (``--warmup``, ``--samples``), against the same with ``num_ladders=1``, on
+``vs_tempering.py``'s mixtures (exact shares and log Z by quadrature), seeds ``--seeds``, one
+thread: the ladders the default rule chose, the whole run's seconds, the tempered restarts,
+the worst labelling's share error, the log Z error and the run's warnings. The target: every
+labelling within 0.05 of exact with no warning.
+
+    PYTHONPATH=$PWD python benchmarks/ensemble.py --defaults [--cases mix2 mix3]
+        [--seeds 1 2 3 4]
 """
 
 import argparse
@@ -52,6 +62,38 @@ def one_run(model, args, ladders, warmup, samples, seed):
     return sampling, 1e3 * sampling / scans, restarts, restarts / sampling, after_setup
 
 
+def default_run(model, args, site, target, seed, samples, warmup, ladders=None):
+    """One ``--defaults`` run: its printed line's numbers."""
+    from vs_tempering import timed_pyro_pt
+
+    kernel, draws, seconds, d, warned = timed_pyro_pt(model, args, site, seed, warmup, samples,
+                                                      ladders)
+    problems = [p[:60] for text in warned for p in text.split("\n  - ")[1:]]
+    return dict(ladders=kernel.explorer_info["num_ladders"], seconds=seconds,
+                restarts=d["restarts"], share=target.share_error(draws),
+                log_z=float(d["log_Z"]) - target.log_z(), warned="; ".join(problems) or "no")
+
+
+def defaults(opts):
+    from _tempering_targets import target
+    from vs_tempering import pyro_model, specs
+
+    print(f"MCMC({opts.warmup}, {opts.samples}), one thread; load "
+          f"{tuple(round(v, 2) for v in os.getloadavg())}")
+    print("| target | run | seed | ladders | s | restarts | share error | log Z error | warned |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in opts.cases:
+        spec = specs()[name]
+        t = target(spec)
+        model, args, site = pyro_model(t, spec)
+        for seed in opts.seeds:
+            for run, ladders in (("default", None), ("num_ladders=1", 1)):
+                r = default_run(model, args, site, t, seed, opts.samples, opts.warmup, ladders)
+                print(f"| {name} | {run} | {seed} | {r['ladders']} | {r['seconds']:.1f} | "
+                      f"{r['restarts']} | {r['share']:.3f} | {r['log_z']:+.2f} | {r['warned']} |",
+                      flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", nargs="+", default=["mix2", "mix3"])
@@ -59,8 +101,12 @@ def main():
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--defaults", action="store_true",
+                        help="the default run against num_ladders=1 (see the module)")
     opts = parser.parse_args()
     torch.set_num_threads(1)
+    if opts.defaults:
+        return defaults(opts)
     print(f"warmup {opts.warmup}, samples "
           f"{opts.samples} (draws); load {tuple(round(v, 2) for v in os.getloadavg())}")
     for name in opts.cases:

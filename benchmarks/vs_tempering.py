@@ -26,9 +26,11 @@ Samplers, each as a new user runs it, one thread, started from the prior, for a 
   three times), so a timed run usually finds Inductor's cache warm, as every run of a model
   after its first does; its seconds are printed. log Z: ``kernel.diagnostics()["log_Z"]`` (stepping
   stones); restarts/s: ``diagnostics()["restarts"]`` (prior draws that reached the cold chain in
-  the sampling phase) over the run's seconds. ``--ladders 1 4 8`` runs it once per
-  ``num_ladders`` (``pyro_pt x4``: ``ParallelTempering(model, num_ladders=4)``, whose ladder keeps
-  its default 8 rungs; ``n`` then counts the draws of all the ladders, :mod:`pyro_pt.ensemble`).
+  the sampling phase) over the run's seconds. ``--ladders 0 1 4`` runs it once per
+  ``num_ladders`` (``pyro_pt``: ``ParallelTempering(model)``, whose default rule runs 8 ladders
+  on these small models; ``pyro_pt x1``, ``pyro_pt x4``: ``num_ladders=1``, ``4``); each ladder
+  runs ``n + n`` scans and MCMC holds ``n`` draws, every C-th of each ladder
+  (:mod:`pyro_pt.ensemble`).
 - ``ptemcee`` 1.0 (Vousden et al. 2016): 32 walkers (at least ``2 dim + 2``, as it requires) x 8
   temperatures, ``Tmax=inf`` (its docstring's choice for an adaptive ladder), the ladder adapted
   in the first half of the budget (``adapt=True``, nothing stored), fixed in the second, whose
@@ -303,7 +305,9 @@ def check_model(t, model, model_args, site):
             raise AssertionError(f"{t.name}: the Pyro model gives {found}, numpy {want}")
 
 
-def run_pyro_pt(model, model_args, site, seed, n, ladders=1):
+def timed_pyro_pt(model, model_args, site, seed, warmup, samples, ladders=None):
+    """One seeded ``ParallelTempering(model, num_ladders=ladders)`` run under ``MCMC(warmup,
+    samples)``: ``(kernel, draws of site, seconds, diagnostics, the TemperingWarnings' texts)``."""
     import pyro
     from pyro.infer import MCMC
 
@@ -312,22 +316,29 @@ def run_pyro_pt(model, model_args, site, seed, n, ladders=1):
     pyro.set_rng_seed(seed)
     pyro.clear_param_store()
     kernel = ParallelTempering(model, num_ladders=ladders)
-    mcmc = MCMC(kernel, warmup_steps=n, num_samples=n, disable_progbar=True)
+    mcmc = MCMC(kernel, warmup_steps=warmup, num_samples=samples, disable_progbar=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         begin = time.perf_counter()
         mcmc.run(*model_args)
         seconds = time.perf_counter() - begin
         diagnostics = kernel.diagnostics()
-    warned = any(issubclass(w.category, TemperingWarning) for w in caught)
+    warned = [str(w.message) for w in caught if issubclass(w.category, TemperingWarning)]
     draws = mcmc.get_samples()[site].double().numpy()
+    return kernel, draws, seconds, diagnostics, warned
+
+
+def run_pyro_pt(model, model_args, site, seed, n, ladders=None):
+    kernel, draws, seconds, diagnostics, warned = timed_pyro_pt(model, model_args, site, seed,
+                                                                n, n, ladders)
     restarts = diagnostics.get("restarts") or 0
     return (draws, float(diagnostics["log_Z"]), seconds,
-            f"{n} + {n} draws, K {kernel.num_replicas} x {ladders} ladders, {restarts} restarts"
+            f"{n} + {n} draws, K {kernel.num_replicas} x {kernel.explorer_info['num_ladders']} "
+            f"ladders, {restarts} restarts"
             + (", warned" if warned else ""), restarts / seconds)
 
 
-def fit_budget(model, model_args, site, seed, budget, per_scan, tries=3, ladders=1):
+def fit_budget(model, model_args, site, seed, budget, per_scan, tries=3, ladders=None):
     """A pyro_pt run of about ``budget`` seconds: ``n`` from ``per_scan`` (seconds per scan);
     a run that took under :data:`FILLED` of the budget (its per-scan cost fell, e.g. when
     ``compile="auto"`` switched to Inductor) is taken as a calibration and run again, longer,
@@ -400,14 +411,15 @@ def runs_of(args):
     out = []
     for sampler in args.samplers:
         if sampler == "pyro_pt":
-            out += ["pyro_pt" if c == 1 else f"pyro_pt x{c}" for c in args.ladders]
+            out += ["pyro_pt" if c == 0 else f"pyro_pt x{c}" for c in args.ladders]
         else:
             out.append(sampler)
     return out
 
 
 def ladders_of(sampler):
-    return int(sampler.split("x")[-1]) if " x" in sampler else 1
+    """pyro_pt's ``num_ladders``: None (the default rule) for ``pyro_pt``, C for ``pyro_pt xC``."""
+    return int(sampler.split("x")[-1]) if " x" in sampler else None
 
 
 def main(argv=None):
@@ -420,9 +432,9 @@ def main(argv=None):
         "PEERS_PYTHON", ".venv-peers/bin/python"),
         help="interpreter with ptemcee, eryn, reddemcee and dynesty (default $PEERS_PYTHON "
              "or .venv-peers/bin/python; `make bench-peers` builds it)")
-    parser.add_argument("--ladders", type=int, nargs="+", default=[1],
-                        help="pyro_pt's num_ladders, one pyro_pt sampler each (C > 1: named "
-                             "'pyro_pt xC', with its default fixed ladder of 8 rungs)")
+    parser.add_argument("--ladders", type=int, nargs="+", default=[0],
+                        help="pyro_pt's num_ladders, one pyro_pt sampler each (0: the default "
+                             "rule, named 'pyro_pt'; C: named 'pyro_pt xC')")
     parser.add_argument("--quick", action="store_true",
                         help="a check of the script: 4 s budgets, one seed")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -464,7 +476,8 @@ def main(argv=None):
             per_scan = {}
             if "pyro_pt" in args.samplers:
                 *_, seconds, note, _ = run_pyro_pt(model, model_args, site, 0, PILOT)
-                per_scan = {c: seconds / (2 * PILOT) for c in args.ladders}
+                per_scan = {s: seconds / (2 * PILOT) for s in runs_of(args)
+                            if s.startswith("pyro_pt")}
                 print(f"pyro_pt pilot (untimed): {seconds:.1f} s, {note}")
             print(f"{'sampler':10s} {'budget':>6s} {'seed':>4s} {'s':>6s} {'share err':>9s} "
                   f"{'logZ err':>9s}  note")
@@ -472,9 +485,9 @@ def main(argv=None):
                 for seed in args.seeds:
                     for sampler in runs_of(args):
                         if sampler.startswith("pyro_pt"):
-                            c = ladders_of(sampler)
-                            draws, log_z, seconds, note, rate, per_scan[c] = fit_budget(
-                                model, model_args, site, seed, budget, per_scan[c], ladders=c)
+                            draws, log_z, seconds, note, rate, per_scan[sampler] = fit_budget(
+                                model, model_args, site, seed, budget, per_scan[sampler],
+                                ladders=ladders_of(sampler))
                             row = {"seconds": seconds, "rate": rate}
                         else:
                             out = os.path.join(tmp, "draws.npy")

@@ -107,11 +107,12 @@ def num_ladders(options, comm, fast):
     The rule: :data:`DEFAULT_LADDERS` (8) ladders where the model is small, one otherwise. A
     model is small where one evaluation of its log density and gradient computes at most
     :data:`SMALL_MODEL_WORK` (1e5) elements and multiply-adds (:func:`graph_work`: the
-    battery's mixtures about 5e3-8e3, the 500-point logistic regression 5e4, a 1-50-50-1
-    BNN on 100 points 7e6): there a scan's cost is mostly its fixed work, not the model, and
-    8 ladders cost 2.2-2.6 times one ladder's time for 8 times its tempered restarts (a
-    two-component mixture's default 1000 + 1000 run: 44-52 s against 20 s, 347-371 restarts
-    against 45; benchmarks/README.md). One ladder where an ensemble does not apply yet or
+    battery's mixtures about 5e3-8e3, the 500-point logistic regression 5e4, a 10-64-64-1
+    BNN on 500 points 7e6): there a scan's cost is mostly its fixed work, not the model, and
+    8 ladders cost about 3 times one ladder's time for 8 times its tempered restarts (the
+    battery's mixtures' default 1000 + 1000 runs, one thread: 9.4-13.0 s against 3.2-5.4 s,
+    343-397 restarts against 45-56, no warning against a warning on every run;
+    ``benchmarks/ensemble.py --defaults``). One ladder where an ensemble does not apply yet or
     gains nothing: several processes (give ``num_ladders`` to run one over them), checkpoints,
     a fitted reference, a resumed run, an explorer other than the batched ``"hmc"`` (each of
     its rungs steps on its own), a model whose graph was not captured.
@@ -135,7 +136,7 @@ def num_ladders(options, comm, fast):
                    "runs")
     return DEFAULT_LADDERS, (f"a small model ({work:.3g} elements and multiply-adds per "
                              f"evaluation, at most {SMALL_MODEL_WORK:.0e}): {DEFAULT_LADDERS} "
-                             "ladders for about 2.5 times the time of one")
+                             "ladders for about 3 times the time of one")
 
 
 class Ensemble:

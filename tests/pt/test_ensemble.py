@@ -294,3 +294,20 @@ def test_the_default_runs_one_ladder_where_an_ensemble_does_not_apply(kwargs, wh
     kernel, _ = _run(linear_model, linear_data(), None, 4, 4, **kwargs)
     assert kernel.explorer_info["num_ladders"] == 1 and kernel.run.together == [kernel.run]
     assert why in kernel.explorer_info["num_ladders_reason"]
+
+
+def test_pooled_divergences_are_indices_of_mcmcs_draws():
+    """A ladder's cold divergence at sampling scan s is its held draw s // C's (the draw
+    that stands for scans C i .. C i + C - 1), after the draws of the ladders before it; one
+    past the ladder's held draws is dropped."""
+    from pyro_pt.ensemble import pooled_rungs
+
+    def rung_summary(divergences):
+        return {"divergences": divergences, "acceptance rate": 0.5, "local_acceptance": [0.5],
+                "divergences_per_temperature": [len(divergences)]}
+
+    out = pooled_rungs([rung_summary([0, 5, 7]), rung_summary([2, 9])], kept=[3, 2], thinning=3)
+    # ladder 0: scans 0, 5, 7 -> draws 0, 1, 2; ladder 1 (after 3 draws): scan 2 -> draw 3,
+    # scan 9 -> its draw 3, past its 2 held draws
+    assert out["divergences"] == [0, 1, 2, 3]
+    assert out["divergences_per_temperature"] == [5]
