@@ -99,10 +99,11 @@ def graph_work(fast):
     return work
 
 
-def num_ladders(options, comm, fast):
+def num_ladders(options, fast):
     """
     ``(C, why)``: the ladders of a run, and why the default rule chose them (None where the
-    user gave ``num_ladders``).
+    user gave ``num_ladders``). The same on every rank (a count from the graph's shapes, not
+    a timing), so a seeded run gives the same draws on any number of processes.
 
     The rule: :data:`DEFAULT_LADDERS` (8) ladders where the model is small, one otherwise. A
     model is small where one evaluation of its log density and gradient computes at most
@@ -113,14 +114,11 @@ def num_ladders(options, comm, fast):
     battery's mixtures' default 1000 + 1000 runs, one thread: 9.4-13.0 s against 3.2-5.4 s,
     343-397 restarts against 45-56, no warning against a warning on every run;
     ``benchmarks/ensemble.py --defaults``). One ladder where an ensemble does not apply yet or
-    gains nothing: several processes (give ``num_ladders`` to run one over them), checkpoints,
-    a fitted reference, a resumed run, an explorer other than the batched ``"hmc"`` (each of
+    gains nothing: checkpoints, a fitted reference, a resumed run, an explorer other than the batched ``"hmc"`` (each of
     its rungs steps on its own), a model whose graph was not captured.
     """
     if options.num_ladders is not None:
         return options.num_ladders, None
-    if comm.world_size > 1:
-        return 1, ("several processes: give num_ladders to run several ladders over them")
     if options.checkpoint_every is not None or options.resume_from:
         return 1, "checkpoints are of one ladder"
     if options.reference != "prior":

@@ -117,7 +117,7 @@ def _build(run, split, legs, base, args, kwargs):
             # (also on a rank holding only the prior rung: its draws' ll comes from the graph,
             # whichever rank draws them)
             run.fast = FunctionalSplit(split, compile=options.compile) if rungs else None
-            run.num_ladders, why = num_ladders(options, run.comm, run.fast)
+            run.num_ladders, why = num_ladders(options, run.fast)
             ladder_seeds = [stream_seeds(ladder_seed(base, c), num)
                             for c in range(1, run.num_ladders)]
             all_seeds = list(seeds[:num]) + [s for other in ladder_seeds for s in other[:num]]
@@ -171,6 +171,7 @@ def _set_up_block(run, args, kwargs):
                                   kind_of(run.options.explorer))
             lls, seeds = _build(run, split, legs, base, args, kwargs)
             view = [(name, tuple(run.rungs.states[0][name].shape)) for name in split.latent_names]
+            view.append(("num_ladders", run.num_ladders))
         except Exception as error:
             failure = error
     agree_on_setup(comm, failure, view, settings)

@@ -36,8 +36,9 @@ def gaussian(y):
 
 def run(model, args, warmup, samples, seed=0, **kwargs):
     pyro.set_rng_seed(seed)
+    # one ladder: the counts and shares of transitions below are one ladder's
     kernel = ParallelTempering(model, num_replicas=4, max_temperature=10.0, explorer="hmc",
-                               **kwargs)
+                               num_ladders=1, **kwargs)
     mcmc = MCMC(kernel, num_samples=samples, warmup_steps=warmup, disable_progbar=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

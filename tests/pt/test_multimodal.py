@@ -68,7 +68,9 @@ def test_a_hot_end_not_drawn_afresh_fails_the_battery(monkeypatch):
 
     original = PriorExplorer.move
     monkeypatch.setattr(PriorExplorer, "move", stuck)
-    found, exact, restarts = run("two_components", samples=4000)
+    # One ladder: eight ladders' stuck prior rungs hold eight different states, whose mix can
+    # happen to weigh the modes right.
+    found, exact, restarts = run("two_components", samples=4000, num_ladders=1)
     assert restarts > 100
     assert misweighed(found, exact, restarts)
 
