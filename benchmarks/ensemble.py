@@ -18,10 +18,14 @@ nothing.
 ``vs_tempering.py``'s mixtures (exact shares and log Z by quadrature), seeds ``--seeds``, one
 thread: the ladders the default rule chose, the whole run's seconds, the tempered restarts,
 the worst labelling's share error, the log Z error and the run's warnings. The target: every
-labelling within 0.05 of exact with no warning.
+labelling within 0.05 of exact with no warning. Unimodal models a user writes, seeded data:
+``glm`` (Poisson, 3 coefficients and an intercept, 80 points), ``hierarchy`` (non-centred,
+6 groups of 10 points), ``classifier`` (a ``PyroModule`` 2-8-1 tanh network, 100 points of
+an XOR-like label), ``logistic`` (explorers.py's, 500 points): the min bulk ESS over every
+coordinate (ArviZ, one chain per ladder) and per second of the whole run.
 
-    PYTHONPATH=$PWD python benchmarks/ensemble.py --defaults [--cases mix2 mix3]
-        [--seeds 1 2 3 4]
+    PYTHONPATH=$PWD python benchmarks/ensemble.py --defaults [--cases mix2 mix3 glm
+        hierarchy classifier logistic] [--seeds 1 2 3 4]
 """
 
 import argparse
@@ -74,15 +78,107 @@ def default_run(model, args, site, target, seed, samples, warmup, ladders=None):
                 log_z=float(d["log_Z"]) - target.log_z(), warned="; ".join(problems) or "no")
 
 
+USER_MODELS = ("glm", "hierarchy", "classifier", "logistic")
+
+
+def user_model(name):
+    """``(model, args)`` of a unimodal ``--defaults`` case (see the module)."""
+    import pyro.distributions as dist
+    from pyro.nn import PyroModule, PyroSample
+
+    generator = torch.Generator().manual_seed(0)
+    if name == "logistic":
+        from _explorers_models import logistic, logistic_data
+        return logistic, logistic_data()
+    if name == "glm":
+        x = torch.randn(80, 3, generator=generator)
+        y = torch.poisson((x @ torch.tensor([0.5, -0.3, 0.2]) + 1.0).exp(), generator=generator)
+
+        def glm(x, y):
+            b = pyro.sample("b", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+            a = pyro.sample("a", dist.Normal(0.0, 2.0))
+            with pyro.plate("data", len(y)):
+                pyro.sample("y", dist.Poisson((x @ b + a).exp()), obs=y)
+        return glm, (x, y)
+    if name == "hierarchy":
+        group = torch.arange(6).repeat_interleave(10)
+        y = torch.randn(60, generator=generator) + 0.3 * group
+
+        def hierarchy(group, y):
+            mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+            tau = pyro.sample("tau", dist.HalfNormal(2.0))
+            with pyro.plate("groups", 6):
+                z = pyro.sample("z", dist.Normal(0.0, 1.0))
+            with pyro.plate("data", len(y)):
+                pyro.sample("y", dist.Normal(mu + tau * z[group], 1.0), obs=y)
+        return hierarchy, (group, y)
+    if name == "classifier":
+        x = torch.randn(100, 2, generator=generator)
+        y = (x[:, 0] * x[:, 1] > 0).float()
+
+        class Classifier(PyroModule):
+            def __init__(self):
+                super().__init__()
+                self.hidden = PyroModule[torch.nn.Linear](2, 8)
+                self.hidden.weight = PyroSample(dist.Normal(0.0, 1.0).expand([8, 2]).to_event(2))
+                self.hidden.bias = PyroSample(dist.Normal(0.0, 1.0).expand([8]).to_event(1))
+                self.out = PyroModule[torch.nn.Linear](8, 1)
+                self.out.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 8]).to_event(2))
+                self.out.bias = PyroSample(dist.Normal(0.0, 1.0).expand([1]).to_event(1))
+
+            def forward(self, x, y=None):
+                logits = self.out(torch.tanh(self.hidden(x))).squeeze(-1)
+                with pyro.plate("data", x.shape[0]):
+                    pyro.sample("y", dist.Bernoulli(logits=logits), obs=y)
+        return Classifier(), (x, y)
+    raise ValueError(name)
+
+
+def user_run(name, seed, samples, warmup, ladders):
+    """One unimodal ``--defaults`` run: ladders, seconds, min bulk ESS, warnings."""
+    import arviz as az
+
+    from pyro_pt import TemperingWarning, to_inference_data
+
+    model, args = user_model(name)
+    pyro.set_rng_seed(seed)
+    kernel = ParallelTempering(model, num_ladders=ladders)
+    mcmc = MCMC(kernel, num_samples=samples, warmup_steps=warmup, disable_progbar=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        begin = time.perf_counter()
+        mcmc.run(*args)
+        seconds = time.perf_counter() - begin
+    ess = az.ess(to_inference_data(mcmc), method="bulk")
+    least = min(float(ess[site].min()) for site in ess.data_vars)
+    problems = [p[:60] for w in caught if issubclass(w.category, TemperingWarning)
+                for p in str(w.message).split("\n  - ")[1:]]
+    return kernel.explorer_info["num_ladders"], seconds, least, "; ".join(problems) or "no"
+
+
 def defaults(opts):
     from _tempering_targets import target
     from vs_tempering import pyro_model, specs
 
     print(f"MCMC({opts.warmup}, {opts.samples}), one thread; load "
           f"{tuple(round(v, 2) for v in os.getloadavg())}")
-    print("| target | run | seed | ladders | s | restarts | share error | log Z error | warned |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name in opts.cases:
+    users = [name for name in opts.cases if name in USER_MODELS]
+    if users:
+        print("| model | run | seed | ladders | s | min bulk ESS | ESS/s | warned |")
+        print("|---|---|---|---|---|---|---|---|")
+    for name in users:
+        for seed in opts.seeds:
+            for run, ladders in (("default", None), ("num_ladders=1", 1)):
+                c, seconds, ess, warned = user_run(name, seed, opts.samples, opts.warmup,
+                                                   ladders)
+                print(f"| {name} | {run} | {seed} | {c} | {seconds:.1f} | {ess:.0f} | "
+                      f"{ess / seconds:.1f} | {warned} |", flush=True)
+    mixtures = [name for name in opts.cases if name not in USER_MODELS]
+    if mixtures:
+        print("| target | run | seed | ladders | s | restarts | share error | log Z error | "
+              "warned |")
+        print("|---|---|---|---|---|---|---|---|---|")
+    for name in mixtures:
         spec = specs()[name]
         t = target(spec)
         model, args, site = pyro_model(t, spec)

@@ -205,7 +205,10 @@ def _divergence_problem(diagnostics, num_scans, on_divergence):
     if cold == 0:
         return None
     temps = diagnostics["temperatures"]
-    share = f" ({cold / num_scans:.1%} of its {num_scans} transitions)" if num_scans else ""
+    rate = cold / num_scans if num_scans else 0.0
+    # a rare divergence over many ladders' transitions shows as its own share, not as "0.0%"
+    percent = f"{rate:.1%}" if rate >= 0.001 else f"{100 * rate:.2g}%"
+    share = f" ({percent} of its {num_scans} transitions)" if num_scans else ""
     per_rung = ", ".join(f"T = {_temperature(t)}: {n}" for t, n in
                          zip(temps, diagnostics.get("divergences_per_temperature", ())) if n)
     raised = [(t, p) for t, p in zip(temps, diagnostics.get("raised_target_accept_probs", ()))
