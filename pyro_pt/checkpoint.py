@@ -2,7 +2,9 @@
 
 A checkpoint holds, per rung (so that it resumes on any number of processes): the state, its
 log-likelihood, the explorer's adapted state and random streams; for the run: the ladder, the
-swap generator, the timings and the :func:`parts` with state. What is saved of each part is
+swap generator, the timings and the :func:`parts` with state; for an ensemble
+(``num_ladders=C``, :mod:`pyro_pt.ensemble`) every ladder's rungs, swap generator and parts,
+and the cold draws held for MCMC's later calls. What is saved of each part is
 what its class declares (:mod:`pyro_pt.checkpoint_state`, the protocol the parts themselves
 import), nothing found by looking.
 
@@ -59,12 +61,13 @@ from .reference.stabilized import stabilized_ladder
 MAGIC = b"PYRO_PT_CHECKPOINT\n"
 # 4: every part's state as it declares it (pyro_pt.checkpoint_state), the run's parts too;
 # 5: the report's state is its rows and what each of its columns keeps over the round;
-# 6: the prior rung's pool of draws made at once
-FORMAT_VERSION = 6
+# 6: the prior rung's pool of draws made at once; 7: an ensemble's ladders (num_ladders, calls)
+FORMAT_VERSION = 7
 # What the header of every checkpoint of this format holds (``kernel``: :data:`KERNEL_FIELDS`).
 HEADER_FIELDS = ("format_version", "latent_sites", "observed_sites", "num_rungs", "scans",
-                 "warmup_steps", "world_size", "num_samples", "temperatures", "initial_ladder",
-                 "initial_betas", "kernel", "growth", "payload_bytes", "payload_sha256")
+                 "calls", "warmup_steps", "world_size", "num_samples", "num_ladders",
+                 "temperatures", "initial_ladder", "initial_betas", "kernel", "growth",
+                 "payload_bytes", "payload_sha256")
 
 
 def _version():
@@ -368,13 +371,16 @@ def check_same_model(path, header, split):
 
 # ----- the run's state -----
 
-def _header(run):
+def _header(run, ensemble):
     if run.fingerprint is None:  # once per set-up: it hashes the data
         run.fingerprint = fingerprint(run.split)
     asked = mcmc_num_samples()  # the whole run's draws: those before a resume and this MCMC's
     return {
         "format_version": FORMAT_VERSION, "pyro_pt_version": _version(), **run.fingerprint,
         "num_rungs": run.num_replicas, "scans": run.scans,
+        # MCMC's calls: a scan each, but an ensemble's first sampling calls make C scans each
+        "calls": run.scans if ensemble is None else ensemble.calls,
+        "num_ladders": run.num_ladders,
         "warmup_steps": run.warmup_steps, "world_size": run.comm.world_size,
         "kernel": kernel_settings(run.options),
         "num_samples": None if asked is None else run.draws_before + asked,
@@ -415,8 +421,9 @@ def parts(run):
             "growth": run.growth, "compile": run.autocompile}
 
 
-def save(run, path):
-    """Gather every rung's state on rank 0 and write the checkpoint there (a collective)."""
+def _gathered_rungs(run):
+    """Every rung's state and explorer state of ``run`` on rank 0, in rung order (None on the
+    other ranks; a collective)."""
     rungs = run.rungs
     mine = {k: {"state": {n: v.detach().cpu() for n, v in z.items()},
                 "explorer": explorer.state_dict()}
@@ -425,30 +432,64 @@ def save(run, path):
     torch.save(mine, buffer)  # bytes, so CUDA tensors and generators travel to rank 0 as data
     gathered = rungs.comm.all_gather_object(buffer.getvalue(), what="gather of the checkpoint")
     if rungs.comm.rank != 0:
-        return
+        return None
     per_rung = {}
     for blob in gathered:
         per_rung.update(torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False))
-    payload = {"rungs": [per_rung[k] for k in range(run.num_replicas)], "ll": list(run.ll),
-               "swap_generator": run.swap_generator.get_state(),
-               "ladder": Declared(run.ladder).state_dict(), "timings": dict(run.timings)}
-    payload.update({key: part and part.state_dict() for key, part in parts(run).items()})
-    write_checkpoint(path, _header(run), payload)
+    return [per_rung[k] for k in range(run.num_replicas)]
+
+
+def _ladder_payload(run, rungs):
+    """What one ladder's run holds of its own: its rungs, lls, swap stream and :func:`parts`."""
+    out = {"rungs": rungs, "ll": list(run.ll), "swap_generator": run.swap_generator.get_state()}
+    out.update({key: part and part.state_dict() for key, part in parts(run).items()})
+    return out
+
+
+def save(run, path, ensemble=None):
+    """Gather every rung's state on rank 0 and write the checkpoint there (a collective). An
+    ensemble's (:mod:`pyro_pt.ensemble`): every ladder's run (the others' under
+    ``"ladders"``) and the draws MCMC is still to be handed (``"ensemble"``)."""
+    gathered = [_gathered_rungs(r) for r in run.together]
+    if run.comm.rank != 0:
+        return
+    first, *others = [_ladder_payload(r, g) for r, g in zip(run.together, gathered)]
+    payload = {**first, "ladder": Declared(run.ladder).state_dict(),
+               "timings": dict(run.timings), "ladders": others,
+               "ensemble": ensemble and ensemble.state_dict()}
+    write_checkpoint(path, _header(run, ensemble), payload)
 
 
 def resume_warmup(run, path, header, warmup_steps):
     """A resumed ``run``'s whole warmup from MCMC's remaining ``warmup_steps`` (refused unless
-    they are what is left); reads the payload and restores the ladder."""
-    total, scans = header["warmup_steps"], header["scans"]
-    left, run.draws_before = max(total - scans, 0), max(scans - total, 0)
+    they are what is left; an ensemble checkpointed in its sampling phase also refuses any
+    ``num_samples`` but the draws left: its draws' blocks are laid out over the whole run);
+    reads the payload and restores the ladder."""
+    total, calls = header["warmup_steps"], header["calls"]
+    left, run.draws_before = max(total - calls, 0), max(calls - total, 0)
+    wanted = header.get("num_samples")
     if warmup_steps != left:
-        wanted = header.get("num_samples")
         draws = ("<the draws still wanted>" if wanted is None
                  else f"{wanted - run.draws_before} to finish the run")
         raise ValueError(
-            f"the checkpoint {path} is at scan {scans} of a run with warmup_steps={total}, "
-            f"so {left} warmup scans are left: run MCMC(kernel, warmup_steps={left}, "
-            f"num_samples={draws}), not warmup_steps={warmup_steps}")
+            f"the checkpoint {path} is at scan {header['scans']} of a run with "
+            f"warmup_steps={total}, so {left} warmup scans are left: run MCMC(kernel, "
+            f"warmup_steps={left}, num_samples={draws}), not warmup_steps={warmup_steps}")
+    asked = mcmc_num_samples()
+    if header["num_ladders"] > 1 and run.draws_before and wanted is not None and asked is not None:
+        if wanted == run.draws_before:
+            raise ValueError(
+                f"the checkpoint {path} is of a finished run of {header['num_ladders']} ladders "
+                f"({wanted} draws, held in one block per ladder laid out over the whole run), "
+                "which cannot be extended: resume from a checkpoint written before its end, or "
+                "start a new run (num_ladders=1 runs resume for more draws)")
+        if asked != wanted - run.draws_before:
+            raise ValueError(
+                f"the checkpoint {path} is in the sampling phase of a run of "
+                f"{header['num_ladders']} ladders ({run.draws_before} of its {wanted} draws "
+                "made), whose draws are held in one block per ladder laid out over the whole "
+                f"run: run MCMC(kernel, warmup_steps=0, num_samples="
+                f"{wanted - run.draws_before}), not num_samples={asked}")
     run.resume_from = (path, header)
     _, run.resume_payload = read_checkpoint(path)
     Declared(run.ladder).load_state_dict(run.resume_payload["ladder"])
@@ -456,19 +497,33 @@ def resume_warmup(run, path, header, warmup_steps):
 
 
 def restore(run):
-    """Put the checkpoint's state into ``run``'s freshly set-up rungs and :func:`parts`."""
-    payload, rungs, device = run.resume_payload, run.rungs, run.split.device
-    saved = [payload["rungs"][k] for k in rungs.rungs]
-    rungs.states = [{n: v.to(device) for n, v in s["state"].items()} for s in saved]
-    for group, members in by_group(rungs.explorers):  # its members' states, member order
+    """Put the checkpoint's state into the freshly set-up rungs and :func:`parts` of ``run``'s
+    ladders (an ensemble's all: ``run.together``); returns the ensemble's state, if any."""
+    payload, device = run.resume_payload, run.split.device
+    ladders = [payload] + payload["ladders"]
+    explorers, saved = [], []
+    for r, part in zip(run.together, ladders):
+        mine = [part["rungs"][k] for k in r.rungs.rungs]
+        r.rungs.states = [{n: v.to(device) for n, v in s["state"].items()} for s in mine]
+        explorers += r.rungs.explorers
+        saved += mine
+    # each group's members' states in slot order (an ensemble's group holds every ladder's
+    # tempered rungs of this process)
+    for group, members in by_group(explorers):
+        members.sort(key=lambda i: getattr(explorers[i], "slot", i))
         group.load_state_dict([saved[i]["explorer"] for i in members], device)
-    run.ll = list(payload["ll"])
-    run.swap_generator.set_state(payload["swap_generator"])
-    run.timings = dict(payload["timings"])
-    for key, part in parts(run).items():
-        if part and payload.get(key) is not None:
-            part.load_state_dict(payload[key], run)
-    run.resume_payload = None
+    timings = run.timings  # shared by the ladders' runs: refilled, not replaced
+    timings.clear()
+    timings.update(payload["timings"])
+    for r, part in zip(run.together, ladders):
+        r.ll = list(part["ll"])
+        r.swap_generator.set_state(part["swap_generator"])
+        for key, piece in parts(r).items():
+            if piece and part.get(key) is not None:
+                piece.load_state_dict(part[key], r)
+    for r in run.together:
+        r.resume_payload = None
+    return payload["ensemble"]
 
 
 class Checkpointing:
@@ -484,11 +539,7 @@ class Checkpointing:
         """
         if self.run is None:
             raise RuntimeError("checkpoint() needs a kernel that MCMC.run has set up")
-        if self.run.num_ladders > 1:
-            raise ValueError(f"checkpoint() saves one ladder, but this kernel runs "
-                             f"num_ladders={self.run.num_ladders}: use num_ladders=1 to "
-                             "checkpoint")
-        save(self.run, path)
+        save(self.run, path, self.ensemble)
 
     @classmethod
     def resume(cls, path, model, **kwargs):
@@ -503,7 +554,8 @@ class Checkpointing:
         Keyword arguments may change only how the run is carried out, not what it samples:
         ``checkpoint_every`` and ``checkpoint_path`` (by default the checkpointed run's),
         ``process_group`` (the rungs are dealt out to any number of processes) and
-        ``init_strategy`` (its starting points are replaced by the checkpoint's states). Any
+        ``init_strategy`` (its starting points are replaced by the checkpoint's states);
+        ``num_ladders`` is the checkpoint's (given, it must be the same). Any
         other constructor argument, given, must equal the checkpoint's, else a ValueError names
         it with both values. What the checkpoint cannot store (a callable ``explorer``,
         ``transforms``, an ``explorer_kwargs`` value that is not a number, string, bool, None,
@@ -520,12 +572,14 @@ class Checkpointing:
             kernel = ParallelTempering.resume("run.pt", model)
             MCMC(kernel, num_samples=700, warmup_steps=0).run(x, y)
         """
-        ladders = kwargs.pop("num_ladders", 1)
-        if ladders not in (1, None):
-            raise ValueError("resume() continues one ladder's checkpoint: num_ladders must be 1, "
-                             f"got {ladders!r}")
+        ladders = kwargs.pop("num_ladders", None)
         header, _ = read_checkpoint(path, payload=False)
-        kernel = cls(model, num_ladders=1, **resume_arguments(path, header, kwargs))
+        if ladders is not None and ladders != header["num_ladders"]:
+            raise ValueError(f"the checkpoint {path} is of a run of {header['num_ladders']} "
+                             f"ladders, but num_ladders={ladders!r} was given; leave it out "
+                             "(the checkpoint's is used) or give the checkpointed run's")
+        kernel = cls(model, num_ladders=header["num_ladders"],
+                     **resume_arguments(path, header, kwargs))
         kernel.options.resume_from = (path, header)  # read by set-up (resume_warmup, restore)
         kernel.options.grows_by_default = bool((header["growth"] or {}).get("by_default"))
         return kernel

@@ -30,8 +30,13 @@ ladder's tours (the regenerative error treats tours as independent, and the ladd
 A growing ladder (``num_replicas="auto"``, :mod:`pyro_pt.growth`) grows every ladder at once,
 on the pooled barrier, their new rungs built in one group. Over several processes each rank
 holds its block of every ladder's rungs, all of its tempered ones in one group; a seeded run
-gives the same draws on any number of ranks. Not yet with C > 1: checkpoints and a fitted
-reference, each refused with what to do.
+gives the same draws on any number of ranks.
+
+**Checkpoints** (:mod:`pyro_pt.checkpoint`) hold every ladder's run and the draws held for
+MCMC's later calls, at the end of a call; a resumed run continues MCMC's calls as the
+uninterrupted run would. A checkpoint of the sampling phase resumes for the draws left only
+(the blocks are laid out over the whole run's ``num_samples``), and a finished run is not
+extended. Not yet with C > 1: a fitted reference, refused with what to do.
 """
 
 import math
@@ -52,7 +57,7 @@ DEFAULT_LADDERS = 8
 SMALL_MODEL_WORK = 100_000
 
 
-def check_num_ladders(num_ladders, reference, checkpoint_every):
+def check_num_ladders(num_ladders, reference):
     """Refuse a ``num_ladders`` that is neither None (the default rule, :func:`num_ladders`)
     nor a positive int, or what C > 1 does not support yet (see the module), naming the
     argument."""
@@ -63,15 +68,10 @@ def check_num_ladders(num_ladders, reference, checkpoint_every):
                          f"{num_ladders!r}")
     if num_ladders == 1:
         return
-    refused = []
-    if checkpoint_every is not None:
-        refused.append("checkpoint_every/checkpoint_path (checkpoints of one ladder only)")
     if reference != "prior":
-        refused.append("a reference other than 'prior'")
-    if refused:
         raise ValueError(
-            f"num_ladders={num_ladders} does not support {'; '.join(refused)} yet: give the "
-            "prior reference and no checkpoints, or use num_ladders=1")
+            f"num_ladders={num_ladders} does not support a reference other than 'prior' yet: "
+            "give the prior reference, or use num_ladders=1")
 
 
 def graph_work(fast):
@@ -114,13 +114,12 @@ def num_ladders(options, fast):
     battery's mixtures' default 1000 + 1000 runs, one thread: 9.4-13.0 s against 3.2-5.4 s,
     343-397 restarts against 45-56, no warning against a warning on every run;
     ``benchmarks/ensemble.py --defaults``). One ladder where an ensemble does not apply yet or
-    gains nothing: checkpoints, a fitted reference, a resumed run, an explorer other than the batched ``"hmc"`` (each of
-    its rungs steps on its own), a model whose graph was not captured.
+    gains nothing: a fitted reference, an explorer other than the batched ``"hmc"`` (each of
+    its rungs steps on its own), a model whose graph was not captured. (A resumed run has the
+    checkpoint's ladders.)
     """
     if options.num_ladders is not None:
         return options.num_ladders, None
-    if options.checkpoint_every is not None or options.resume_from:
-        return 1, "checkpoints are of one ladder"
     if options.reference != "prior":
         return 1, "a fitted reference runs one ladder"
     if options.explorer != "hmc":
@@ -190,6 +189,26 @@ class Ensemble:
                     kept.append(cold)
         ladder, i = divmod(j, self.block)
         return self.draws[ladder][i]
+
+    def state_dict(self):
+        """What a checkpoint holds of the calls (:mod:`pyro_pt.checkpoint`): how many were
+        made, the run's layout of the draws, and the cold draws held for later calls."""
+        return {"calls": self.calls, "warmup_steps": self.warmup_steps,
+                "num_samples": self.num_samples, "block": self.block,
+                "draws": [[{n: v.detach().cpu() for n, v in d.items()} for d in kept]
+                          for kept in self.draws]}
+
+    def resume(self, state, device):
+        """Go on from a checkpoint's :meth:`state_dict`: MCMC's next call is the checkpointed
+        run's next one. Checkpointed in warmup, the draws are laid out for this MCMC's
+        ``num_samples``; in the sampling phase, as the checkpointed run laid them out (its
+        set-up checked that this MCMC asks for the draws left)."""
+        self.calls, self.warmup_steps = state["calls"], state["warmup_steps"]
+        if self.calls <= self.warmup_steps or state["num_samples"] is None:
+            return
+        self.num_samples, self.block = state["num_samples"], state["block"]
+        self.draws = [[{n: v.to(device) for n, v in d.items()} for d in kept]
+                      for kept in state["draws"]]
 
     def keeps(self, ladder):
         """Whether ladder ``ladder``'s cold draw of the scan under way is one MCMC holds."""

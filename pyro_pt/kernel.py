@@ -142,7 +142,8 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         diagnostics, :meth:`mcse` and the review pool the ladders. Default (None): 8 ladders for
         a small model, else one (:func:`~pyro_pt.ensemble.num_ladders` says the rule;
         ``explorer_info["num_ladders"]`` and ``["num_ladders_reason"]`` what it chose and why).
-        Checkpoints and a fitted reference are refused with C > 1 for now.
+        Checkpoints hold every ladder (from the sampling phase, a run resumes for the draws
+        left only); a fitted reference is refused with C > 1 for now.
 
     Example::
 
@@ -165,7 +166,7 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         # max_replicas given asks for growth, refused over several processes as "auto" is).
         grows = (num_replicas is None and temperatures is None and is_prior(reference)
                  and adapt_temperatures is True)
-        check_num_ladders(num_ladders, reference, checkpoint_every)
+        check_num_ladders(num_ladders, reference)
         start, cap = growth_options(AUTO if grows else num_replicas, max_replicas, temperatures,
                                     adapt_temperatures)
         self._ladder = Ladder(ladder_temperatures(start, max_temperature, temperatures))
@@ -242,21 +243,33 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         self.run = None
         set_up_run(run, args, kwargs)
         self.transforms = run.split.transforms
-        if run.resume_payload is not None:
-            restore(run)
-        run.initial_state = run.rungs.cold_state()
+        if run.num_ladders > 1:
+            run.together = [run] + set_up_followers(run)
+        restored = restore(run) if run.resume_payload is not None else None
+        for ladder in run.together:
+            ladder.initial_state = ladder.rungs.cold_state()
         self.run = run
         self.ensemble = None
         if run.num_ladders > 1:
-            run.together = [run] + set_up_followers(run)
             self.ensemble = Ensemble(run.together, warmup_steps, mcmc_num_samples(),
                                      PooledAdaptation() if self.options.adapt_temperatures
                                      else None)
+            if restored is not None:
+                self.ensemble.resume(restored, run.split.device)
 
     def sample(self, params):
+        run = self.run
+        before = run.scans
         if self.ensemble is not None:  # num_ladders > 1: MCMC's calls take the draws in blocks
-            return self.ensemble.sample(lambda: self._scan(self.ensemble.runs))
-        return self._scan([self.run])[0]
+            draw = self.ensemble.sample(lambda: self._scan(self.ensemble.runs))
+        else:
+            draw = self._scan([run])[0]
+        # the periodic checkpoint, at the end of a call (an ensemble's first sampling calls
+        # make several scans each) in which the scans passed a multiple of checkpoint_every
+        every = run.options.checkpoint_every
+        if every and run.scans // every > before // every:
+            save(run, run.options.checkpoint_path, self.ensemble)
+        return draw
 
     def _scan(self, runs):
         """One scan of every ladder's run in ``runs`` (one, or an ensemble's, whose tempered
@@ -289,9 +302,6 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         if ensemble is not None:  # the ladders' round end, their adaptation pooled
             after_scans(runs, ensemble.adaptation)
         first.timings["total"] += time.perf_counter() - start
-        every = first.options.checkpoint_every
-        if every and first.scans % every == 0:  # the periodic checkpoint
-            save(first, first.options.checkpoint_path)
         return colds
 
     def _communicate(self, run):

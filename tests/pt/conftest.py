@@ -40,7 +40,8 @@ def two_rank_group(tmp_path_factory):
 @pytest.fixture(scope="session")
 def four_rank_group(tmp_path_factory, two_rank_group):
     """[rank r's {task: result}] of 4 ranks: the sequential chain of test_distributed, the
-    random walk's 2-rank checkpoint resumed on 4 ranks (test_checkpoint) and, last, a ladder of
+    random walk's and two ladders' 2-rank checkpoints resumed on 4 ranks (test_checkpoint) and,
+    last, a ladder of
     3 replicas, refused on 4 ranks."""
     from .distributed import run_kernel, run_linear, run_tasks, spawn_catching
     from .test_checkpoint import resume_on_ranks
@@ -50,7 +51,8 @@ def four_rank_group(tmp_path_factory, two_rank_group):
     tasks = [
         ("sequential", run_linear, (KERNELS["sequential"],), False),
         ("deo_variational", run_linear, (KERNELS["deo_variational"],), False),
-        ("resumed", resume_on_ranks, (two_rank_group["folder"], ("rwmh",)), False),
+        ("resumed", resume_on_ranks, (two_rank_group["folder"], ("rwmh", "hmc_ensemble")),
+         False),
         ("too_many_ranks", run_kernel, ({"num_replicas": 3, "explorer": "rwmh"},), True),
     ]
     ranks = spawn_catching(4, tmp_path_factory.mktemp("four_ranks"), run_tasks, tasks,

@@ -176,7 +176,6 @@ def test_a_resumed_run_switches_where_the_checkpointed_run_had(records, failing_
             kernel.checkpoint(path)
 
     pyro.set_rng_seed(0)
-    # one ladder: checkpoints are of one (pyro_pt.ensemble)
     kernel = ParallelTempering(models.linear_model, num_replicas=3, explorer="hmc", num_ladders=1)
     mcmc = MCMC(kernel, 12, 20, disable_progbar=True, hook_fn=hook)
     mcmc.run(*models.linear_data())

@@ -44,7 +44,7 @@ KERNELS = {
     "hmc_prior_rung": {"explorer": "hmc", "explorer_kwargs": {"num_steps": 3},
                        "max_temperature": float("inf")},
 }
-# One ladder: a checkpoint is of one (a small model runs several by default, pyro_pt.ensemble).
+# One ladder (a small model runs 8 by default; test_ensemble.py checkpoints several).
 LADDER = {"num_replicas": 4, "max_temperature": 20.0, "num_ladders": 1}
 
 
@@ -111,6 +111,8 @@ def test_periodic_checkpoints_leave_the_run_unchanged(tmp_path):
 # ----- across numbers of processes -----
 
 DISTRIBUTED = {name: {**LADDER, **KERNELS[name]} for name in ("rwmh", "hmc")}
+# Two ladders (pyro_pt.ensemble): each rank's rungs of both in one group, gathered per ladder
+DISTRIBUTED["hmc_ensemble"] = {**DISTRIBUTED["hmc"], "num_ladders": 2}
 # Short runs (collectives are slow on busy cores): the ladder adapts at scan 4, the checkpoint
 # is in the sampling phase.
 SHORT = {"warmup": 6, "samples": 6}
@@ -143,7 +145,7 @@ def test_checkpoint_of_two_ranks_resumes_on_one_and_four(two_rank_group, four_ra
         header, _ = read_checkpoint(os.path.join(folder, f"{name}.pt"), payload=False)
         assert header["world_size"] == 2
     one = resume_on_ranks(folder)  # the batched HMC's two engines of 2 slots join in one of 4
-    # Four ranks of one rung each (few, slow processes: the random walk alone).
+    # Four ranks of one rung (of each ladder) each: the random walk and two ladders.
     four = [r["resumed"] for r in four_rank_group]
     for name, kwargs in DISTRIBUTED.items():
         reference = run(ParallelTempering(linear_model, **kwargs), **SHORT,
@@ -155,7 +157,7 @@ def test_checkpoint_of_two_ranks_resumes_on_one_and_four(two_rank_group, four_ra
                 assert_continues(reference, result[name])
         # each rank of both spawns gave its result of this kernel (the random walk on 4)
         assert all(name in result for result in written)
-    assert len(four) == 4 and all("rwmh" in result for result in four)
+    assert len(four) == 4 and all({"rwmh", "hmc_ensemble"} <= set(result) for result in four)
 
 
 # ----- the state each part declares -----

@@ -14,6 +14,7 @@ from pyro_pt import ParallelTempering
 from pyro_pt.explorers import by_group
 from pyro_pt.regeneration import ColdTours
 
+from . import test_checkpoint as ckpt
 from .test_kernel_barrier import sufficient_model
 from .models import (bimodal_mass_above_zero, bimodal_model, linear_data, linear_model,
                      linear_posterior, sum_data, sum_log_evidence, sum_model)
@@ -155,21 +156,82 @@ def test_num_ladders_must_be_a_positive_int(value):
         ParallelTempering(linear_model, num_ladders=value)
 
 
-@pytest.mark.parametrize("kwargs, named", [
-    (dict(num_replicas=4, reference="variational"), "reference"),
-    (dict(num_replicas=4, checkpoint_every=10, checkpoint_path="x.pt"), "checkpoint_every"),
-])
-def test_what_an_ensemble_does_not_support_yet_is_refused(kwargs, named):
-    with pytest.raises(ValueError, match=named):
-        ParallelTempering(linear_model, num_ladders=2, **kwargs)
+def test_what_an_ensemble_does_not_support_yet_is_refused():
+    with pytest.raises(ValueError, match="reference"):
+        ParallelTempering(linear_model, num_ladders=2, num_replicas=4, reference="variational")
 
 
-def test_an_ensemble_refuses_a_checkpoint(tmp_path):
-    kernel, _ = _run(linear_model, linear_data(), 2, 10, 10)
-    with pytest.raises(ValueError, match="num_ladders=1 to checkpoint"):
-        kernel.checkpoint(tmp_path / "run.pt")
-    with pytest.raises(ValueError, match="num_ladders must be 1"):
-        ParallelTempering.resume(tmp_path / "run.pt", linear_model, num_ladders=2)
+# ----- checkpoints -----
+
+# 3 ladders, 20 warmup calls and 13 draws (blocks of 5, the last cut to 3): calls 4 (the first
+# round's end: the ladder has just adapted), 20 (the end of warmup), 22 (in the first block's
+# calls, which scan 3 times each) and 27 (after them: the draws are all made, and held)
+ENSEMBLE = {"num_ladders": 3, "num_replicas": 4, "max_temperature": math.inf,
+            "explorer_kwargs": {"num_steps": 3}}
+CALLS = (4, 20, 22, 27)
+
+
+def _checkpointed(kernel, tmp_path, calls=CALLS, warmup=20, samples=13):
+    paths = {c: str(tmp_path / f"call{c}.pt") for c in calls}
+    return ckpt.run(kernel, warmup, samples, write=paths), paths
+
+
+def _with_log_z(result, kernel):
+    return {**result, "log_Z": kernel.diagnostics()["log_Z"]}
+
+
+@pytest.mark.parametrize("kwargs", [ENSEMBLE, {"num_ladders": 3}], ids=["fixed", "growing"])
+def test_a_resumed_ensemble_is_the_uninterrupted_run(kwargs, tmp_path):
+    """Each checkpoint holds every ladder's run and the draws held for later calls: the
+    resumed run's draws, pooled records, adaptation, report and log Z are the rest of the
+    uninterrupted run's, bit for bit (the default kernel grows its ladder in warmup)."""
+    torch.set_num_threads(1)
+    full, paths = _checkpointed(ParallelTempering(linear_model, **kwargs), tmp_path)
+    assert full["w"].shape[0] == 13 and full["swap_accepted"].eq(1).any()
+    for call, path in paths.items():
+        header, payload = ckpt.read_checkpoint(path)
+        assert (header["calls"], header["num_ladders"], len(payload["ladders"])) == (call, 3, 2)
+        # scans of each ladder: a scan per warmup call, 3 per call of the first block's 5
+        assert header["scans"] == min(call, 20) + 3 * min(max(call - 20, 0), 5)
+        kernel = ParallelTempering.resume(path, linear_model)
+        resumed = ckpt.run(kernel, max(20 - call, 0), 13 - max(call - 20, 0), seed=123)
+        assert kernel.run.num_ladders == 3
+        assert full["w"].shape[0] - resumed["w"].shape[0] == max(call - 20, 0)
+        ckpt.assert_continues(full, resumed)
+
+
+def test_periodic_checkpoints_of_an_ensemble_leave_it_unchanged(tmp_path):
+    """Every 7 scans of each ladder, at the end of the call that passed them (the first
+    block's calls make 3 scans each): the run is unchanged, and the last checkpoint resumes."""
+    path = tmp_path / "periodic.pt"
+    plain = ckpt.run(ParallelTempering(linear_model, **ENSEMBLE), 20, 13)
+    full = ckpt.run(ParallelTempering(linear_model, checkpoint_every=7, checkpoint_path=path,
+                                      **ENSEMBLE), 20, 13)
+    ckpt.assert_continues(plain, full)
+    header, _ = ckpt.read_checkpoint(path, payload=False)
+    # scans 21, 23, 26, 29, 32, 35: the last multiple of 7 passed is 35, at call 25
+    assert (header["scans"], header["calls"]) == (35, 25)
+    ckpt.assert_continues(full, ckpt.run(ParallelTempering.resume(path, linear_model), 0, 8))
+
+
+def test_a_sampling_checkpoint_of_an_ensemble_resumes_for_the_draws_left_only(tmp_path):
+    _, paths = _checkpointed(ParallelTempering(linear_model, **ENSEMBLE), tmp_path,
+                             calls=(22, 33))
+    with pytest.raises(ValueError, match=r"warmup_steps=0, num_samples=11\), not num_samples=20"):
+        ckpt.run(ParallelTempering.resume(paths[22], linear_model), 0, 20)
+    with pytest.raises(ValueError, match="finished run of 3 ladders"):
+        ckpt.run(ParallelTempering.resume(paths[33], linear_model), 0, 5)
+    with pytest.raises(ValueError, match="of a run of 3 ladders, but num_ladders=2"):
+        ParallelTempering.resume(paths[22], linear_model, num_ladders=2)
+
+
+def test_a_warmup_checkpoint_of_an_ensemble_resumes_for_any_number_of_draws(tmp_path):
+    """In warmup no draw is laid out yet: the resumed run's blocks are its own num_samples'
+    (30 draws: blocks of 10), and its warmup the rest of the checkpointed run's."""
+    full = ckpt.run(ParallelTempering(linear_model, **ENSEMBLE), 20, 30)
+    _, paths = _checkpointed(ParallelTempering(linear_model, **ENSEMBLE), tmp_path, calls=(4,))
+    ckpt.assert_continues(full, ckpt.run(ParallelTempering.resume(paths[4], linear_model),
+                                         16, 30, seed=5))
 
 
 def test_the_ladders_grow_together_into_one_group():

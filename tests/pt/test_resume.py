@@ -25,7 +25,7 @@ WARMUP, SAMPLES = 20, 12
 # Settings away from the defaults, so that a resume that lost one would not continue the run.
 KERNELS = {
     "hmc": {"num_replicas": 4, "max_temperature": float("inf"), "explorer": "hmc",
-            "swap_scheme": "seo"},
+            "swap_scheme": "seo", "num_ladders": 2},
     "nuts": {"temperatures": [1.0, 3.0, 10.0], "explorer": "nuts",
              "explorer_kwargs": {"max_tree_depth": 3, "full_mass": [("w",)]},
              "swap_interval": 2, "adapt_temperatures": False},
@@ -207,10 +207,10 @@ def without(*keys):
                                           "'kernel'; resume from an earlier checkpoint"),
     (without("kernel.explorer"), "its header has no field 'kernel.explorer'"),
     (lambda header: dict(header, format_version=1), "has format version 1; this pyro_pt reads "
-                                                    "version 6"),
-    # the previous format: its prior rung had no pool of draws
-    (lambda header: dict(header, format_version=5), "has format version 5; this pyro_pt reads "
-                                                    "version 6"),
+                                                    "version 7"),
+    # the previous format: it held one ladder
+    (lambda header: dict(header, format_version=6), "has format version 6; this pyro_pt reads "
+                                                    "version 7"),
 ])
 def test_a_header_that_is_not_a_checkpoints_is_refused_naming_the_field(written, edit, match,
                                                                         tmp_path):
