@@ -49,9 +49,10 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     ``log_Z_prior_leg`` beside them) as attributes. It round-trips through netCDF.
 
     With ``num_ladders=C`` (:mod:`pyro_pt.ensemble`) each ladder is a chain of its own where
-    MCMC's draws split into C equal blocks (``num_samples`` a multiple of C): its draws, its
-    tempering record and its own numbers above, so that ArviZ's R-hat compares the ladders;
-    otherwise the draws stay one chain, with the ladders' pooled numbers.
+    MCMC's draws split into C equal blocks (``num_samples`` a multiple of C, and MCMC holds
+    the whole run's: not resumed in its sampling phase): its draws, its tempering record and
+    its own numbers above, so that ArviZ's R-hat compares the ladders; otherwise the draws stay
+    one chain, with the ladders' pooled numbers.
 
     :func:`pyro_arviz.from_pyro` gives the same export, and exports runs of other kernels too.
 
@@ -97,9 +98,12 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     legs = Legs.of(diagnostics.get("legs", {}).get(widest), len(temperatures))
     colder, hotter = (list(rungs) for rungs in zip(*legs.pairs)) if legs.pairs else ([], [])
     local = _padded([np.reshape(b, (-1, 2)) for b in of("local_barrier")], pairs, axis=0)
+    # the record's rows of the draws MCMC holds (a resumed run's: those since the resume)
+    held = groups["posterior"].sizes["draw"]
     record = {
-        "tempered_log_likelihood": _padded([r["log_likelihood"].numpy() for r in records], rungs),
-        "swap_accepted": _padded([r["swap_accepted"].numpy() for r in records], pairs),
+        "tempered_log_likelihood": _padded([r["log_likelihood"].numpy()[-held:] for r in records],
+                                           rungs),
+        "swap_accepted": _padded([r["swap_accepted"].numpy()[-held:] for r in records], pairs),
     }
     per_chain = {
         "ladder_temperature": ladders,
@@ -151,11 +155,14 @@ def to_inference_data(mcmc, *, log_likelihood=True):
 
 def _ladders(mcmc):
     """Each ladder's diagnostics where MCMC's one chain is ``num_ladders > 1`` equal blocks of
-    draws (:mod:`pyro_pt.ensemble`), else None (one ladder; or a last block cut short, whose
-    draws stay one chain)."""
+    draws (:mod:`pyro_pt.ensemble`), else None (one ladder; a last block cut short; or a run
+    resumed in its sampling phase, whose MCMC holds the blocks' ends only: their draws stay one
+    chain)."""
     kernel = mcmc.kernel
     ensemble = getattr(kernel, "ensemble", None)
     if ensemble is None or mcmc.num_chains != 1 or ensemble.block is None:
+        return None
+    if kernel.run.draws_before:
         return None
     if ensemble.block * len(ensemble.runs) != ensemble.num_samples:
         return None

@@ -292,6 +292,32 @@ def test_the_arviz_export_of_a_cut_last_block_is_one_chain():
     assert stats.attrs["restarts"][0] == kernel.diagnostics()["restarts"]
 
 
+def test_a_resumed_ensemble_exports_and_states_errors_for_the_draws_its_mcmc_holds(tmp_path):
+    """Resumed in warmup, MCMC holds the whole run: a chain per ladder. Resumed in the sampling
+    phase it holds the blocks' ends only: one chain, and mcse over those draws is the
+    uninterrupted run's regenerative error over the same draws' tours."""
+    from pyro_pt import to_inference_data
+    from pyro_pt.regeneration import regenerative_error
+
+    full_kernel = ParallelTempering(linear_model, **ENSEMBLE)
+    _, paths = _checkpointed(full_kernel, tmp_path, calls=(4, 22), samples=12)
+    # the uninterrupted run's tours, in MCMC's order
+    merged = ColdTours.merged([r.recorder.tours for r in full_kernel.run.together]).tours
+    for call, chains, draws in ((4, 3, 4), (22, 1, 10)):
+        pyro.set_rng_seed(7)
+        kernel = ParallelTempering.resume(paths[call], linear_model)
+        mcmc = MCMC(kernel, num_samples=12 - max(call - 20, 0), warmup_steps=max(20 - call, 0),
+                    disable_progbar=True)
+        mcmc.run(*linear_data())
+        data = to_inference_data(mcmc, log_likelihood=False)
+        assert data["posterior"]["w"].shape[:2] == (chains, draws)
+        # the tempering record of the draws MCMC holds (not the whole run's rows)
+        assert data["sample_stats"]["tempered_log_likelihood"].shape == (chains, draws, 4)
+        w = mcmc.get_samples()["w"][:, 0]
+        error = kernel.mcse(lambda s: s["w"][:, 0], samples=mcmc.get_samples())
+        assert torch.equal(error, regenerative_error(w.double(), merged[12 - chains * draws:]))
+
+
 def test_the_report_is_the_ensembles():
     """The first ladder's report (the one printed) reads every ladder: its sampling rows'
     restarts and round trips add up to the pooled ones."""

@@ -245,3 +245,19 @@ def test_a_default_run_resumed_before_it_grows_grows_as_the_uninterrupted_run(tm
         assert torch.equal(mcmc.get_samples()["theta"], whole.get_samples()["theta"])
         assert resumed.diagnostics()["restarts"] == whole.kernel.diagnostics()["restarts"]
 
+
+
+def test_a_resumed_runs_export_holds_the_record_of_its_draws(written):
+    """The resumed MCMC holds the draws since the checkpoint: its export's tempering record is
+    the uninterrupted run's last rows, draw for draw (not the whole run's, NaN-padded)."""
+    from pyro_pt import to_inference_data
+
+    full, paths = written
+    kernel = ParallelTempering.resume(paths[6], linear_model)
+    pyro.set_rng_seed(3)
+    mcmc = MCMC(kernel, num_samples=4, warmup_steps=0, disable_progbar=True)
+    mcmc.run(*linear_data())
+    record = to_inference_data(mcmc, log_likelihood=False)["sample_stats"]
+    assert record["tempered_log_likelihood"].shape == (1, 4, 3)
+    assert (record["tempered_log_likelihood"].values[0]
+            == full["log_likelihood"][-4:].numpy()).all()
