@@ -25,7 +25,12 @@ an XOR-like label), ``logistic`` (explorers.py's, 500 points): the min bulk ESS 
 coordinate (ArviZ, one chain per ladder) and per second of the whole run.
 
     PYTHONPATH=$PWD python benchmarks/ensemble.py --defaults [--cases mix2 mix3 glm
-        hierarchy classifier logistic] [--seeds 1 2 3 4]
+        hierarchy classifier logistic] [--seeds 1 2 3 4] [--runs default one variational
+        variational8]
+
+``--runs`` picks the runs: ``default`` (``ParallelTempering(model)``), ``one``
+(``num_ladders=1``), ``variational`` (``reference="variational"``, its default ladders) and
+``variational8`` (the same with ``num_ladders=8``).
 """
 
 import argparse
@@ -66,12 +71,21 @@ def one_run(model, args, ladders, warmup, samples, seed):
     return sampling, 1e3 * sampling / scans, restarts, restarts / sampling, after_setup
 
 
-def default_run(model, args, site, target, seed, samples, warmup, ladders=None):
+# ``--runs``: (ladders, reference) of each run compared
+RUNS = {"default": (None, "prior"), "one": (1, "prior"),
+        "variational": (None, "variational"), "variational8": (8, "variational")}
+RUN_LABELS = {"default": "default", "one": "`num_ladders=1`",
+              "variational": "`reference=\"variational\"`",
+              "variational8": "`reference=\"variational\", num_ladders=8`"}
+
+
+def default_run(model, args, site, target, seed, samples, warmup, ladders=None,
+                reference="prior"):
     """One ``--defaults`` run: its printed line's numbers."""
     from vs_tempering import timed_pyro_pt
 
     kernel, draws, seconds, d, warned = timed_pyro_pt(model, args, site, seed, warmup, samples,
-                                                      ladders)
+                                                      ladders, reference)
     problems = [p[:60] for text in warned for p in text.split("\n  - ")[1:]]
     return dict(ladders=kernel.explorer_info["num_ladders"], seconds=seconds,
                 restarts=d["restarts"], share=target.share_error(draws),
@@ -134,7 +148,7 @@ def user_model(name):
     raise ValueError(name)
 
 
-def user_run(name, seed, samples, warmup, ladders):
+def user_run(name, seed, samples, warmup, ladders, reference="prior"):
     """One unimodal ``--defaults`` run: ladders, seconds, min bulk ESS, warnings."""
     import arviz as az
 
@@ -142,7 +156,7 @@ def user_run(name, seed, samples, warmup, ladders):
 
     model, args = user_model(name)
     pyro.set_rng_seed(seed)
-    kernel = ParallelTempering(model, num_ladders=ladders)
+    kernel = ParallelTempering(model, num_ladders=ladders, reference=reference)
     mcmc = MCMC(kernel, num_samples=samples, warmup_steps=warmup, disable_progbar=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -168,10 +182,11 @@ def defaults(opts):
         print("|---|---|---|---|---|---|---|---|")
     for name in users:
         for seed in opts.seeds:
-            for run, ladders in (("default", None), ("num_ladders=1", 1)):
+            for run in opts.runs:
                 c, seconds, ess, warned = user_run(name, seed, opts.samples, opts.warmup,
-                                                   ladders)
-                print(f"| {name} | {run} | {seed} | {c} | {seconds:.1f} | {ess:.0f} | "
+                                                   *RUNS[run])
+                print(f"| {name} | {RUN_LABELS[run]} | {seed} | {c} | {seconds:.1f} | "
+                      f"{ess:.0f} | "
                       f"{ess / seconds:.1f} | {warned} |", flush=True)
     mixtures = [name for name in opts.cases if name not in USER_MODELS]
     if mixtures:
@@ -183,9 +198,11 @@ def defaults(opts):
         t = target(spec)
         model, args, site = pyro_model(t, spec)
         for seed in opts.seeds:
-            for run, ladders in (("default", None), ("num_ladders=1", 1)):
-                r = default_run(model, args, site, t, seed, opts.samples, opts.warmup, ladders)
-                print(f"| {name} | {run} | {seed} | {r['ladders']} | {r['seconds']:.1f} | "
+            for run in opts.runs:
+                r = default_run(model, args, site, t, seed, opts.samples, opts.warmup,
+                                *RUNS[run])
+                print(f"| {name} | {RUN_LABELS[run]} | {seed} | {r['ladders']} | "
+                      f"{r['seconds']:.1f} | "
                       f"{r['restarts']} | {r['share']:.3f} | {r['log_z']:+.2f} | {r['warned']} |",
                       flush=True)
 
@@ -199,6 +216,8 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--defaults", action="store_true",
                         help="the default run against num_ladders=1 (see the module)")
+    parser.add_argument("--runs", nargs="+", default=["default", "one"], choices=list(RUNS),
+                        help="with --defaults: the runs compared (see RUNS)")
     opts = parser.parse_args()
     torch.set_num_threads(1)
     if opts.defaults:

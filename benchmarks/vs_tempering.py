@@ -305,9 +305,11 @@ def check_model(t, model, model_args, site):
             raise AssertionError(f"{t.name}: the Pyro model gives {found}, numpy {want}")
 
 
-def timed_pyro_pt(model, model_args, site, seed, warmup, samples, ladders=None):
-    """One seeded ``ParallelTempering(model, num_ladders=ladders)`` run under ``MCMC(warmup,
-    samples)``: ``(kernel, draws of site, seconds, diagnostics, the TemperingWarnings' texts)``."""
+def timed_pyro_pt(model, model_args, site, seed, warmup, samples, ladders=None,
+                  reference="prior"):
+    """One seeded ``ParallelTempering(model, num_ladders=ladders, reference=reference)`` run
+    under ``MCMC(warmup, samples)``: ``(kernel, draws of site, seconds, diagnostics, the
+    TemperingWarnings' texts)``."""
     import pyro
     from pyro.infer import MCMC
 
@@ -315,7 +317,7 @@ def timed_pyro_pt(model, model_args, site, seed, warmup, samples, ladders=None):
 
     pyro.set_rng_seed(seed)
     pyro.clear_param_store()
-    kernel = ParallelTempering(model, num_ladders=ladders)
+    kernel = ParallelTempering(model, num_ladders=ladders, reference=reference)
     mcmc = MCMC(kernel, warmup_steps=warmup, num_samples=samples, disable_progbar=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -129,8 +129,11 @@ def to_inference_data(mcmc, *, log_likelihood=True):
                          [legs.names[legs.leg_of(k)] for k in range(legs.num_rungs)])
     _add_mcse(per_chain, dims, of("mcse"), groups["posterior"])
     stats = groups["sample_stats"]
-    stats = stats.merge(pyro_arviz.dataset(record, dims=dims, coords=coords))
-    stats = stats.merge(pyro_arviz.dataset(per_chain, sample_dims=("chain",), dims=dims, coords=coords))
+    # the same chains, draws and coordinates on every side (a mismatch is a bug, not padding)
+    stats = stats.merge(pyro_arviz.dataset(record, dims=dims, coords=coords), join="exact",
+                        compat="no_conflicts")
+    stats = stats.merge(pyro_arviz.dataset(per_chain, sample_dims=("chain",), dims=dims,
+                                           coords=coords), join="exact", compat="no_conflicts")
     stats.attrs["swap_acceptance"] = _padded(of("swap_acceptance"), pairs).ravel()
     # tempered restarts (pyro_pt.lineages); NaN where the hot end is not drawn exactly
     stats.attrs["restarts"] = np.asarray([math.nan if r is None else r for r in of("restarts")],

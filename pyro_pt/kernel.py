@@ -143,7 +143,7 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         a small model, else one (:func:`~pyro_pt.ensemble.num_ladders` says the rule;
         ``explorer_info["num_ladders"]`` and ``["num_ladders_reason"]`` what it chose and why).
         Checkpoints hold every ladder (from the sampling phase, a run resumes for the draws
-        left only); a fitted reference is refused with C > 1 for now.
+        left only); a fitted reference is every ladder's q.
 
     Example::
 
@@ -166,7 +166,7 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         # max_replicas given asks for growth, refused over several processes as "auto" is).
         grows = (num_replicas is None and temperatures is None and is_prior(reference)
                  and adapt_temperatures is True)
-        check_num_ladders(num_ladders, reference)
+        check_num_ladders(num_ladders)
         start, cap = growth_options(AUTO if grows else num_replicas, max_replicas, temperatures,
                                     adapt_temperatures)
         self._ladder = Ladder(ladder_temperatures(start, max_temperature, temperatures))
@@ -294,8 +294,8 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
                 run.recorder.record_cold({name: transforms[name].inv(v) if name in transforms
                                           else v for name, v in cold.items()})
             run.report.observe(run, Scan(cold_moved, outcome, cold))  # the report's columns
-            if run.refitting:  # q is refitted to the cold draws at warmup rounds' ends
-                run.refitting.keep(run, cold)
+            if first.refitting:  # q is refitted to the cold draws at warmup rounds' ends
+                first.refitting.keep(run, cold, ladder)
             if ensemble is None:
                 run.schedule.after_scan(run)  # where this scan ends a round: adapt, grow, ...
             colds.append(cold)

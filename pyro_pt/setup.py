@@ -125,10 +125,13 @@ def _build(run, split, legs, base, args, kwargs):
                 rungs = [c * num + k for c in range(run.num_ladders) for k in rungs]
                 betas = betas * run.num_ladders
             ladder_legs = run.ladder.legs
+            # the rungs against q: every ladder's on the reference's leg
+            referenced = ladder_legs and {c * num + k for c in range(run.num_ladders)
+                                          for k in range(*ladder_legs.spans[0])}
             explorers, states, lls, run.explorer_info = build_rungs(
                 run.fast or split, rungs, betas, all_seeds, split.device, options.explorer,
                 options.explorer_kwargs, run.warmup_steps, options.initial_params,
-                reference=run.reference, referenced=ladder_legs and range(*ladder_legs.spans[0]))
+                reference=run.reference, referenced=referenced)
     run.explorer_info["num_ladders"] = run.num_ladders
     if why:
         run.explorer_info["num_ladders_reason"] = why

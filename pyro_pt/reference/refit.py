@@ -18,6 +18,10 @@ from ..potential import FlatLayout
 from .gaussian import MIN_FIT_DRAWS
 from .stabilized import refresh
 
+# Apart in the lineage numbers of the draws kept, for each ladder of an ensemble: more than
+# any ladder's replicas.
+LINEAGES_PER_LADDER = 1 << 20
+
 
 class Refitting:
     """The cold draws since the last fit, and the fit of q (``reference``, in place) at each
@@ -35,13 +39,16 @@ class Refitting:
         self.lineages = []  # the replica lineage of each draw (pyro_pt.recorders.IndexProcess)
         self.skipped = []  # round ends with too few draws
 
-    def keep(self, run, cold):
-        """Keep the cold draw of the scan just recorded, until the last warmup round's end."""
+    def keep(self, run, cold, ladder=0):
+        """Keep the cold draw of the scan just recorded, until the last warmup round's end; of
+        an ensemble (:mod:`pyro_pt.ensemble`) every ladder's (``ladder``: its index), so that
+        q is fitted to all their draws, each lineage's ESS its own."""
         if not self.round_ends or run.scans > max(self.round_ends):
             return
         self.draws.append(FlatLayout.of(cold, self.names).flatten(cold).detach()
                           .to(device="cpu", dtype=torch.float64))
-        self.lineages.append(run.recorder.index.lineage[0])
+        # the lineages of different ladders are different chains
+        self.lineages.append(ladder * LINEAGES_PER_LADDER + run.recorder.index.lineage[0])
 
     def end_round(self, run, end):
         """At a warmup round's end: refit q to the draws kept and refresh the rungs (a round
@@ -53,9 +60,10 @@ class Refitting:
             self.skipped.append(end.scan)
             return False
         self.draws, self.lineages = [], []
-        for explorer in run.rungs.explorers:
-            explorer.target_changed()  # its cached potential was against the old q
-        refresh(run)
+        for ladder in run.together:  # q is every ladder's
+            for explorer in ladder.rungs.explorers:
+                explorer.target_changed()  # its cached potential was against the old q
+            refresh(ladder)
         run.explorer_info["reference"] = self.reference.describe()
         return True
 

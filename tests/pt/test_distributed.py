@@ -31,16 +31,18 @@ def assert_identical(a, b):
 # five rungs make two legs (3 to q, 2 to the prior), whose bridge (pair 2, rungs 0 and 3)
 # crosses the ranks; three make one leg.
 DEO_VARIATIONAL = {"num_replicas": 5, "explorer": "hmc", "explorer_kwargs": {"num_steps": 2},
-                   "reference": "variational", "warmup_steps": 70}
+                   "reference": "variational", "warmup_steps": 70, "num_ladders": 1}
 DEO_ONE_LEG = {**DEO_VARIATIONAL, "num_replicas": 3}
 
 # Two ladders (pyro_pt.ensemble) of 5 rungs on 2 ranks: each rank's rungs of both ladders in
 # one batched group, the pooled adaptation and records, MCMC's draws in ladder blocks.
 DEO_ENSEMBLE = {**DEO_PRIOR_RUNG, "num_ladders": 2, "warmup_steps": 20}
+# Two ladders of the two legs: every rank fits the same q to both ladders' cold draws.
+DEO_VARIATIONAL_ENSEMBLE = {**DEO_VARIATIONAL, "num_ladders": 2}
 
 KERNELS = {"sequential": SEQUENTIAL, "deo_prior_rung": DEO_PRIOR_RUNG, "deo_adapted": DEO_ADAPTED,
            "deo_variational": DEO_VARIATIONAL, "deo_one_leg": DEO_ONE_LEG,
-           "deo_ensemble": DEO_ENSEMBLE}
+           "deo_ensemble": DEO_ENSEMBLE, "deo_variational_ensemble": DEO_VARIATIONAL_ENSEMBLE}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +58,7 @@ def two_ranks(two_rank_group):
     "world_size, kernel, boundary_pairs",
     [(2, "sequential", [1]), (4, "sequential", [0, 1, 2]), (2, "deo_prior_rung", [2]),
      (2, "deo_adapted", [1]), (2, "deo_variational", [2]), (2, "deo_one_leg", [1]),
-     (2, "deo_ensemble", [2]),
+     (2, "deo_ensemble", [2]), (2, "deo_variational_ensemble", [2]),
      (4, "deo_variational", [1, 2])],
 )
 def test_world_sizes_give_bitwise_identical_chains(world_size, kernel, boundary_pairs, request):

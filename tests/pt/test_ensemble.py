@@ -17,7 +17,7 @@ from pyro_pt.regeneration import ColdTours
 from . import test_checkpoint as ckpt
 from .test_kernel_barrier import sufficient_model
 from .models import (bimodal_mass_above_zero, bimodal_model, linear_data, linear_model,
-                     linear_posterior, sum_data, sum_log_evidence, sum_model)
+                     linear_posterior, sum_data, sum_log_evidence, sum_model, sum_posterior)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # short runs, small ladders
 
@@ -156,9 +156,44 @@ def test_num_ladders_must_be_a_positive_int(value):
         ParallelTempering(linear_model, num_ladders=value)
 
 
-def test_what_an_ensemble_does_not_support_yet_is_refused():
-    with pytest.raises(ValueError, match="reference"):
-        ParallelTempering(linear_model, num_ladders=2, num_replicas=4, reference="variational")
+def test_a_fitted_reference_is_every_ladders_fitted_to_all_their_draws(monkeypatch):
+    """reference="variational" with 3 ladders of a stabilized ladder (3 rungs to q, 2 to the
+    prior): every ladder's rungs on q's leg step in one group against the one q, fitted at the
+    warmup rounds' ends to every ladder's cold draws; each rung's pooled mean ll matches its
+    closed form under the final q, the cold chain the posterior, log Z the evidence."""
+    from pyro_pt.reference.gaussian import GaussianReference
+    from pyro_pt.reference.refit import LINEAGES_PER_LADDER
+    from .test_reference import _rung_errors
+
+    fitted, fit = [], GaussianReference.fit
+
+    def recorded(self, draws, independent=False, lineages=None):
+        if lineages is not None:  # a fit to the cold draws (not q's first, to prior draws)
+            fitted.append((draws.shape[0], set((lineages // LINEAGES_PER_LADDER).tolist())))
+        return fit(self, draws, independent, lineages)
+
+    monkeypatch.setattr(GaussianReference, "fit", recorded)
+    torch.set_num_threads(1)
+    y = sum_data()
+    kernel, mcmc = _run(sum_model, (y,), 3, 600, 200, num_replicas=5, reference="variational")
+    assert kernel.explorer_info["legs"].startswith("stabilized: 3 rungs from the posterior to q")
+    groups = {}
+    for c, run in enumerate(kernel.run.together):
+        for k, explorer in enumerate(run.rungs.explorers):
+            if k not in (2, 4):  # the prior rungs (q's and the prior's) draw on their own
+                groups.setdefault(id(explorer.group), []).append((c, k))
+    assert sorted(groups.values()) == [[(c, k) for c in range(3) for k in (0, 1)],
+                                       [(c, 3) for c in range(3)]]
+    # each fit: the cold draws of a round (or more) of every ladder
+    assert kernel.run.reference.fits >= 2
+    assert fitted and all(n % 3 == 0 and ladders == {0, 1, 2} for n, ladders in fitted), fitted
+    errors = _rung_errors(kernel, mcmc, y)
+    assert max(abs(e) for e in errors) < 4.5, errors
+    assert abs(kernel.diagnostics()["log_Z"] - sum_log_evidence(y)) < 0.1
+    theta = mcmc.get_samples()["theta"]
+    mean, cov = sum_posterior(y)
+    ratio = theta.var(0) / cov.diagonal()
+    assert ((ratio > 0.7) & (ratio < 1.4)).all(), ratio
 
 
 # ----- checkpoints -----
@@ -180,11 +215,15 @@ def _with_log_z(result, kernel):
     return {**result, "log_Z": kernel.diagnostics()["log_Z"]}
 
 
-@pytest.mark.parametrize("kwargs", [ENSEMBLE, {"num_ladders": 3}], ids=["fixed", "growing"])
+@pytest.mark.parametrize("kwargs", [
+    ENSEMBLE, {"num_ladders": 3},
+    {**ENSEMBLE, "num_replicas": 5, "max_temperature": None, "reference": "variational"},
+], ids=["fixed", "growing", "stabilized"])
 def test_a_resumed_ensemble_is_the_uninterrupted_run(kwargs, tmp_path):
     """Each checkpoint holds every ladder's run and the draws held for later calls: the
     resumed run's draws, pooled records, adaptation, report and log Z are the rest of the
-    uninterrupted run's, bit for bit (the default kernel grows its ladder in warmup)."""
+    uninterrupted run's, bit for bit (the default kernel grows its ladder in warmup; the
+    stabilized one refits q to every ladder's draws)."""
     torch.set_num_threads(1)
     full, paths = _checkpointed(ParallelTempering(linear_model, **kwargs), tmp_path)
     assert full["w"].shape[0] == 13 and full["swap_accepted"].eq(1).any()
@@ -196,6 +235,8 @@ def test_a_resumed_ensemble_is_the_uninterrupted_run(kwargs, tmp_path):
         kernel = ParallelTempering.resume(path, linear_model)
         resumed = ckpt.run(kernel, max(20 - call, 0), 13 - max(call - 20, 0), seed=123)
         assert kernel.run.num_ladders == 3
+        if "reference" in kwargs:  # q fitted at scan 12 to 3 ladders' draws (at 4: too few)
+            assert kernel.run.reference.fits == 1 and kernel.run.refitting.skipped == [4]
         assert full["w"].shape[0] - resumed["w"].shape[0] == max(call - 20, 0)
         ckpt.assert_continues(full, resumed)
 
@@ -376,7 +417,6 @@ def test_the_default_runs_eight_ladders_on_a_small_model_and_one_on_a_large_one(
 
 @pytest.mark.parametrize("kwargs, why", [
     (dict(explorer="rwmh"), "explorer='hmc'"),
-    (dict(reference="variational"), "fitted reference"),
 ])
 def test_the_default_runs_one_ladder_where_an_ensemble_does_not_apply(kwargs, why):
     kernel, _ = _run(linear_model, linear_data(), None, 4, 4, **kwargs)

@@ -31,8 +31,9 @@ def _sum_run(num_replicas, explorer="hmc", reference="variational", seed=0, warm
     torch.set_num_threads(1)
     y = sum_data()
     pyro.set_rng_seed(seed)
+    # one ladder (a small model's default is 8): each rung's record, q's fits of one chain
     kernel = ParallelTempering(sum_model, num_replicas=num_replicas, explorer=explorer,
-                               reference=reference)
+                               reference=reference, num_ladders=1)
     mcmc = MCMC(kernel, warmup_steps=warmup, num_samples=samples, disable_progbar=True)
     mcmc.run(y)
     return kernel, mcmc, y
@@ -244,7 +245,8 @@ def test_a_prior_run_is_unchanged_by_the_option():
 def test_a_variational_run_resumes_bitwise(scan, num_replicas, legs, tmp_path):
     torch.set_num_threads(1)
     path = str(tmp_path / f"scan{scan}.pt")
-    settings = {"num_replicas": num_replicas, "explorer": "hmc", "reference": "variational"}
+    settings = {"num_replicas": num_replicas, "explorer": "hmc", "reference": "variational",
+                "num_ladders": 1}
     full = run(ParallelTempering(linear_model, **settings), 70, 10, write={scan: path})
     kernel = ParallelTempering.resume(path, linear_model)
     resumed = run(kernel, 70 - scan, 10, seed=123)
