@@ -151,22 +151,16 @@ def user_model(name):
 def user_run(name, seed, samples, warmup, ladders, reference="prior"):
     """One unimodal ``--defaults`` run: ladders, seconds, min bulk ESS, warnings."""
     import arviz as az
+    from vs_tempering import seeded_run
 
-    from pyro_pt import TemperingWarning, to_inference_data
+    from pyro_pt import to_inference_data
 
     model, args = user_model(name)
-    pyro.set_rng_seed(seed)
-    kernel = ParallelTempering(model, num_ladders=ladders, reference=reference)
-    mcmc = MCMC(kernel, num_samples=samples, warmup_steps=warmup, disable_progbar=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        begin = time.perf_counter()
-        mcmc.run(*args)
-        seconds = time.perf_counter() - begin
+    kernel, mcmc, seconds, warned = seeded_run(model, args, seed, warmup, samples,
+                                               num_ladders=ladders, reference=reference)
     ess = az.ess(to_inference_data(mcmc), method="bulk")
     least = min(float(ess[site].min()) for site in ess.data_vars)
-    problems = [p[:60] for w in caught if issubclass(w.category, TemperingWarning)
-                for p in str(w.message).split("\n  - ")[1:]]
+    problems = [p[:60] for text in warned for p in text.split("\n  - ")[1:]]
     return kernel.explorer_info["num_ladders"], seconds, least, "; ".join(problems) or "no"
 
 

@@ -305,11 +305,9 @@ def check_model(t, model, model_args, site):
             raise AssertionError(f"{t.name}: the Pyro model gives {found}, numpy {want}")
 
 
-def timed_pyro_pt(model, model_args, site, seed, warmup, samples, ladders=None,
-                  reference="prior"):
-    """One seeded ``ParallelTempering(model, num_ladders=ladders, reference=reference)`` run
-    under ``MCMC(warmup, samples)``: ``(kernel, draws of site, seconds, diagnostics, the
-    TemperingWarnings' texts)``."""
+def seeded_run(model, model_args, seed, warmup, samples, **kwargs):
+    """One seeded ``ParallelTempering(model, **kwargs)`` run under ``MCMC(warmup, samples)``:
+    ``(kernel, mcmc, seconds, the TemperingWarnings' texts)``."""
     import pyro
     from pyro.infer import MCMC
 
@@ -317,17 +315,27 @@ def timed_pyro_pt(model, model_args, site, seed, warmup, samples, ladders=None,
 
     pyro.set_rng_seed(seed)
     pyro.clear_param_store()
-    kernel = ParallelTempering(model, num_ladders=ladders, reference=reference)
+    kernel = ParallelTempering(model, **kwargs)
     mcmc = MCMC(kernel, warmup_steps=warmup, num_samples=samples, disable_progbar=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         begin = time.perf_counter()
         mcmc.run(*model_args)
         seconds = time.perf_counter() - begin
-        diagnostics = kernel.diagnostics()
+        kernel.diagnostics()  # its review's warnings too
     warned = [str(w.message) for w in caught if issubclass(w.category, TemperingWarning)]
+    return kernel, mcmc, seconds, warned
+
+
+def timed_pyro_pt(model, model_args, site, seed, warmup, samples, ladders=None,
+                  reference="prior"):
+    """One seeded ``ParallelTempering(model, num_ladders=ladders, reference=reference)`` run
+    under ``MCMC(warmup, samples)``: ``(kernel, draws of site, seconds, diagnostics, the
+    TemperingWarnings' texts)``."""
+    kernel, mcmc, seconds, warned = seeded_run(model, model_args, seed, warmup, samples,
+                                               num_ladders=ladders, reference=reference)
     draws = mcmc.get_samples()[site].double().numpy()
-    return kernel, draws, seconds, diagnostics, warned
+    return kernel, draws, seconds, kernel.diagnostics(), warned
 
 
 def run_pyro_pt(model, model_args, site, seed, n, ladders=None):
