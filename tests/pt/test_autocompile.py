@@ -17,7 +17,7 @@ from pyro.infer import MCMC
 from pyro.ops.stats import effective_sample_size
 
 from pyro_pt import ParallelTempering, autocompile
-from pyro_pt.autocompile import SAVED, AutoCompile
+from pyro_pt.autocompile import SAVED, SAVED_LADDERS, AutoCompile
 from pyro_pt.comm import LocalComm
 from pyro_pt.potential import FunctionalSplit, ModelSplit, compiled, torch_compat
 from pyro_pt.rounds import RoundEnd
@@ -140,18 +140,21 @@ def test_a_switch_re_evaluates_every_state_and_rebuilds_every_graph(records, fai
         "TorchScript: the switch to Inductor at scan 20 failed")
 
 
+@pytest.mark.parametrize("ladders, below, above", [(1, 2.26, 2.28), (2, 3.02, 3.03)])
 def test_the_decision_is_the_compile_against_what_it_saves_of_the_projected_run(
-        records, failing_inductor, monkeypatch):
+        records, failing_inductor, monkeypatch, ladders, below, above):
     # Scan 4 of 20 warmup scans ends the first round, whose scans pay one-off costs: no decision.
     # Scan 12: the round's 8 scans took 0.56 s, 0.07 s a scan, 108 scans left (20 - 12 warmup,
-    # 100 draws): a projection of 7.56 s, of which 30 % is 2.268 s.
-    assert SAVED == 0.3
+    # 100 draws): a projection of 7.56 s, of which 30 % is 2.268 s; with several ladders,
+    # 40 %: 3.024 s.
+    assert (SAVED, SAVED_LADDERS) == (0.3, 0.4)
     fast = FunctionalSplit(ModelSplit(models.linear_model, models.linear_data()))
     run = types.SimpleNamespace(options=types.SimpleNamespace(explorer="hmc"), explorer_info={},
                                 reference=None, rungs=types.SimpleNamespace(explorers=[]))
-    run.together = [run]
+    other = types.SimpleNamespace(rungs=types.SimpleNamespace(explorers=[]))
+    run.together = [run] + [other] * (ladders - 1)
     outcomes = {}
-    for expected in (2.26, 2.28):
+    for expected in (below, above):
         run.explorer_info = {}
         expect(monkeypatch, expected)
         switch = AutoCompile(fast, LocalComm(), 20, 100)
@@ -162,7 +165,7 @@ def test_the_decision_is_the_compile_against_what_it_saves_of_the_projected_run(
         switch.end_round(run, RoundEnd(12, "warmup round"))
         outcomes[expected] = switch.switched_at
         assert "of the 7.6 s the explorers" in run.explorer_info["compile"]
-    assert outcomes == {2.26: 12, 2.28: None}
+    assert outcomes == {below: 12, above: None}
     assert len(failing_inductor) == 1
 
 
