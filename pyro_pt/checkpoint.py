@@ -408,16 +408,19 @@ class Declared:
         checkpoint_state.restore(self.part, state, torch.device("cpu"))
 
 
-def parts(run):
+def parts(run, shared=True):
     """
     ``{payload key: part}``: the parts of ``run`` with state beyond its rungs (None for one
     this run lacks), each with ``state_dict()`` and ``load_state_dict(state, run)``: the
-    recorder, the report, a fitted reference (:mod:`pyro_pt.reference.refit`), a growing
-    ladder's next birth (:mod:`pyro_pt.growth`) and whether ``compile="auto"`` switched (last:
-    the switch compiles against the restored q).
+    recorder, the report, and, ``shared`` by an ensemble's ladders (the first ladder's only), a
+    fitted reference (:mod:`pyro_pt.reference.refit`), a growing ladder's next birth
+    (:mod:`pyro_pt.growth`) and whether ``compile="auto"`` switched (last: the switch compiles
+    against the restored q).
     """
-    return {"recorder": Declared(run.recorder), "report": run.report,
-            "reference": run.reference is not None and ReferenceState(run) or None,
+    own = {"recorder": Declared(run.recorder), "report": run.report}
+    if not shared:
+        return own
+    return {**own, "reference": run.reference is not None and ReferenceState(run) or None,
             "growth": run.growth, "compile": run.autocompile}
 
 
@@ -439,10 +442,11 @@ def _gathered_rungs(run):
     return [per_rung[k] for k in range(run.num_replicas)]
 
 
-def _ladder_payload(run, rungs):
-    """What one ladder's run holds of its own: its rungs, lls, swap stream and :func:`parts`."""
+def _ladder_payload(run, rungs, shared):
+    """What one ladder's run holds: its rungs, lls, swap stream and :func:`parts` (the
+    ``shared`` ones too for the first)."""
     out = {"rungs": rungs, "ll": list(run.ll), "swap_generator": run.swap_generator.get_state()}
-    out.update({key: part and part.state_dict() for key, part in parts(run).items()})
+    out.update({key: part and part.state_dict() for key, part in parts(run, shared).items()})
     return out
 
 
@@ -453,7 +457,8 @@ def save(run, path, ensemble=None):
     gathered = [_gathered_rungs(r) for r in run.together]
     if run.comm.rank != 0:
         return
-    first, *others = [_ladder_payload(r, g) for r, g in zip(run.together, gathered)]
+    first, *others = [_ladder_payload(r, g, c == 0)
+                      for c, (r, g) in enumerate(zip(run.together, gathered))]
     payload = {**first, "ladder": Declared(run.ladder).state_dict(),
                "timings": dict(run.timings), "ladders": others,
                "ensemble": ensemble and ensemble.state_dict()}
@@ -515,10 +520,10 @@ def restore(run):
     timings = run.timings  # shared by the ladders' runs: refilled, not replaced
     timings.clear()
     timings.update(payload["timings"])
-    for r, part in zip(run.together, ladders):
+    for c, (r, part) in enumerate(zip(run.together, ladders)):
         r.ll = list(part["ll"])
         r.swap_generator.set_state(part["swap_generator"])
-        for key, piece in parts(r).items():
+        for key, piece in parts(r, c == 0).items():
             if piece and part.get(key) is not None:
                 piece.load_state_dict(part[key], r)
     for r in run.together:

@@ -30,7 +30,7 @@ from .explorers import build_rungs
 from .ladder import (GROWTH_ROUNDS, MIN_GROWTH_SCANS, equal_barrier_betas, inverse_temperatures,
                      warmup_round_ends)
 from .options import DEFAULT_NUM_REPLICAS
-from .random import grown_seed
+from .random import grown_seed, ladder_seed
 from .recorders import TemperingRecorder
 from .rungs import RungBlock
 
@@ -105,9 +105,8 @@ class Growth:
     """
 
     # What a checkpoint saves (STATE) and not (REBUILT): pyro_pt.checkpoint_state.
-    # ladder_seeds: an ensemble's other ladders' base seeds (an ensemble is not checkpointed).
     STATE = ("births", "base_seed")
-    REBUILT = ("max_replicas", "warmup_steps", "growth_ends", "ladder_seeds")
+    REBUILT = ("max_replicas", "warmup_steps", "growth_ends")
 
     def __init__(self, max_replicas, comm, warmup_steps, start, swap_interval=1):
         if comm.world_size > 1:
@@ -121,7 +120,6 @@ class Growth:
         self.growth_ends = growth_round_ends(warmup_steps, swap_interval)
         self.births = start
         self.base_seed = None  # the run's (pyro_pt.random), set with its rungs
-        self.ladder_seeds = ()  # an ensemble's other ladders' (pyro_pt.ensemble)
 
     def state_dict(self):
         """What a checkpoint keeps (:mod:`pyro_pt.checkpoint`): the seed of the next rung."""
@@ -153,7 +151,7 @@ class Growth:
         nearest = {j: max(i for i, p in enumerate(place) if p < j) for j in new}
         # Every run's new rungs in one call, so that they form one explorer group: run c's
         # rung j is index c * num + j there, seeded from its own base seed.
-        bases = [self.base_seed] + list(self.ladder_seeds)
+        bases = [ladder_seed(self.base_seed, c) for c in range(len(runs))]
         seeds, starts = {}, {}
         for c, run in enumerate(runs):
             for n, j in enumerate(new):

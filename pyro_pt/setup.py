@@ -95,15 +95,15 @@ def _split(run, args, kwargs):
     return split, legs
 
 
-def _build(run, split, legs, base, args, kwargs):
+def _build(run, split, legs, base, seeds, args, kwargs):
     """Into ``run.rungs`` (empty): the reference, the captured graphs and this rank's rungs,
-    with errors that name the model's site (:mod:`pyro_pt.explain`). Returns their lls and
-    seeds. With an ensemble's other ladders (``run.num_ladders`` > 1, :mod:`pyro_pt.ensemble`)
+    with errors that name the model's site (:mod:`pyro_pt.explain`), from the run's ``base``
+    seed and its ``seeds`` (:func:`~pyro_pt.random.stream_seeds`). Returns their lls. With an
+    ensemble's other ladders (``run.num_ladders`` > 1, :mod:`pyro_pt.ensemble`)
     their rungs are built in the same call, so that one explorer group holds every ladder's
     tempered rungs; they wait in ``run.followers`` for their runs (:func:`set_up_followers`)."""
     options, betas, rungs = run.options, run.betas, run.rungs.rungs
     num = len(betas)
-    seeds = stream_seeds(base, num)
     swaps = seeds[num]  # the swaps' seed, whose child seeds q's first draws
     mine = len(rungs)  # this rank's rungs of each ladder
     with model_errors(options.model, args, kwargs, split):
@@ -143,7 +143,7 @@ def _build(run, split, legs, base, args, kwargs):
         run.explorer_info["private_api"] = missing
     if legs:
         run.explorer_info["legs"] = legs
-    return lls[:mine], seeds
+    return lls[:mine]
 
 
 def _set_up_block(run, args, kwargs):
@@ -172,7 +172,7 @@ def _set_up_block(run, args, kwargs):
         try:
             run.rungs = RungBlock(comm, num, split.latent_names,
                                   kind_of(run.options.explorer))
-            lls, seeds = _build(run, split, legs, base, args, kwargs)
+            lls = _build(run, split, legs, base, seeds, args, kwargs)
             view = [(name, tuple(run.rungs.states[0][name].shape)) for name in split.latent_names]
             view.append(("num_ladders", run.num_ladders))
         except Exception as error:
@@ -181,7 +181,6 @@ def _set_up_block(run, args, kwargs):
     run.split = split
     if run.growth:  # rungs added later spawn their streams from the base seeds
         run.growth.base_seed = base
-        run.growth.ladder_seeds = tuple(ladder_seed(base, c) for c in range(1, run.num_ladders))
     return lls, seeds
 
 
