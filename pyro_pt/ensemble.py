@@ -1,8 +1,8 @@
 r"""Several independent ladders of one run, advanced together (``num_ladders=C``).
 
 Each ladder is a whole run of its own (:class:`~pyro_pt.run.Run`: its rungs, random streams,
-swaps, lineages, recorder and report), and all of them share the model's captured graphs and
-the ladder's betas. Every scan, the tempered rungs of all the ladders take their step in one
+swaps, lineages and recorder; the first ladder's report is the ensemble's), and all of them
+share the model's captured graphs and the ladder's betas. Every scan, the tempered rungs of all the ladders take their step in one
 batched call of the explorer (one :class:`~pyro_pt.explorers.HMCGroup` over every ladder's
 rungs), so on a small model C ladders cost far less than C runs; each ladder's prior rung
 draws on its own. The ladders' cold chains are independent, so the tempered restarts add up.

@@ -293,7 +293,8 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
                 transforms = run.split.transforms
                 run.recorder.record_cold({name: transforms[name].inv(v) if name in transforms
                                           else v for name, v in cold.items()})
-            run.report.observe(run, Scan(cold_moved, outcome, cold))  # the report's columns
+            if run.report is not None:  # the report's columns (the first ladder's: the ensemble's)
+                run.report.observe(run, Scan(cold_moved, outcome, cold))
             if first.refitting:  # q is refitted to the cold draws at warmup rounds' ends
                 first.refitting.keep(run, cold, ladder)
             if ensemble is None:

@@ -310,13 +310,8 @@ class Report:
         self.rows = []
         self.kept = {}  # heading -> what the column keeps over the current round
         self._printing = comm.rank == 0 and _progress_bar_active()
-        self._speaks = comm.rank == 0  # prints and warns (not an ensemble's other ladders)
+        self._speaks = comm.rank == 0  # prints and warns
         self._finished = False
-
-    def quiet(self):
-        """Print nothing and warn of nothing: the report of an ensemble's ladder other than the
-        first (:mod:`pyro_pt.ensemble`), whose review is the pooled one."""
-        self._printing = self._speaks = False
 
     def begin_round(self, run, end=None):
         """A round of ``run`` from its current scan, after the round end ``end`` (None: the

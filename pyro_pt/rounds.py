@@ -82,8 +82,7 @@ def after_scans(runs, pooled=None):
         pooled.end_round(runs, end)
     for run in runs:  # every ladder's records first: the first ladder's report reads them all
         run.schedule.begin_records(run, end)
-    for run in runs:
-        run.report.begin_round(run, end)
+    first.report.begin_round(first, end)  # the ensemble's one report
 
 
 class ReportRow:

@@ -215,13 +215,16 @@ def set_up_run(run, args, kwargs):
     return run
 
 
-def _records(run, local_ll, seeds):
-    """``run``'s swap stream, lls, recorder and report, from its rungs' ``local_ll``."""
+def _records(run, local_ll, seeds, report=True):
+    """``run``'s swap stream, lls, recorder and (where ``report``) report, from its rungs'
+    ``local_ll``."""
     num = run.num_replicas
     run.swap_generator = torch.Generator().manual_seed(seeds[num])  # the same on every rank
     run.ll = run.rungs.gather(local_ll)
     run.recorder = TemperingRecorder(num, run.warmup_steps, run.ladder.legs,
                                      run.ladder.exact_hots)
+    if not report:
+        return
     run.report = Report(run.warmup_steps, run.comm,
                         run.growth and run.growth.max_replicas or None)
     run.report.begin_round(run)
@@ -230,8 +233,10 @@ def _records(run, local_ll, seeds):
 def set_up_followers(first):
     """The runs of an ensemble's other ladders (:mod:`pyro_pt.ensemble`), from the rungs
     ``first``'s set-up built for them: the model's split, captured graphs, ladder and
-    explorer info are ``first``'s; the rungs, streams, records and (silent) report their own;
-    their round-end step is the report's row."""
+    explorer info are ``first``'s; the rungs, streams and records their own. They have no
+    report and no round-end step of their own: the first ladder's report reads every ladder's
+    records (:func:`pyro_pt.report.records`), and the ladders adapt together
+    (:class:`~pyro_pt.ensemble.PooledAdaptation`)."""
     runs = []
     for explorers, states, lls, seeds in first.followers:
         run = Run(first.options, first.comm, first.ladder, first.warmup_steps)
@@ -241,10 +246,8 @@ def set_up_followers(first):
                               first.rungs.kind)
         for explorer, z in zip(explorers, states):
             run.rungs.add(explorer, z)
-        _records(run, lls, seeds)
-        run.report.quiet()
-        run.schedule = RoundSchedule(run.warmup_steps, first.options.swap_interval,
-                                     [ReportRow()])
+        _records(run, lls, seeds, report=False)
+        run.schedule = RoundSchedule(run.warmup_steps, first.options.swap_interval)
         run.initial_state = run.rungs.cold_state()
         runs.append(run)
     first.followers = []
