@@ -30,7 +30,8 @@ coordinate (ArviZ, one chain per ladder) and per second of the whole run.
 
 ``--runs`` picks the runs: ``default`` (``ParallelTempering(model)``), ``one``
 (``num_ladders=1``), ``variational`` (``reference="variational"``, its default ladders) and
-``variational8`` (the same with ``num_ladders=8``).
+``variational8`` (the same with ``num_ladders=8``) and ``mixture`` (``reference="mixture"``,
+its default ladders).
 """
 
 import argparse
@@ -73,10 +74,12 @@ def one_run(model, args, ladders, warmup, samples, seed):
 
 # ``--runs``: (ladders, reference) of each run compared
 RUNS = {"default": (None, "prior"), "one": (1, "prior"),
-        "variational": (None, "variational"), "variational8": (8, "variational")}
+        "variational": (None, "variational"), "variational8": (8, "variational"),
+        "mixture": (None, "mixture")}
 RUN_LABELS = {"default": "default", "one": "`num_ladders=1`",
               "variational": "`reference=\"variational\"`",
-              "variational8": "`reference=\"variational\", num_ladders=8`"}
+              "variational8": "`reference=\"variational\", num_ladders=8`",
+              "mixture": "`reference=\"mixture\"`"}
 
 
 def default_run(model, args, site, target, seed, samples, warmup, ladders=None,

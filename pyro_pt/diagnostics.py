@@ -100,7 +100,7 @@ class Diagnostics:
         if run.reference is not None and betas[records.legs.hots[0]] == 0.0:
             # the stepping stones run from q (normalized) to the posterior: still log p(y)
             out["log_Z_meaning"] = ("log evidence log p(y) (the hottest rung is the reference "
-                                    f"q, a normalized {run.reference.kind} Gaussian)")
+                                    f"q, normalized: a {run.reference.describe()})")
         return out
 
     def ladder_diagnostics(self):

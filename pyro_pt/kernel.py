@@ -130,7 +130,10 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
         warmup round's end to the cold chain's draws, so that rung beta targets
         :math:`(1-\beta)\log q + \beta(lp + ll)` and the barrier between the hot end and the
         posterior shrinks (Surjanovic et al. 2022); or a fitted Pyro autoguide
-        (``AutoNormal``, ``AutoMultivariateNormal``, ...), its Gaussian kept fixed. With a
+        (``AutoNormal``, ``AutoMultivariateNormal``, ...), its Gaussian kept fixed;
+        ``"mixture"``, a Gaussian mixture refitted as ``"variational"`` is (a component on
+        each mode the cold chains found: on a multimodal posterior a far shorter barrier than
+        one Gaussian's; :mod:`pyro_pt.reference.mixture`). With a
         reference the default ladder ends at ``max_temperature=inf`` (beta = 0 is q, drawn
         exactly), and log Z is still the evidence. ``explorer_info["reference"]`` says which.
     :param int num_ladders: C independent ladders of the same betas, whose tempered rungs

@@ -25,7 +25,7 @@ from .options import FALLBACK_MAX_TEMPERATURE, check_split, shared_settings
 from .potential import FunctionalSplit, ModelSplit, torch_compat
 from .random import ladder_seed, reference_seed, stream_seeds
 from .recorders import TemperingRecorder
-from .reference import is_prior, make_reference
+from .reference import is_fitted, is_prior, make_reference
 from .reference.refit import Refitting
 from .reference.stabilized import stabilize
 from .report import Report
@@ -58,19 +58,18 @@ def finite_hot_end(run, split):
 
 
 def _one_leg_to_a_fitted_q(run, legs):
-    """Warn where ``reference="variational"`` runs one leg (no ``legs`` on the ladder after
-    :func:`~pyro_pt.reference.stabilized.stabilize`, whose reason ``legs`` says): its only hot
-    end is q, fitted to the cold chain's warmup draws, and a mode those draws missed is cut off
-    without a sign (on the
-    two-component mixture, a one-leg q fitted one mode: share error 0.5, log Z off by log 2, no
-    other warning; ``benchmarks/reference.py --defaults``). A guide the user fitted is their
+    """Warn where a fitted reference (``"variational"``, ``"mixture"``) runs one leg (no
+    ``legs`` on the ladder after :func:`~pyro_pt.reference.stabilized.stabilize`, whose reason
+    ``legs`` says): its only hot end is q, fitted to the cold chain's warmup draws, and a mode
+    those draws missed is cut off without a sign (on the two-component mixture, a one-leg q
+    fitted one mode: share error 0.5, log Z off by log 2, no other warning; ``benchmarks/reference.py --defaults``). A guide the user fitted is their
     choice of q, and is not warned of."""
-    if (run.options.reference != "variational" or run.resume_from or run.comm.rank != 0
+    if (not is_fitted(run.options.reference) or run.resume_from or run.comm.rank != 0
             or run.ladder.legs is not None):
         return
     warnings.warn(
-        f"ParallelTempering(reference='variational') runs {legs}: the only hot end is q, a "
-        "Gaussian fitted to the cold chain's warmup draws, so a mode those draws missed is never "
+        f"ParallelTempering(reference={run.options.reference!r}) runs {legs}: the only hot end "
+        "is q, fitted to the cold chain's warmup draws, so a mode those draws missed is never "
         "proposed and the cold chain's mode weights can be wrong without any other warning. "
         "For mode weights leave the ladder to its default (two legs, to q and to the prior, with "
         "num_replicas of 4 or more and no temperatures or max_temperature), or use the default "
@@ -202,7 +201,7 @@ def set_up_run(run, args, kwargs):
     run.explorer_info["reference"] = ("prior" if run.reference is None
                                       else run.reference.describe())
     schedule = RoundSchedule(run.warmup_steps, options.swap_interval)
-    if run.reference is not None and options.reference == "variational":
+    if run.reference is not None and is_fitted(options.reference):
         run.refitting = Refitting(run.reference, schedule.warmup_ends, run.split.latent_names)
     # compile="auto": TorchScript, then Inductor from the warmup round's end where it pays
     run.autocompile = AutoCompile.for_run(run)

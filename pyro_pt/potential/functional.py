@@ -159,6 +159,18 @@ class FunctionalSplit:
             return None
         return values, flat
 
+    def graph_log_densities(self, flat):
+        """``(lp, ll)`` at a flat point from the captured graph, detached, by the faster of
+        its compiled graphs (under Inductor the one with gradients: the values-only graph stays
+        on TorchScript, 0.19 ms against 0.02 ms on the two-component mixture); None where the
+        graph does not answer or is not finite there (the trace's semantics then decide)."""
+        compiled = self.compiled
+        with torch.no_grad():
+            out = compiled.evaluate(flat, grads=compiled.engine == "inductor")
+        if out is None or not bool(torch.isfinite(out[0]) & torch.isfinite(out[1])):
+            return None
+        return out[0], out[1]
+
     def log_densities(self, z):
         """``(lp(z), ll(z))`` as :meth:`ModelSplit.log_densities`, differentiable (first order)
         with respect to the values of ``z`` that require grad."""

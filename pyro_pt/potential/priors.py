@@ -103,16 +103,11 @@ class DirectPrior:
     def finish(self, row):
         """A draw of :meth:`block` (a row ``[D]``) as ``(z, ll)``: its sites and its ll, from
         the captured graph (the traced path where the graph's is not finite)."""
-        compiled = self.fast.compiled
-        z = compiled.layout.unflatten(row)  # a plain dict: Pyro's kernels copy their states
-        with torch.no_grad():
-            # Under Inductor the graph with gradients is the compiled one (the "values" graph
-            # stays on TorchScript, 0.19 ms against 0.02 ms on the mixture).
-            out = compiled.evaluate(row, grads=compiled.engine == "inductor")
-        ll = math.nan if out is None else float(out[1])
-        if not math.isfinite(ll):
+        z = self.fast.compiled.layout.unflatten(row)  # a plain dict: Pyro's kernels copy it
+        out = self.fast.graph_log_densities(row)
+        if out is None:
             return z, self.fast.split.log_likelihood(z)  # the traced path's NaN or -inf
-        return z, ll
+        return z, float(out[1])
 
     def __call__(self):
         """An exact draw from the prior (site -> unconstrained tensor) and its ll."""

@@ -1,6 +1,8 @@
 r"""The reference of a tempered run, what its hottest rung (beta = 0) samples: ``"prior"`` (the
 default), ``"variational"`` (a Gaussian q first matched to the prior's moments, then refitted
-to the cold chain, :mod:`~pyro_pt.reference.gaussian`) or a fitted Pyro autoguide's Gaussian
+to the cold chain, :mod:`~pyro_pt.reference.gaussian`), ``"mixture"`` (the same start, then a
+Gaussian mixture fitted to the cold chain, :mod:`~pyro_pt.reference.mixture`) or a fitted
+Pyro autoguide's Gaussian
 (:mod:`~pyro_pt.reference.guide`); rung beta then targets
 :math:`(1-\beta)\log q + \beta(lp + ll)` (:mod:`~pyro_pt.reference.split`). What is
 computed, and why: docs/design.md, "A fitted reference" (Surjanovic, Syed, Bouchard-Cote,
@@ -15,9 +17,11 @@ from ..potential import FlatLayout
 from ..random import RandomStream
 from .gaussian import GaussianReference
 from .guide import from_guide
+from .mixture import MixtureReference
 from .split import ReferencedSplit
 
-REFERENCES = ("prior", "variational")
+REFERENCES = ("prior", "variational", "mixture")
+FITTED = ("variational", "mixture")  # the references refitted to the cold chain in warmup
 PRIOR_DRAWS = 200  # draws of the prior the first variational reference is matched to
 
 
@@ -26,24 +30,39 @@ def is_prior(reference):
     return isinstance(reference, str) and reference == "prior"
 
 
+def is_fitted(reference):
+    """Whether ``reference`` is refitted to the cold chain in warmup (``"variational"``,
+    ``"mixture"``); a guide is never compared by ``==``."""
+    return isinstance(reference, str) and reference in FITTED
+
+
 def check_reference(reference):
     """Raise a clear error unless ``reference`` is one the kernel takes."""
     if isinstance(reference, AutoGuide):
         return
     if not isinstance(reference, str) or reference not in REFERENCES:
-        raise ValueError(f"reference must be 'prior', 'variational' or a fitted Pyro autoguide "
-                         f"(e.g. AutoMultivariateNormal after SVI), got {reference!r}")
+        raise ValueError(f"reference must be 'prior', 'variational', 'mixture' or a fitted Pyro "
+                         f"autoguide (e.g. AutoMultivariateNormal after SVI), got {reference!r}")
 
 
 def make_reference(reference, split, seed, user_transforms=None):
-    """The :class:`GaussianReference` of ``reference`` on ``split`` (None for ``"prior"``);
-    ``seed`` seeds the prior draws of a first variational fit (the same on every rank, so every
-    rank fits the same q)."""
+    """The q of ``reference`` on ``split`` (None for ``"prior"``): a fitted guide's Gaussian,
+    or the first q of a fitted reference, a Gaussian matched to the prior's moments (one
+    component of a :class:`MixtureReference` for ``"mixture"``); ``seed`` seeds the prior
+    draws of that first fit (the same on every rank, so every rank fits the same q)."""
     check_reference(reference)
     if isinstance(reference, AutoGuide):
         return from_guide(reference, split, user_transforms)
     if is_prior(reference):
         return None
+    q = _first_gaussian(split, seed)
+    if reference == "variational":
+        return q
+    tril = torch.diag(q.scale) if q.scale_tril is None else q.scale_tril
+    return MixtureReference.gaussian(q.mean, tril @ tril.T, q.origin)
+
+
+def _first_gaussian(split, seed):
     names = split.latent_names
     try:
         split.check_proper_prior()
@@ -64,5 +83,5 @@ def make_reference(reference, split, seed, user_transforms=None):
     return q
 
 
-__all__ = ["GaussianReference", "REFERENCES", "ReferencedSplit", "check_reference",
-           "from_guide", "is_prior", "make_reference"]
+__all__ = ["FITTED", "GaussianReference", "MixtureReference", "REFERENCES", "ReferencedSplit",
+           "check_reference", "from_guide", "is_fitted", "is_prior", "make_reference"]

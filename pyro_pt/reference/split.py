@@ -80,6 +80,43 @@ class ReferencedFused:
         return step
 
 
+class ReferencePrior:
+    """
+    Exact draws from q for the hot end against it, as
+    :class:`~pyro_pt.potential.priors.DirectPrior` gives the prior's: a block of draws in one
+    call (the global random stream), each one's ll' from the model's captured graph and q's
+    density. :attr:`version` is q's fit count: a block drawn before a refit is not handed out
+    after it (:class:`~pyro_pt.explorers.prior.PriorExplorer`). Measured on the two-component
+    mixture, ``reference="mixture"``, 8 ladders, 1000 + 1000 (one thread): the run took
+    16.8 s drawing q one point at a time (each through ``sample_prior``), against 12.1 s.
+    """
+
+    path = "direct"
+
+    def __init__(self, split):
+        self.split = split
+
+    @property
+    def version(self):
+        return self.split.reference.fits
+
+    def block(self, count):
+        """``count`` draws of q, flat ``[count, D]``."""
+        layout, like = self.split._layout()
+        return self.split.reference.sample_block(count, layout.flatten(like))
+
+    def finish(self, row):
+        """A draw of :meth:`block` as ``(z, ll')``: ``lp + ll - log q`` from the graph and q
+        (the trace where the graph's is not finite)."""
+        split = self.split
+        z = split.base.compiled.layout.unflatten(row)
+        out = split.base.graph_log_densities(row)
+        with torch.no_grad():
+            if out is None:
+                return z, float(split.log_densities(z)[1])
+            return z, float(out[0] + out[1] - split.reference.log_prob(row))
+
+
 class ReferencedSplit:
     """The model's split ``base`` (a :class:`~pyro_pt.potential.FunctionalSplit` or
     :class:`~pyro_pt.potential.ModelSplit`) with its prior replaced by ``reference``, the
@@ -92,12 +129,22 @@ class ReferencedSplit:
         self.fused = ReferencedFused(self)
         self.lockstep = ReferencedLockstep(self) if hasattr(base, "batched") else _NoLockstep()
 
-    # The hot end against q draws q (sample_prior), never the model's prior: the base's prior
-    # draws (FunctionalSplit.prior) are not forwarded.
-    prior = None
+    @property
+    def prior(self):
+        """The hot end's draws from q in blocks (:class:`ReferencePrior`) where the model's
+        graph was captured and q draws so (``pooled_draws``: a mixture; a Gaussian's runs keep
+        the random path of one draw per step their tests are seeded on), else None (each draw
+        then :meth:`sample_prior`); never the model's prior draws (``FunctionalSplit.prior``)."""
+        compiled = getattr(self.base, "compiled", None)
+        if compiled is None or compiled.path != "functional" or not getattr(
+                self.reference, "pooled_draws", False):
+            return None
+        if self.__dict__.get("_prior") is None:
+            self._prior = ReferencePrior(self)
+        return self._prior
 
     def __getattr__(self, name):  # the rest (flatten, path, compiled, device, ...) is base's
-        if name in ("base", "model_split", "reference", "fused", "lockstep") or \
+        if name in ("base", "model_split", "reference", "fused", "lockstep", "_prior") or \
                 name.startswith("__"):
             raise AttributeError(name)  # not set yet (unpickling)
         return getattr(self.base, name)

@@ -261,8 +261,9 @@ def test_a_checkpoint_saves_the_declared_state_and_nothing_else(tmp_path):
     engine = hmc["engine"][1]
     assert set(engine) == set(BatchedHMC.STATE + BatchedHMC.SLOTS)
     assert set(engine["_warmup"][1]) == {"windows", "welford", "dual", "trajectory", "divergent"}
-    # the prior rung's: its stream and its pool of draws made at once
-    assert set(payload["rungs"][2]["explorer"]) == {"stream", "_pool", "_next"}
+    # the prior rung's: its stream, its pool of draws made at once and the version of their
+    # source (a refitted q's) the pool was drawn from
+    assert set(payload["rungs"][2]["explorer"]) == {"stream", "_pool", "_next", "_version"}
     assert set(payload["ladder"]) == {"initial", "legs", "betas", "history"}
     assert set(payload["recorder"]["index"][1]) == set(IndexProcess.STATE)
     assert set(payload["report"]) == set(Report.STATE)  # what each column keeps, by heading
