@@ -338,9 +338,9 @@ def timed_pyro_pt(model, model_args, site, seed, warmup, samples, ladders=None,
     return kernel, draws, seconds, kernel.diagnostics(), warned
 
 
-def run_pyro_pt(model, model_args, site, seed, n, ladders=None):
+def run_pyro_pt(model, model_args, site, seed, n, ladders=None, reference="prior"):
     kernel, draws, seconds, diagnostics, warned = timed_pyro_pt(model, model_args, site, seed,
-                                                                n, n, ladders)
+                                                                n, n, ladders, reference)
     restarts = diagnostics.get("restarts") or 0
     return (draws, float(diagnostics["log_Z"]), seconds,
             f"{n} + {n} draws, K {kernel.num_replicas} x {kernel.explorer_info['num_ladders']} "
@@ -348,7 +348,8 @@ def run_pyro_pt(model, model_args, site, seed, n, ladders=None):
             + (", warned" if warned else ""), restarts / seconds)
 
 
-def fit_budget(model, model_args, site, seed, budget, per_scan, tries=3, ladders=None):
+def fit_budget(model, model_args, site, seed, budget, per_scan, tries=3, ladders=None,
+               reference="prior"):
     """A pyro_pt run of about ``budget`` seconds: ``n`` from ``per_scan`` (seconds per scan);
     a run that took under :data:`FILLED` of the budget (its per-scan cost fell, e.g. when
     ``compile="auto"`` switched to Inductor) is taken as a calibration and run again, longer,
@@ -357,7 +358,7 @@ def fit_budget(model, model_args, site, seed, budget, per_scan, tries=3, ladders
     for attempt in range(tries):
         n = max(50, int(budget / (2 * per_scan)))
         draws, log_z, seconds, note, rate = run_pyro_pt(model, model_args, site, seed, n,
-                                                        ladders)
+                                                        ladders, reference)
         per_scan = seconds / (2 * n)
         if seconds >= FILLED * budget or attempt == tries - 1:
             return draws, log_z, seconds, note, rate, per_scan
@@ -417,11 +418,15 @@ def table(results, args):
 
 
 def runs_of(args):
-    """The samplers run, pyro_pt once per ``--ladders`` value."""
+    """The samplers run, pyro_pt once per ``--references`` and ``--ladders`` value: ``pyro_pt``
+    (the defaults), ``pyro_pt mixture`` (``reference="mixture"``), ``pyro_pt x8``
+    (``num_ladders=8``), ..."""
     out = []
     for sampler in args.samplers:
         if sampler == "pyro_pt":
-            out += ["pyro_pt" if c == 0 else f"pyro_pt x{c}" for c in args.ladders]
+            out += [" ".join(["pyro_pt"] + ([] if r == "prior" else [r])
+                             + ([] if c == 0 else [f"x{c}"]))
+                    for r in args.references for c in args.ladders]
         else:
             out.append(sampler)
     return out
@@ -430,6 +435,12 @@ def runs_of(args):
 def ladders_of(sampler):
     """pyro_pt's ``num_ladders``: None (the default rule) for ``pyro_pt``, C for ``pyro_pt xC``."""
     return int(sampler.split("x")[-1]) if " x" in sampler else None
+
+
+def reference_of(sampler):
+    """pyro_pt's ``reference``: the word after ``pyro_pt`` that is not a ladder count."""
+    words = [w for w in sampler.split()[1:] if not w.startswith("x")]
+    return words[0] if words else "prior"
 
 
 def main(argv=None):
@@ -445,6 +456,10 @@ def main(argv=None):
     parser.add_argument("--ladders", type=int, nargs="+", default=[0],
                         help="pyro_pt's num_ladders, one pyro_pt sampler each (0: the default "
                              "rule, named 'pyro_pt'; C: named 'pyro_pt xC')")
+    parser.add_argument("--references", nargs="+", default=["prior"],
+                        choices=["prior", "variational", "mixture"],
+                        help="pyro_pt's reference, one pyro_pt sampler each ('prior': the "
+                             "default, named 'pyro_pt'; else 'pyro_pt <reference>')")
     parser.add_argument("--quick", action="store_true",
                         help="a check of the script: 4 s budgets, one seed")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -484,12 +499,13 @@ def main(argv=None):
             model, model_args, site = pyro_model(t, spec)
             check_model(t, model, model_args, site)
             per_scan = {}
-            if "pyro_pt" in args.samplers:
-                *_, seconds, note, _ = run_pyro_pt(model, model_args, site, 0, PILOT)
-                per_scan = {s: seconds / (2 * PILOT) for s in runs_of(args)
-                            if s.startswith("pyro_pt")}
-                print(f"pyro_pt pilot (untimed): {seconds:.1f} s, {note}")
-            print(f"{'sampler':10s} {'budget':>6s} {'seed':>4s} {'s':>6s} {'share err':>9s} "
+            for sampler in runs_of(args):
+                if sampler.startswith("pyro_pt"):  # each run's own pilot
+                    *_, seconds, note, _ = run_pyro_pt(model, model_args, site, 0, PILOT,
+                                                       ladders_of(sampler), reference_of(sampler))
+                    per_scan[sampler] = seconds / (2 * PILOT)
+                    print(f"{sampler} pilot (untimed): {seconds:.1f} s, {note}")
+            print(f"{'sampler':16s} {'budget':>6s} {'seed':>4s} {'s':>6s} {'share err':>9s} "
                   f"{'logZ err':>9s}  note")
             for budget in args.budgets:
                 for seed in args.seeds:
@@ -497,14 +513,14 @@ def main(argv=None):
                         if sampler.startswith("pyro_pt"):
                             draws, log_z, seconds, note, rate, per_scan[sampler] = fit_budget(
                                 model, model_args, site, seed, budget, per_scan[sampler],
-                                ladders=ladders_of(sampler))
+                                ladders=ladders_of(sampler), reference=reference_of(sampler))
                             row = {"seconds": seconds, "rate": rate}
                         else:
                             out = os.path.join(tmp, "draws.npy")
                             reply = ask(process, {"sampler": sampler, "spec": spec, "seed": seed,
                                                   "budget": budget, "out": out})
                             if "error" in reply:
-                                print(f"{sampler:10s} {budget:6g} {seed:4d} failed: "
+                                print(f"{sampler:16s} {budget:6g} {seed:4d} failed: "
                                       f"{reply['error']}", flush=True)
                                 results.setdefault((name, sampler, budget), []).append(reply)
                                 continue
@@ -513,7 +529,7 @@ def main(argv=None):
                             row = {"seconds": seconds}
                         row.update(share_error=t.share_error(draws), log_z_error=log_z - exact)
                         results.setdefault((name, sampler, budget), []).append(row)
-                        print(f"{sampler:10s} {budget:6g} {seed:4d} {seconds:6.1f} "
+                        print(f"{sampler:16s} {budget:6g} {seed:4d} {seconds:6.1f} "
                               f"{row['share_error']:9.3f} {row['log_z_error']:9.2f}  {note}",
                               flush=True)
         if process is not None:
