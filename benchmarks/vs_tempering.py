@@ -30,7 +30,9 @@ Samplers, each as a new user runs it, one thread, started from the prior, for a 
   ``num_ladders`` (``pyro_pt``: ``ParallelTempering(model)``, whose default rule runs 8 ladders
   on these small models; ``pyro_pt x1``, ``pyro_pt x4``: ``num_ladders=1``, ``4``); each ladder
   runs ``n + n`` scans and MCMC holds ``n`` draws, every C-th of each ladder
-  (:mod:`pyro_pt.ensemble`).
+  (:mod:`pyro_pt.ensemble`). ``--references prior mixture`` runs it once per reference as
+  well (``pyro_pt mixture``: ``reference="mixture"``, :mod:`pyro_pt.reference.mixture`), each
+  from its own pilot.
 - ``ptemcee`` 1.0 (Vousden et al. 2016): 32 walkers (at least ``2 dim + 2``, as it requires) x 8
   temperatures, ``Tmax=inf`` (its docstring's choice for an adaptive ladder), the ladder adapted
   in the first half of the budget (``adapt=True``, nothing stored), fixed in the second, whose
