@@ -62,7 +62,8 @@ def _one_leg_to_a_fitted_q(run, legs):
     ``legs`` on the ladder after :func:`~pyro_pt.reference.stabilized.stabilize`, whose reason
     ``legs`` says): its only hot end is q, fitted to the cold chain's warmup draws, and a mode
     those draws missed is cut off without a sign (on the two-component mixture, a one-leg q
-    fitted one mode: share error 0.5, log Z off by log 2, no other warning; ``benchmarks/reference.py --defaults``). A guide the user fitted is their
+    fitted one mode: share error 0.5, log Z off by log 2, no other warning;
+    ``benchmarks/reference.py --defaults``). A guide the user fitted is their
     choice of q, and is not warned of."""
     if (not is_fitted(run.options.reference) or run.resume_from or run.comm.rank != 0
             or run.ladder.legs is not None):

@@ -171,6 +171,12 @@ class FunctionalSplit:
             return None
         return out[0], out[1]
 
+    def graph_log_likelihood(self, z, flat=None):
+        """``ll(z)`` as a float from :meth:`graph_log_densities` (``flat``: ``z`` flattened,
+        where the caller has it), from the trace where the graph does not answer."""
+        out = self.graph_log_densities(self.flatten(z) if flat is None else flat)
+        return self.split.log_likelihood(z) if out is None else float(out[1])
+
     def log_densities(self, z):
         """``(lp(z), ll(z))`` as :meth:`ModelSplit.log_densities`, differentiable (first order)
         with respect to the values of ``z`` that require grad."""

@@ -16,8 +16,6 @@ hierarchy's ``theta ~ Normal(mu, tau)``) gives other densities at other values o
 ``tau`` and keeps the trace (:attr:`DirectPrior.reason` names the site).
 """
 
-import math
-
 import torch
 
 import pyro.poutine as poutine
@@ -104,10 +102,7 @@ class DirectPrior:
         """A draw of :meth:`block` (a row ``[D]``) as ``(z, ll)``: its sites and its ll, from
         the captured graph (the traced path where the graph's is not finite)."""
         z = self.fast.compiled.layout.unflatten(row)  # a plain dict: Pyro's kernels copy it
-        out = self.fast.graph_log_densities(row)
-        if out is None:
-            return z, self.fast.split.log_likelihood(z)  # the traced path's NaN or -inf
-        return z, float(out[1])
+        return z, self.fast.graph_log_likelihood(z, row)
 
     def __call__(self):
         """An exact draw from the prior (site -> unconstrained tensor) and its ll."""

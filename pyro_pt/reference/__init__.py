@@ -59,7 +59,7 @@ def make_reference(reference, split, seed, user_transforms=None):
     if reference == "variational":
         return q
     tril = torch.diag(q.scale) if q.scale_tril is None else q.scale_tril
-    return MixtureReference.gaussian(q.mean, tril @ tril.T, q.origin)
+    return MixtureReference.gaussian(q.mean, tril, q.origin)
 
 
 def _first_gaussian(split, seed):
@@ -83,5 +83,5 @@ def _first_gaussian(split, seed):
     return q
 
 
-__all__ = ["FITTED", "GaussianReference", "MixtureReference", "REFERENCES", "ReferencedSplit",
+__all__ = ["GaussianReference", "MixtureReference", "REFERENCES", "ReferencedSplit",
            "check_reference", "from_guide", "is_fitted", "is_prior", "make_reference"]

@@ -42,14 +42,18 @@ MIN_VARIANCE = 1e-12
 UNUSED = -1e30  # the log weight of a graph's unused component: exp gives exactly 0
 
 
+def _log_terms(log_weights, trils):
+    r"""``[J]``: :math:`\log w_j - \log|L_j| - D/2 \log 2\pi`, each component's density at
+    its mean."""
+    log_det = torch.diagonal(trils, dim1=-2, dim2=-1).log().sum(-1)
+    return log_weights - log_det - 0.5 * trils.shape[-1] * math.log(2 * math.pi)
+
+
 def _component_log_probs(x, log_weights, means, trils):
     r"""``[n, J]``: :math:`\log w_j + \log \mathcal N(x_i; m_j, L_j L_j^\top)`."""
-    d = x.shape[-1]
     centred = (x.unsqueeze(0) - means.unsqueeze(1)).transpose(-1, -2)  # [J, D, n]
     u = torch.linalg.solve_triangular(trils, centred, upper=False)
-    log_det = torch.diagonal(trils, dim1=-2, dim2=-1).log().sum(-1)
-    log_norm = log_det + 0.5 * d * math.log(2 * math.pi)
-    return (log_weights[:, None] - 0.5 * (u * u).sum(1) - log_norm[:, None]).T
+    return (_log_terms(log_weights, trils)[:, None] - 0.5 * (u * u).sum(1)).T
 
 
 def _seeds(x, count, generator):
@@ -145,13 +149,13 @@ class MixtureReference:
         self._set(log_weights, means, scale_trils)
 
     @classmethod
-    def gaussian(cls, mean, covariance, origin):
-        """One component, :math:`\\mathcal N(` ``mean``, ``covariance`` :math:`)`; up to
-        :data:`MAX_COMPONENTS` after a fit where D is at most :data:`MAX_MIXTURE_DIM`."""
+    def gaussian(cls, mean, scale_tril, origin):
+        """One component, :math:`\mathcal N(` ``mean``, ``scale_tril scale_tril^T``
+        :math:`)`; up to :data:`MAX_COMPONENTS` after a fit where D is at most
+        :data:`MAX_MIXTURE_DIM`."""
         mean = mean.detach().to(torch.float64).reshape(1, -1)
-        tril = torch.linalg.cholesky(covariance.to(torch.float64))
         most = MAX_COMPONENTS if mean.shape[1] <= MAX_MIXTURE_DIM else 1
-        return cls(torch.zeros(1, dtype=torch.float64), mean, tril[None], most, origin)
+        return cls(torch.zeros(1, dtype=torch.float64), mean, scale_tril[None], most, origin)
 
     def _set(self, log_weights, means, scale_trils):
         means = means.detach().to(torch.float64).clone()
@@ -178,10 +182,6 @@ class MixtureReference:
     def num_components(self):
         return self.means.shape[0]
 
-    @property
-    def kind(self):
-        return f"mixture of {self.num_components} full-rank"
-
     def describe(self):
         fitted = f", fitted {self.fits} times" if self.fits else ""
         return (f"mixture of {self.num_components} full-rank Gaussians ({self.origin}"
@@ -203,7 +203,7 @@ class MixtureReference:
             m, (j, d) = self.max_components, self.means.shape
             eye = torch.eye(d, dtype=torch.float64)
             log_terms = torch.full((m,), UNUSED, dtype=torch.float64)
-            log_terms[:j] = self._log_terms()
+            log_terms[:j] = _log_terms(self.log_weights, self.scale_trils)
             means = torch.zeros(m, d, dtype=torch.float64)
             means[:j] = self.means
             inverse = eye.expand(m, d, d).clone()
@@ -213,15 +213,11 @@ class MixtureReference:
                                     for t in (log_terms, means, inverse))
         return self._cast[key]
 
-    def _log_terms(self):
-        log_det = torch.diagonal(self.scale_trils, dim1=-2, dim2=-1).log().sum(-1)
-        return self.log_weights - log_det - 0.5 * self.dim * math.log(2 * math.pi)
-
     def _params(self, like):
         key = (like.dtype, like.device)
         if key not in self._cast:
             self._cast[key] = tuple(t.to(dtype=like.dtype, device=like.device) for t in (
-                self._log_terms(), self.means, self.scale_trils))
+                _log_terms(self.log_weights, self.scale_trils), self.means, self.scale_trils))
         return self._cast[key]
 
     def _whiten(self, flat):
@@ -249,18 +245,13 @@ class MixtureReference:
         return log_q, (resp.unsqueeze(-1) * grads).sum(-2)
 
     def sample(self, like):
-        """One exact draw ``[D]`` in ``like``'s dtype and device (the global random stream):
-        a component by its weight, then its Gaussian."""
-        log_terms, means, trils = self._params(like)
-        weights = self.log_weights.exp()
-        j = min(int(torch.searchsorted(weights.cumsum(0), torch.rand((), dtype=torch.float64))),
-                self.num_components - 1)
-        noise = torch.randn(self.dim, dtype=like.dtype, device=like.device)
-        return means[j] + trils[j] @ noise
+        """One exact draw ``[D]`` in ``like``'s dtype and device (the global random stream)."""
+        return self.sample_block(1, like)[0]
 
     def sample_block(self, count, like):
-        """``count`` exact draws ``[count, D]`` (the global random stream)."""
-        log_terms, means, trils = self._params(like)
+        """``count`` exact draws ``[count, D]`` (the global random stream): each a component
+        by its weight, then that component's Gaussian."""
+        _, means, trils = self._params(like)
         uniforms = torch.rand(count, dtype=torch.float64)
         j = torch.searchsorted(self.log_weights.exp().cumsum(0), uniforms)
         j = j.clamp(max=self.num_components - 1).to(like.device)

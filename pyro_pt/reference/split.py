@@ -108,13 +108,8 @@ class ReferencePrior:
     def finish(self, row):
         """A draw of :meth:`block` as ``(z, ll')``: ``lp + ll - log q`` from the graph and q
         (the trace where the graph's is not finite)."""
-        split = self.split
-        z = split.base.compiled.layout.unflatten(row)
-        out = split.base.graph_log_densities(row)
-        with torch.no_grad():
-            if out is None:
-                return z, float(split.log_densities(z)[1])
-            return z, float(out[0] + out[1] - split.reference.log_prob(row))
+        z = self.split.base.compiled.layout.unflatten(row)
+        return z, self.split.graph_log_likelihood(z, row)
 
 
 class ReferencedSplit:
@@ -128,6 +123,7 @@ class ReferencedSplit:
         self.model_split = getattr(base, "split", base)
         self.fused = ReferencedFused(self)
         self.lockstep = ReferencedLockstep(self) if hasattr(base, "batched") else _NoLockstep()
+        self._prior = ReferencePrior(self)
 
     @property
     def prior(self):
@@ -139,8 +135,6 @@ class ReferencedSplit:
         if compiled is None or compiled.path != "functional" or not getattr(
                 self.reference, "pooled_draws", False):
             return None
-        if self.__dict__.get("_prior") is None:
-            self._prior = ReferencePrior(self)
         return self._prior
 
     def __getattr__(self, name):  # the rest (flatten, path, compiled, device, ...) is base's
@@ -170,6 +164,18 @@ class ReferencedSplit:
     def log_likelihood(self, z):
         with torch.no_grad():
             return float(self.log_densities(z)[1])
+
+    def graph_log_likelihood(self, z, flat=None):
+        """``ll'(z) = lp + ll - log q`` as a float from the model's captured graph
+        (:meth:`~pyro_pt.potential.FunctionalSplit.graph_log_densities`) and q; from
+        :meth:`log_densities` (the trace's semantics) where the graph does not answer."""
+        flat = self._flat(z) if flat is None else flat
+        graph = getattr(self.base, "graph_log_densities", None)
+        out = None if graph is None else graph(flat)
+        with torch.no_grad():
+            if out is None:
+                return float(self.log_densities(z)[1])
+            return float(out[0] + out[1] - self.reference.log_prob(flat))
 
     def sample_prior(self):
         """An exact draw from ``q`` (the global random stream) and its ``ll'``."""

@@ -7,8 +7,6 @@ docs/design.md, "The stabilized run".
 
 import math
 
-import torch
-
 from ..ladder import Ladder, geometric_ladder
 from ..legs import Legs, split_replicas
 from .split import ReferencedSplit
@@ -61,19 +59,12 @@ def rung_log_likelihood(run, rung, z):
     prior's; from the captured graph where it answers (the bridge's refresh takes two every
     other scan: through the model's trace they took a third of a stabilized run's time on the
     two-component mixture), else from the trace."""
-    split = run.split
-    against_q = run.reference is not None and (run.ladder.legs is None or
-                                                run.ladder.legs.leg_of(rung) == 0)
-    out = None
-    if run.fast is not None and run.fast.path == "functional":
-        flat = run.fast.flatten(z)
-        out = run.fast.graph_log_densities(flat)
-    if out is None:
-        return float(ReferencedSplit(split, run.reference).log_likelihood(z) if against_q
-                     else split.log_likelihood(z))
-    lp, ll = out
-    with torch.no_grad():
-        return float(lp + ll - run.reference.log_prob(flat) if against_q else ll)
+    base = run.fast if run.fast is not None else run.split
+    legs = run.ladder.legs
+    if run.reference is not None and (legs is None or legs.leg_of(rung) == 0):
+        base = ReferencedSplit(base, run.reference)
+    read = getattr(base, "graph_log_likelihood", None)
+    return float(base.log_likelihood(z) if read is None else read(z))
 
 
 def refresh(run, rungs=None):

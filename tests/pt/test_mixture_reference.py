@@ -3,8 +3,6 @@ against the components that made its draws, the compiled graph's form against th
 and whole runs against exact answers (the evidence of a conjugate model, the mode weights of
 a lopsided mixture by quadrature), resumed bitwise."""
 
-import math
-
 import pytest
 import torch
 
