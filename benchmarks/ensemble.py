@@ -28,8 +28,8 @@ coordinate (ArviZ, one chain per ladder) and per second of the whole run.
         hierarchy classifier logistic] [--seeds 1 2 3 4] [--runs default one variational
         variational8]
 
-``--runs`` picks the runs: ``default`` (``ParallelTempering(model)``), ``one``
-(``num_ladders=1``), ``variational`` (``reference="variational"``, its default ladders) and
+``--runs`` picks the runs: ``default`` (``ParallelTempering(model)``: ``reference="auto"``),
+``one`` (``num_ladders=1``), ``prior`` (``reference="prior"``: the prior alone), ``variational`` (``reference="variational"``, its default ladders) and
 ``variational8`` (the same with ``num_ladders=8``) and ``mixture`` (``reference="mixture"``,
 its default ladders).
 """
@@ -73,17 +73,18 @@ def one_run(model, args, ladders, warmup, samples, seed):
 
 
 # ``--runs``: (ladders, reference) of each run compared
-RUNS = {"default": (None, "prior"), "one": (1, "prior"),
+RUNS = {"default": (None, "auto"), "one": (1, "auto"), "prior": (None, "prior"),
         "variational": (None, "variational"), "variational8": (8, "variational"),
         "mixture": (None, "mixture")}
 RUN_LABELS = {"default": "default", "one": "`num_ladders=1`",
+              "prior": "`reference=\"prior\"`",
               "variational": "`reference=\"variational\"`",
               "variational8": "`reference=\"variational\", num_ladders=8`",
               "mixture": "`reference=\"mixture\"`"}
 
 
 def default_run(model, args, site, target, seed, samples, warmup, ladders=None,
-                reference="prior"):
+                reference="auto"):
     """One ``--defaults`` run: its printed line's numbers."""
     from vs_tempering import timed_pyro_pt
 
@@ -151,7 +152,7 @@ def user_model(name):
     raise ValueError(name)
 
 
-def user_run(name, seed, samples, warmup, ladders, reference="prior"):
+def user_run(name, seed, samples, warmup, ladders, reference="auto"):
     """One unimodal ``--defaults`` run: ladders, seconds, min bulk ESS, warnings."""
     import arviz as az
     from vs_tempering import seeded_run

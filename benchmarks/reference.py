@@ -203,7 +203,7 @@ def run_default(name, reference, seed, warmup, samples, cache, replicas=None):
     model, args, site, t, exact = cache[name]
     pyro.set_rng_seed(seed)
     pyro.clear_param_store()
-    options = ({} if reference == "prior" else {"reference": "variational"})
+    options = {"reference": "prior" if reference == "prior" else "variational"}
     if reference == "prior" and replicas:
         options["num_replicas"] = replicas
     elif reference == "variational":

@@ -30,9 +30,10 @@ Samplers, each as a new user runs it, one thread, started from the prior, for a 
   ``num_ladders`` (``pyro_pt``: ``ParallelTempering(model)``, whose default rule runs 8 ladders
   on these small models; ``pyro_pt x1``, ``pyro_pt x4``: ``num_ladders=1``, ``4``); each ladder
   runs ``n + n`` scans and MCMC holds ``n`` draws, every C-th of each ladder
-  (:mod:`pyro_pt.ensemble`). ``--references prior mixture`` runs it once per reference as
-  well (``pyro_pt mixture``: ``reference="mixture"``, :mod:`pyro_pt.reference.mixture`), each
-  from its own pilot.
+  (:mod:`pyro_pt.ensemble`). ``--references auto prior mixture`` runs it once per reference
+  (``pyro_pt``: the default ``reference="auto"``, :mod:`pyro_pt.reference.joining`;
+  ``pyro_pt prior``: the prior alone; ``pyro_pt mixture``: ``reference="mixture"``,
+  :mod:`pyro_pt.reference.mixture`), each from its own pilot.
 - ``ptemcee`` 1.0 (Vousden et al. 2016): 32 walkers (at least ``2 dim + 2``, as it requires) x 8
   temperatures, ``Tmax=inf`` (its docstring's choice for an adaptive ladder), the ladder adapted
   in the first half of the budget (``adapt=True``, nothing stored), fixed in the second, whose
@@ -330,7 +331,7 @@ def seeded_run(model, model_args, seed, warmup, samples, **kwargs):
 
 
 def timed_pyro_pt(model, model_args, site, seed, warmup, samples, ladders=None,
-                  reference="prior"):
+                  reference="auto"):
     """One seeded ``ParallelTempering(model, num_ladders=ladders, reference=reference)`` run
     under ``MCMC(warmup, samples)``: ``(kernel, draws of site, seconds, diagnostics, the
     TemperingWarnings' texts)``."""
@@ -340,7 +341,7 @@ def timed_pyro_pt(model, model_args, site, seed, warmup, samples, ladders=None,
     return kernel, draws, seconds, kernel.diagnostics(), warned
 
 
-def run_pyro_pt(model, model_args, site, seed, n, ladders=None, reference="prior"):
+def run_pyro_pt(model, model_args, site, seed, n, ladders=None, reference="auto"):
     kernel, draws, seconds, diagnostics, warned = timed_pyro_pt(model, model_args, site, seed,
                                                                 n, n, ladders, reference)
     restarts = diagnostics.get("restarts") or 0
@@ -351,7 +352,7 @@ def run_pyro_pt(model, model_args, site, seed, n, ladders=None, reference="prior
 
 
 def fit_budget(model, model_args, site, seed, budget, per_scan, tries=3, ladders=None,
-               reference="prior"):
+               reference="auto"):
     """A pyro_pt run of about ``budget`` seconds: ``n`` from ``per_scan`` (seconds per scan);
     a run that took under :data:`FILLED` of the budget (its per-scan cost fell, e.g. when
     ``compile="auto"`` switched to Inductor) is taken as a calibration and run again, longer,
@@ -426,7 +427,7 @@ def runs_of(args):
     out = []
     for sampler in args.samplers:
         if sampler == "pyro_pt":
-            out += [" ".join(["pyro_pt"] + ([] if r == "prior" else [r])
+            out += [" ".join(["pyro_pt"] + ([] if r == "auto" else [r])
                              + ([] if c == 0 else [f"x{c}"]))
                     for r in args.references for c in args.ladders]
         else:
@@ -442,7 +443,7 @@ def ladders_of(sampler):
 def reference_of(sampler):
     """pyro_pt's ``reference``: the word after ``pyro_pt`` that is not a ladder count."""
     words = [w for w in sampler.split()[1:] if not w.startswith("x")]
-    return words[0] if words else "prior"
+    return words[0] if words else "auto"
 
 
 def main(argv=None):
@@ -458,9 +459,9 @@ def main(argv=None):
     parser.add_argument("--ladders", type=int, nargs="+", default=[0],
                         help="pyro_pt's num_ladders, one pyro_pt sampler each (0: the default "
                              "rule, named 'pyro_pt'; C: named 'pyro_pt xC')")
-    parser.add_argument("--references", nargs="+", default=["prior"],
-                        choices=["prior", "variational", "mixture"],
-                        help="pyro_pt's reference, one pyro_pt sampler each ('prior': the "
+    parser.add_argument("--references", nargs="+", default=["auto"],
+                        choices=["auto", "prior", "variational", "mixture"],
+                        help="pyro_pt's reference, one pyro_pt sampler each ('auto': the "
                              "default, named 'pyro_pt'; else 'pyro_pt <reference>')")
     parser.add_argument("--quick", action="store_true",
                         help="a check of the script: 4 s budgets, one seed")

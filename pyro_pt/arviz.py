@@ -149,7 +149,8 @@ def to_inference_data(mcmc, *, log_likelihood=True):
     if legs.stabilized:  # the top-level barrier and log Z are the reference leg's
         for key in ("barrier", "log_Z"):
             stats.attrs[f"{key}_prior_leg"] = np.asarray(
-                [leg["prior"][key] for leg in of("legs")], dtype=np.float64)
+                [math.nan if leg is None else leg["prior"][key] for leg in of("legs")],
+                dtype=np.float64)
     stats.attrs["log_Z_meaning"] = diagnostics["log_Z_meaning"][chains[0]]
     stats.attrs["tempering"] = "likelihood-only (pyro_pt.ParallelTempering)"
     groups["sample_stats"] = stats

@@ -388,9 +388,14 @@ def _header(run, ensemble):
         "initial_ladder": temperatures_of(run.ladder.initial),
         "initial_betas": list(run.ladder.initial),  # exact: the ladder stores betas
         "legs": run.ladder.legs and run.ladder.legs.sizes,
-        # a ladder that still grows (pyro_pt.growth): how far, and whether by default
-        "growth": run.growth and {"max_replicas": run.growth.max_replicas,
-                                  "by_default": run.options.grows_by_default} or None,
+        # whether the user gave the ladder (a resumed kernel is given the checkpoint's):
+        # reference="auto"'s leg joins a default ladder only (pyro_pt.reference.joining)
+        "ladder_given": run.options.ladder_given,
+        # a ladder that still grows (pyro_pt.growth; not once q's leg joined): how far, and
+        # whether by default
+        "growth": run.growth and run.ladder.legs is None and {
+            "max_replicas": run.growth.max_replicas,
+            "by_default": run.options.grows_by_default} or None,
     }
 
 
@@ -420,8 +425,9 @@ def parts(run, shared=True):
     own = {"recorder": Declared(run.recorder), "report": run.report}
     if not shared:
         return own
-    return {**own, "reference": run.reference is not None and ReferenceState(run) or None,
-            "growth": run.growth, "compile": run.autocompile}
+    fitted = run.reference is not None or run.refitting
+    return {**own, "reference": fitted and ReferenceState(run) or None,
+            "growth": run.growth, "joining": run.joining, "compile": run.autocompile}
 
 
 def _gathered_rungs(run):
@@ -587,4 +593,5 @@ class Checkpointing:
                      **resume_arguments(path, header, kwargs))
         kernel.options.resume_from = (path, header)  # read by set-up (resume_warmup, restore)
         kernel.options.grows_by_default = bool((header["growth"] or {}).get("by_default"))
+        kernel.options.ladder_given = header.get("ladder_given", kernel.options.ladder_given)
         return kernel

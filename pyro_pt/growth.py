@@ -134,6 +134,8 @@ class Growth:
         with every run's rungs and recorder, where the round's barrier calls for more. Returns
         whether it grew (the rungs then have their new betas)."""
         first = runs[0]
+        if first.ladder.legs is not None:  # q's leg joined (pyro_pt.reference.joining)
+            return False
         scan = first.scans
         entry = first.ladder.history[-1]
         old_betas = inverse_temperatures(entry["temperatures"])

@@ -125,8 +125,12 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
     :param int checkpoint_every: with ``checkpoint_path``, write a checkpoint (:meth:`checkpoint`)
         every so many scans; :meth:`resume` continues from one (:mod:`pyro_pt.checkpoint`).
     :param str checkpoint_path: the file of the periodic checkpoints (replaced atomically).
-    :param reference: what the hottest rung samples (:mod:`pyro_pt.reference`): ``"prior"``
-        (default); ``"variational"``, a Gaussian q in the unconstrained space refitted at each
+    :param reference: what the hottest rung samples (:mod:`pyro_pt.reference`): ``"auto"``
+        (default), the prior, until warmup's cold draws show separated modes; then a leg to a
+        Gaussian mixture q fitted to them (``"mixture"``'s) joins the ladder at its cold end,
+        the prior's leg kept (:mod:`pyro_pt.reference.joining`; ``explorer_info["reference"]``
+        and ``adaptation_history``'s ``"joined"`` say whether and when); ``"prior"``, the prior
+        alone; ``"variational"``, a Gaussian q in the unconstrained space refitted at each
         warmup round's end to the cold chain's draws, so that rung beta targets
         :math:`(1-\beta)\log q + \beta(lp + ll)` and the barrier between the hot end and the
         posterior shrinks (Surjanovic et al. 2022); or a fitted Pyro autoguide
@@ -160,7 +164,7 @@ class ParallelTempering(Checkpointing, Diagnostics, KernelParams, MCMCKernel):
                  explorer="hmc", explorer_kwargs=None, swap_scheme="deo", swap_interval=1,
                  adapt_temperatures=True, init_strategy=init_to_uniform, transforms=None,
                  process_group=None, compile="auto", max_replicas=None, checkpoint_every=None,
-                 checkpoint_path=None, reference="prior", num_ladders=None):
+                 checkpoint_path=None, reference="auto", num_ladders=None):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
         check_reference(reference)

@@ -248,7 +248,10 @@ def plot_tempering(source, axes=None, path=None):
                   for i, entry in enumerate(history)] + ["sampling"]
         for row, ladder in enumerate(ladders):
             ladder_betas = inverse_temperatures(ladder)
-            for leg, (a, b) in enumerate(legs.spans):  # the prior's leg a little lower
+            spans = list(enumerate(legs.spans))
+            if len(ladder_betas) != legs.num_rungs:  # before q's leg joined: the prior's one
+                spans = [(1 if legs.stabilized else 0, (0, len(ladder_betas)))]
+            for leg, (a, b) in spans:  # the prior's leg a little lower
                 ax.plot(ladder_betas[a:b], [row + 0.25 * leg] * (b - a), "|-", ms=10, lw=0.5,
                         color=("tab:blue", "tab:gray")[leg])
         ax.set_yticks(range(len(ladders)), labels, fontsize=7)

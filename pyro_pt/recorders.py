@@ -136,8 +136,9 @@ def ladder_statistics(betas, acceptance, round_trips, num_rounds, log_likelihood
         "log evidence log p(y) (the hottest rung is the prior)" if hottest == 0.0
         else f"log Z(beta=1) - log Z(beta={hottest:.4g}), relative to the hottest rung"
     )
-    if legs.stabilized:
-        out["legs"] = dict(zip(legs.names, per_leg))
+    # None for one leg: every run has the key, so chains of MCMC(num_chains) whose ladders
+    # differ (reference="auto"'s leg joined one) still give Pyro's diagnostics
+    out["legs"] = dict(zip(legs.names, per_leg)) if legs.stabilized else None
     return out
 
 

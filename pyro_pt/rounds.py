@@ -49,6 +49,8 @@ class RoundSchedule:
             return
         for step in self.steps:
             step.end_round(run, end)
+        if run.joining:  # last: it changes the ladder the other steps read
+            run.joining.end_round(run, end)
         self.begin_next(run, end)
 
     @classmethod
@@ -80,6 +82,8 @@ def after_scans(runs, pooled=None):
             step.end_round(run, end)
     if pooled is not None:
         pooled.end_round(runs, end)
+    if first.joining:  # last: it changes the ladder the other steps read
+        first.joining.end_round(first, end)
     for run in runs:  # every ladder's records first: the first ladder's report reads them all
         run.schedule.begin_records(run, end)
     first.report.begin_round(first, end)  # the ensemble's one report

@@ -25,7 +25,8 @@ from .options import FALLBACK_MAX_TEMPERATURE, check_split, shared_settings
 from .potential import FunctionalSplit, ModelSplit, torch_compat
 from .random import ladder_seed, reference_seed, stream_seeds
 from .recorders import TemperingRecorder
-from .reference import is_fitted, is_prior, make_reference
+from .reference import is_auto, is_fitted, is_prior, make_reference
+from .reference.joining import Joining, why_not
 from .reference.refit import Refitting
 from .reference.stabilized import stabilize
 from .report import Report
@@ -88,6 +89,8 @@ def _split(run, args, kwargs):
     if not is_prior(options.reference):  # two legs, to q and to the prior, where allowed
         legs = stabilize(run, split)
         _one_leg_to_a_fitted_q(run, legs)
+    elif run.ladder.legs is not None:  # "auto", resumed after q's leg joined
+        legs = run.ladder.legs.describe()
     finite_hot_end(run, split)
     check_split(split, run.betas, options.save_params, options.reference)
     if run.resume_from:  # before any rung is built: the checkpoint's model and data
@@ -110,6 +113,8 @@ def _build(run, split, legs, base, seeds, args, kwargs):
         # q's first prior draws take the stream after the swaps' (the same on every rank)
         run.reference = make_reference(options.reference, split, reference_seed(swaps),
                                        options.transforms)
+        if is_auto(options.reference):
+            _auto(run, split)
         # the private APIs (pyro_pt.potential.torch_compat) the set-up found missing, and why
         with torch_compat.recording() as missing:
             # the captured graphs, the run's: compile="auto" recompiles them
@@ -144,6 +149,17 @@ def _build(run, split, legs, base, seeds, args, kwargs):
     if legs:
         run.explorer_info["legs"] = legs
     return lls[:mine]
+
+
+def _auto(run, split):
+    """``reference="auto"``: q waits in ``run.joining`` for separated modes
+    (:mod:`~pyro_pt.reference.joining`); the run's hot end is the prior until its leg joins
+    (a run resumed after that has the checkpoint's two legs, and q)."""
+    q, why = run.reference, why_not(run, split)
+    run.joining = Joining(q, run.warmup_steps, run.options.swap_interval) if why is None else None
+    if run.ladder.legs is None:
+        run.reference = None
+    run.auto_reason = why
 
 
 def _set_up_block(run, args, kwargs):
@@ -181,6 +197,8 @@ def _set_up_block(run, args, kwargs):
     run.split = split
     if run.growth:  # rungs added later spawn their streams from the base seeds
         run.growth.base_seed = base
+    if run.joining:
+        run.joining.base_seed = base
     return lls, seeds
 
 
@@ -201,9 +219,12 @@ def set_up_run(run, args, kwargs):
     _records(run, local_ll, seeds)
     run.explorer_info["reference"] = ("prior" if run.reference is None
                                       else run.reference.describe())
+    if is_auto(options.reference) and run.ladder.legs is None:
+        run.explorer_info["joining"] = _describe_joining(run)
     schedule = RoundSchedule(run.warmup_steps, options.swap_interval)
-    if run.reference is not None and is_fitted(options.reference):
-        run.refitting = Refitting(run.reference, schedule.warmup_ends, run.split.latent_names)
+    q = run.reference if run.reference is not None else run.joining and run.joining.reference
+    if q and (is_fitted(options.reference) or is_auto(options.reference)):
+        run.refitting = Refitting(q, schedule.warmup_ends, run.split.latent_names)
     # compile="auto": TorchScript, then Inductor from the warmup round's end where it pays
     run.autocompile = AutoCompile.for_run(run)
     record_setup(run)  # compile="inductor": what a later "auto" run's switch will cost
@@ -213,6 +234,14 @@ def set_up_run(run, args, kwargs):
     schedule.steps += [step for step in (run.refitting, run.autocompile) if step]
     run.schedule = schedule
     return run
+
+
+def _describe_joining(run):
+    """What ``explorer_info["joining"]`` says at set-up of a ``reference="auto"`` run."""
+    if run.joining is None:
+        return f"no leg to a fitted q can join: {run.auto_reason}"
+    return ("a leg to a Gaussian mixture q joins the prior's where warmup's cold draws show "
+            "separated modes")
 
 
 def _records(run, local_ll, seeds, report=True):

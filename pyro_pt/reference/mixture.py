@@ -150,7 +150,7 @@ class MixtureReference:
 
     @classmethod
     def gaussian(cls, mean, scale_tril, origin):
-        """One component, :math:`\mathcal N(` ``mean``, ``scale_tril scale_tril^T``
+        r"""One component, :math:`\mathcal N(` ``mean``, ``scale_tril scale_tril^T``
         :math:`)`; up to :data:`MAX_COMPONENTS` after a fit where D is at most
         :data:`MAX_MIXTURE_DIM`."""
         mean = mean.detach().to(torch.float64).reshape(1, -1)

@@ -60,6 +60,8 @@ class Refitting:
             self.skipped.append(end.scan)
             return False
         self.draws, self.lineages = [], []
+        if run.reference is None:  # reference="auto" before q's leg joined: no rung uses q
+            return True
         for ladder in run.together:  # q is every ladder's
             for explorer in ladder.rungs.explorers:
                 explorer.target_changed()  # its cached potential was against the old q
@@ -82,7 +84,8 @@ class ReferenceState:
     and the draws kept for its next fit."""
 
     def __init__(self, run):
-        self.reference, self.refitting = run.reference, run.refitting
+        self.refitting = run.refitting
+        self.reference = run.refitting.reference if run.refitting else run.reference
 
     def state_dict(self):
         if self.refitting:
@@ -92,7 +95,8 @@ class ReferenceState:
 
     def load_state_dict(self, state, run):
         self.reference.load(state["q"])
-        run.explorer_info["reference"] = self.reference.describe()
+        if run.reference is not None:  # else "auto" before q's leg joined: the prior's run
+            run.explorer_info["reference"] = self.reference.describe()
         if self.refitting:
             for name in Refitting.STATE:
                 setattr(self.refitting, name, list(state[name]))

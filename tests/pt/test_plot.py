@@ -23,7 +23,7 @@ from .models import bimodal_model, linear_data, linear_model  # noqa: E402
 def adapted_run():
     pyro.set_rng_seed(0)
     kernel = ParallelTempering(bimodal_model, num_replicas=6, max_temperature=math.inf,
-                               explorer="rwmh", adapt_temperatures=True)
+                               explorer="rwmh", adapt_temperatures=True, reference="prior")
     mcmc = MCMC(kernel, num_samples=300, warmup_steps=200, disable_progbar=True)
     mcmc.run()
     return kernel, mcmc

@@ -215,7 +215,7 @@ def test_a_fitted_autoguide_is_the_reference_in_the_sorted_flat_order(guide_clas
 
 def test_bad_references_are_refused_by_name():
     y = 1.0 + torch.randn(5)
-    with pytest.raises(ValueError, match="reference must be 'prior', 'variational'"):
+    with pytest.raises(ValueError, match="reference must be 'auto', 'prior', 'variational'"):
         ParallelTempering(two_sites, reference="vi")
     pyro.clear_param_store()
     with pytest.raises(ValueError, match="has not been run on the model yet"):

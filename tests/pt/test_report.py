@@ -191,7 +191,7 @@ def test_a_round_with_an_untried_pair_keeps_the_ladder():
     ladder = Ladder(temperatures_of(betas))
     run = SimpleNamespace(ladder=ladder, recorder=TemperingRecorder(3, warmup_steps=20),
                           report=Report(warmup_steps=20, comm=LocalComm()), growth=None,
-                          rungs=SimpleNamespace(rungs=[], explorers=[]), comm=LocalComm(),
+                          rungs=SimpleNamespace(rungs=[], explorers=[]), comm=LocalComm(), joining=None,
                           scans=0)
     run.together = [run]  # one ladder
     run.report.begin_round(run)
