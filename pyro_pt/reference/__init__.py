@@ -64,8 +64,13 @@ def make_reference(reference, split, seed, user_transforms=None):
         return from_guide(reference, split, user_transforms)
     if reference == "prior":
         return None
-    # "auto"'s q is used only once fitted to the cold draws: it draws nothing of the model
-    q = _unit_gaussian(split) if reference == AUTO else _first_gaussian(split, seed)
+    if reference == AUTO:
+        # used only once fitted to the cold draws: no draw of the model's prior, and its start
+        # (init_strategy's) in its own stream, so that a run it never joins is the prior's
+        with RandomStream(seed, device=split.device):
+            q = _unit_gaussian(split)
+    else:
+        q = _first_gaussian(split, seed)
     if reference == "variational":
         return q
     tril = torch.diag(q.scale) if q.scale_tril is None else q.scale_tril
