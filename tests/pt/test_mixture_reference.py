@@ -89,6 +89,25 @@ def test_the_fit_finds_the_components_that_made_the_draws():
     assert not q.fit(draws[:5])  # too few draws keep q
 
 
+@pytest.mark.parametrize("data_seed", [0, 1])
+def test_the_fit_finds_six_separated_modes_from_every_seed(data_seed):
+    """The three-component mixture's posterior has 6 modes (the permutations of its means);
+    a fit that seeds two of them with one mean merges them, and q's leg then misses a mode's
+    weight (the fit's seeds are the fit's count, so every seed is a fit a run makes)."""
+    import itertools
+    means = torch.tensor(list(itertools.permutations([-4.0, 0.0, 4.0])), dtype=F64)
+    generator = torch.Generator().manual_seed(data_seed)
+    x = torch.cat([m + 0.7 * torch.randn(150, 3, generator=generator, dtype=F64) for m in means])
+    for seed in range(8):
+        log_weights, found, _ = fit_mixture(x, 8, seed=seed)
+        assert found.shape[0] == 6, (seed, found)
+        assert torch.cdist(means, found).min(1).values.max() < 0.3, (seed, found)
+        assert torch.allclose(log_weights.exp(), torch.full((6,), 1 / 6, dtype=F64), atol=0.03)
+        # the previous fit's means start one more EM run: it keeps what it found
+        again = fit_mixture(x, 8, seed=seed + 100, start=found)[1]
+        assert torch.cdist(means, again).min(1).values.max() < 0.3
+
+
 def test_the_graph_form_is_the_eager_density_with_its_unused_components():
     weights, means, trils = _three()
     q = MixtureReference(weights.log(), means, trils)
