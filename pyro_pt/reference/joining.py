@@ -106,6 +106,13 @@ class Joining:
         joined."""
         runs = run.together
         first = runs[0]
+        if end.kind == "warmup" and first.ladder.legs is None:  # none joined: say so
+            q = self.reference
+            first.explorer_info["joining"] = (
+                f"none joined: q's fits to warmup's cold draws ({q.num_components} "
+                f"component{'s' if q.num_components > 1 else ''} at the last) showed no "
+                "separated modes" if q.fits else
+                "none joined: q was never fitted (too few cold draws in warmup's rounds)")
         if (end.kind != "warmup round" or end.scan not in self.ends
                 or first.ladder.legs is not None or not self.reference.fits
                 or not separated(self.reference)):

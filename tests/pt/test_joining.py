@@ -64,7 +64,7 @@ def test_a_unimodal_run_is_the_priors_bitwise():
     assert auto.run.refitting.reference.fits >= 3 and auto.run.reference is None
     assert auto.run.ladder.legs is None
     assert auto.explorer_info["reference"] == prior.explorer_info["reference"] == "prior"
-    assert auto.explorer_info["joining"].startswith("a leg to a Gaussian mixture q joins")
+    assert auto.explorer_info["joining"].startswith("none joined: q's fits to warmup's cold")
     assert prior.run.refitting is None and "joining" not in prior.explorer_info
     assert str(auto.diagnostics()["log_Z"]) == str(prior.diagnostics()["log_Z"])
 
