@@ -27,8 +27,8 @@ import torch
 from .barrier import cumulative_barrier, recommended_replicas
 from .checkpoint_state import capture, restore
 from .explorers import build_rungs
-from .ladder import (GROWTH_ROUNDS, MIN_GROWTH_SCANS, equal_barrier_betas, inverse_temperatures,
-                     warmup_round_ends)
+from .ladder import (GROWTH_ROUNDS, equal_barrier_betas, inverse_temperatures,
+                     settled_round_ends)
 from .options import DEFAULT_NUM_REPLICAS
 from .random import grown_seed, ladder_seed
 from .recorders import TemperingRecorder
@@ -43,12 +43,7 @@ def growth_round_ends(warmup_steps, swap_interval=1):
     whose round holds at least :data:`MIN_GROWTH_SCANS` scans (earlier ones see the chains'
     transient). The first leaves a round to re-place the grown ladder, the second a second
     chance with its better estimate, and the warmup after it for the new rungs to adapt."""
-    ends, start, kept = sorted(warmup_round_ends(warmup_steps, swap_interval)), 0, []
-    for end in ends:
-        if end - start >= MIN_GROWTH_SCANS:
-            kept.append(end)
-        start = end
-    return set(kept[-GROWTH_ROUNDS:])
+    return set(settled_round_ends(warmup_steps, swap_interval)[-GROWTH_ROUNDS:])
 
 
 def growth_options(num_replicas, max_replicas, temperatures, adapt_temperatures):
@@ -172,7 +167,7 @@ class Growth:
     def _install(self, run, betas, place, added):
         """``run``'s grown block of rungs: its old rungs at ``place``, the ``added`` ones (rung
         -> (explorer, state, ll)) between them; its records begin again with the new K."""
-        old, num, scan = run.rungs, len(betas), run.scans
+        old, num = run.rungs, len(betas)
         block = RungBlock(old.comm, num, old.names, old.kind)
         lls = []
         for j in range(num):
@@ -186,10 +181,5 @@ class Growth:
             block.add(explorer, state)
             lls.append(ll)
         run.rungs, run.ll = block, lls
-        index = run.recorder.index
-        run.recorder = TemperingRecorder(num, self.warmup_steps,
-                                         exact_hots=run.ladder.exact_hots)
-        run.recorder.scans = scan
-        # the report counts trips and restarts from its rows
-        run.recorder.index.round_trips = index.round_trips
-        run.recorder.index.restarts = index.restarts
+        run.recorder = TemperingRecorder.begun_again(run.recorder, num,
+                                                     exact_hots=run.ladder.exact_hots)

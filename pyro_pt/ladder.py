@@ -172,6 +172,17 @@ MIN_GROWTH_SCANS = 32
 GROWTH_ROUNDS = 2
 
 
+def settled_round_ends(warmup_steps, swap_interval=1):
+    """The warmup round ends, sorted, of the rounds of at least :data:`MIN_GROWTH_SCANS` scans:
+    where the ladder may change its rungs (grow, or gain q's leg), past the chains' transient."""
+    ends, start, kept = sorted(warmup_round_ends(warmup_steps, swap_interval)), 0, []
+    for end in ends:
+        if end - start >= MIN_GROWTH_SCANS:
+            kept.append(end)
+        start = end
+    return kept
+
+
 def warmup_round_ends(warmup_steps, swap_interval=1):
     """The scans that end a warmup round: :func:`adaptation_round_ends` counted in swap rounds,
     so that every round holds swaps of every pair whatever the ``swap_interval``."""

@@ -162,6 +162,17 @@ class TemperingRecorder:
              "swap_record", "tours")
     REBUILT = ()
 
+    @classmethod
+    def begun_again(cls, old, num_rungs, legs=None, exact_hots=()):
+        """The records of a ladder whose rungs changed in warmup (grown, or q's leg joined):
+        fresh for ``num_rungs``, at ``old``'s scan, its round trips and restarts kept (the
+        report counts them from its rows)."""
+        new = cls(num_rungs, old.warmup_steps, legs, exact_hots)
+        new.scans = old.scans
+        new.index.round_trips = old.index.round_trips
+        new.index.restarts = old.index.restarts
+        return new
+
     def __init__(self, num_rungs, warmup_steps, legs=None, exact_hots=()):
         self.warmup_steps = warmup_steps
         self.scans = 0

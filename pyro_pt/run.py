@@ -42,7 +42,6 @@ class Run:
         self.num_ladders = 1  # the ladders of an ensemble (pyro_pt.ensemble), set up
         self.refitting = None  # Refitting of a variational reference, else None
         self.joining = None  # reference="auto": the Joining of q's leg, where it may join
-        self.auto_reason = None  # reference="auto": why no leg may join (None: one may)
         self.autocompile = None  # AutoCompile of compile="auto", else None
         self.explorer_info = {}
         self.timings = {"explorers": 0.0, "total": 0.0}  # seconds in sample()

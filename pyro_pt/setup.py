@@ -155,11 +155,11 @@ def _auto(run, split):
     """``reference="auto"``: q waits in ``run.joining`` for separated modes
     (:mod:`~pyro_pt.reference.joining`); the run's hot end is the prior until its leg joins
     (a run resumed after that has the checkpoint's two legs, and q)."""
-    q, why = run.reference, why_not(run, split)
-    run.joining = Joining(q, run.warmup_steps, run.options.swap_interval) if why is None else None
+    q = run.reference
+    run.joining = (Joining(q, run.warmup_steps, run.options.swap_interval)
+                   if why_not(run, split) is None else None)
     if run.ladder.legs is None:
         run.reference = None
-    run.auto_reason = why
 
 
 def _set_up_block(run, args, kwargs):
@@ -239,7 +239,7 @@ def set_up_run(run, args, kwargs):
 def _describe_joining(run):
     """What ``explorer_info["joining"]`` says at set-up of a ``reference="auto"`` run."""
     if run.joining is None:
-        return f"no leg to a fitted q can join: {run.auto_reason}"
+        return f"no leg to a fitted q can join: {why_not(run, run.split)}"
     return ("a leg to a Gaussian mixture q joins the prior's where warmup's cold draws show "
             "separated modes")
 

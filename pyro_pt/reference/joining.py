@@ -30,7 +30,7 @@ import torch
 
 from ..checkpoint_state import capture, restore
 from ..explorers import build_rungs
-from ..ladder import MIN_GROWTH_SCANS, Ladder, temperatures_of, warmup_round_ends
+from ..ladder import Ladder, settled_round_ends, temperatures_of
 from ..legs import Legs
 from ..random import grown_seed, ladder_seed
 from ..recorders import TemperingRecorder
@@ -87,11 +87,7 @@ class Joining:
     def __init__(self, reference, warmup_steps, swap_interval=1):
         self.reference = reference
         self.warmup_steps = warmup_steps
-        ends, start, self.ends = sorted(warmup_round_ends(warmup_steps, swap_interval)), 0, set()
-        for end in ends:
-            if end - start >= MIN_GROWTH_SCANS:
-                self.ends.add(end)
-            start = end
+        self.ends = set(settled_round_ends(warmup_steps, swap_interval))
         self.base_seed = None  # the run's (pyro_pt.random), set with its rungs
 
     def state_dict(self):
@@ -163,9 +159,5 @@ class Joining:
             block.add(explorer, state)
         run.rungs, run.ll = block, list(lls) + list(run.ll)
         run.reference = self.reference
-        scans, index = run.scans, run.recorder.index
-        run.recorder = TemperingRecorder(len(ladder.betas), self.warmup_steps, ladder.legs,
-                                         ladder.exact_hots)
-        run.recorder.scans = scans
-        run.recorder.index.round_trips = index.round_trips
-        run.recorder.index.restarts = index.restarts
+        run.recorder = TemperingRecorder.begun_again(run.recorder, len(ladder.betas),
+                                                     ladder.legs, ladder.exact_hots)
